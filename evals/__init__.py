@@ -1,0 +1,1 @@
+"""The twice CLI, the suite matrix and the release gate."""

@@ -1,0 +1,168 @@
+"""Faults as data: what a service does wrong, placed before or after its commit point.
+
+A fault is a frozen dataclass with two hooks around the commit point:
+
+* ``before_commit(request)`` runs after the attempt is recorded and before any work. It may
+  return a response (the work is then not done) or raise a timeout.
+* ``after_commit(request, response)`` runs after the work was committed. It may replace the
+  response or raise a timeout (the work stays done: the reply is lost).
+
+Which attempts a fault hits is its :class:`Schedule`; by default the first mutating attempt of
+the trial. Timeouts are raised at once, never slept, so a faulty trial costs no wall time.
+
+Write your own by subclassing :class:`Fault` (or any frozen dataclass with ``name``,
+``schedule`` and the two hooks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import httpx
+
+from ._ledger import Attempt
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Which mutating attempts of a trial a fault hits.
+
+    Attributes:
+        attempts: 1-based numbers of the trial's mutating attempts to hit (counted over every
+            service of the trial). ``()`` with ``every=True`` hits all of them.
+        route: Only count attempts on this route (``payments.refund.create``); None counts all.
+        every: Hit every matching attempt.
+    """
+
+    attempts: tuple[int, ...] = (1,)
+    route: str | None = None
+    every: bool = False
+
+    def hits(self, attempt: Attempt, nth: int) -> bool:
+        """Whether the ``nth`` matching mutating attempt should be hit."""
+        if not attempt.mutating:
+            return False
+        if self.route is not None and attempt.route != self.route:
+            return False
+        return self.every or nth in self.attempts
+
+
+@dataclass(frozen=True)
+class Fault:
+    """No fault: the base class; both hooks pass the attempt through."""
+
+    name: str = "none"
+    schedule: Schedule = field(default_factory=Schedule)
+    commits: bool = True
+    """Whether the work is done when this fault hits (documentation and the report)."""
+
+    def before_commit(self, request: httpx.Request) -> httpx.Response | None:
+        """Return a response to stop before the work, or raise; None lets the work happen."""
+        return None
+
+    def after_commit(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
+        """Return the response the client gets, or raise to lose it."""
+        return response
+
+
+def _timeout(request: httpx.Request) -> httpx.ReadTimeout:
+    return httpx.ReadTimeout("timed out waiting for the response", request=request)
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.Response(
+        status, json={"error": {"type": "api_error", "message": message}}, headers=headers
+    )
+
+
+@dataclass(frozen=True)
+class NoFault(Fault):
+    """Every attempt gets its reply."""
+
+
+@dataclass(frozen=True)
+class LostReply(Fault):
+    """The work is committed, then the reply is lost: the client sees a read timeout."""
+
+    name: str = "lost_reply"
+
+    def after_commit(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
+        raise _timeout(request)
+
+
+@dataclass(frozen=True)
+class TimeoutBeforeCommit(Fault):
+    """The request times out before any work: same timeout as ``lost_reply``, nothing done."""
+
+    name: str = "timeout_before_commit"
+    commits: bool = False
+
+    def before_commit(self, request: httpx.Request) -> httpx.Response | None:
+        raise _timeout(request)
+
+
+@dataclass(frozen=True)
+class ErrorAfterCommit(Fault):
+    """The work is committed, then a gateway answers 502: outcome unknown to the client."""
+
+    name: str = "error_after_commit"
+    status: int = 502
+
+    def after_commit(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
+        return _error(self.status, "Bad gateway: the upstream connection was reset")
+
+
+@dataclass(frozen=True)
+class ErrorBeforeCommit(Fault):
+    """The service answers 503 before doing any work."""
+
+    name: str = "error_before_commit"
+    status: int = 503
+    commits: bool = False
+
+    def before_commit(self, request: httpx.Request) -> httpx.Response | None:
+        return _error(self.status, "Service unavailable, try again later")
+
+
+@dataclass(frozen=True)
+class RateLimited(Fault):
+    """The service refuses the attempt with 429 and a Retry-After header; no work is done."""
+
+    name: str = "rate_limited"
+    retry_after: float = 2.0
+    commits: bool = False
+
+    def before_commit(self, request: httpx.Request) -> httpx.Response | None:
+        return _error(
+            429,
+            "Too many requests",
+            headers={"Retry-After": f"{self.retry_after:g}"},
+        )
+
+
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        NoFault(),
+        LostReply(),
+        TimeoutBeforeCommit(),
+        ErrorAfterCommit(),
+        ErrorBeforeCommit(),
+        RateLimited(),
+    )
+}
+"""The built-in faults by CLI name, each with the default schedule."""
+
+
+def get_fault(name: str) -> Fault:
+    """The built-in fault called ``name``.
+
+    Raises:
+        ValueError: naming the bad value and the accepted ones.
+    """
+    try:
+        return FAULTS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown fault {name!r}; expected one of: {', '.join(FAULTS)}"
+        ) from None

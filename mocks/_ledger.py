@@ -1,0 +1,142 @@
+"""The ledger: every attempt a service received and every effect it committed.
+
+The ledger is the ground truth of a trial. It is written by the services, never by the agent,
+and it survives a lost reply: an attempt whose response never reached the client is recorded
+with ``delivered=False``, exactly like a respx call whose side effect raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Outcome = Literal["ok", "fail", "unknown"]
+"""What the client saw of an attempt (Jepsen's ok / fail / info)."""
+
+RetrySource = Literal["initial", "transport", "model", "resume", "unknown"]
+"""Who sent an attempt: the first try, the tool layer's retry loop, the model calling the
+tool again, or a restarted run re-executing a step. ``unknown`` when the client did not say."""
+
+RETRY_SOURCES: tuple[str, ...] = ("initial", "transport", "model", "resume", "unknown")
+
+
+@dataclass
+class Attempt:
+    """One HTTP request that reached a service, whether or not its reply was delivered."""
+
+    n: int
+    """1-based number of the attempt within the trial, over all services."""
+    service: str
+    method: str
+    path: str
+    route: str | None
+    """The route's ``service.resource.verb`` name, or None for an unknown path."""
+    mutating: bool
+    key: str | None
+    """The Idempotency-Key header, as sent (None when absent)."""
+    params: dict[str, Any]
+    source: str = "unknown"
+    call: int | None = None
+    """The tool layer's call number (one per tool invocation), when the client sent it."""
+    status: int | None = None
+    """HTTP status the service produced; None when it never produced one (timed out)."""
+    delivered: bool = True
+    outcome: Outcome = "ok"
+    fault: str | None = None
+    """Name of the fault that hit this attempt, if any."""
+    replayed: bool = False
+    """The response was replayed from the idempotency store: no new work was done."""
+    effect_ids: list[str] = field(default_factory=list)
+    backoff: float = 0.0
+    """Virtual seconds the client waited before sending this attempt (never slept)."""
+
+
+@dataclass
+class Effect:
+    """A state change a service committed: a refund row, a sent email."""
+
+    id: str
+    name: str
+    """``service.resource.verb``, e.g. ``payments.refund.create``."""
+    attempt: int
+    """Number of the attempt that committed it."""
+    fields: dict[str, Any]
+
+
+def outcome_of(status: int | None, delivered: bool) -> Outcome:
+    """Classify what a client can know from a response.
+
+    A lost reply or any 5xx leaves the client not knowing whether the work was done (the
+    service may have committed before failing); only a delivered 4xx is a definite failure.
+    """
+    if not delivered or status is None or status >= 500:
+        return "unknown"
+    if status >= 400:
+        return "fail"
+    return "ok"
+
+
+@dataclass
+class Ledger:
+    """Attempts, effects and the texts the agent was shown, for one trial."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+    """Every tool result (or tool error) text handed to the agent, in order."""
+
+    def effects_named(self, name: str, **where: Any) -> list[Effect]:
+        """Effects called ``name`` whose fields equal every ``where`` value."""
+        return [
+            e
+            for e in self.effects
+            if e.name == name and all(e.fields.get(k) == v for k, v in where.items())
+        ]
+
+    def attempt(self, n: int) -> Attempt:
+        """The attempt numbered ``n`` (1-based)."""
+        return self.attempts[n - 1]
+
+    def seen(self, effect: Effect) -> bool:
+        """Whether the effect's id appeared in any text the agent was shown."""
+        return any(effect.id in text for text in self.observations)
+
+    def unseen_effects(self) -> list[Effect]:
+        """Effects the agent never learned about (the seed's silent ``re_1``)."""
+        return [e for e in self.effects if not self.seen(e)]
+
+    def faults_fired(self) -> list[Attempt]:
+        """Attempts that a fault hit."""
+        return [a for a in self.attempts if a.fault is not None]
+
+    def describe_effect(self, effect: Effect) -> str:
+        """One evidence line: ``re_1 at attempt 1 (initial), reply lost``."""
+        a = self.attempt(effect.attempt)
+        if not a.delivered:
+            seen = "reply lost"
+        elif a.outcome != "ok":
+            seen = f"client saw HTTP {a.status}"
+        else:
+            seen = "reply delivered"
+        return f"{effect.id} at attempt {a.n} ({a.source}), {seen}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy, as stored in the inspect sample store."""
+        return {
+            "attempts": [asdict(a) for a in self.attempts],
+            "effects": [asdict(e) for e in self.effects],
+            "observations": list(self.observations),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Ledger:
+        """Rebuild a ledger from :meth:`to_dict` output (e.g. read back from a log)."""
+        return cls(
+            attempts=[Attempt(**a) for a in data.get("attempts", [])],
+            effects=[Effect(**e) for e in data.get("effects", [])],
+            observations=list(data.get("observations", [])),
+        )
+
+
+LEDGER_STORE_KEY = "twice:ledger"
+"""Key of the ledger (``Ledger.to_dict()``) in an inspect sample's store."""

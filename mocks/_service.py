@@ -1,0 +1,356 @@
+"""Services as respx routes on a per-trial router.
+
+A :class:`Service` declares routes (method, path, ``service.resource.verb`` name, handler).
+A :class:`Services` set binds several services to one trial: one ledger, one fault, one respx
+router used as an httpx transport. Nothing is patched globally, so trials running
+concurrently never see each other's state.
+
+Every request goes through one pipeline: record the attempt, apply the idempotency-key rules,
+run the fault's ``before_commit`` hook, let other requests in (the "in flight" window), run the
+handler (which commits effects), save the keyed response, run the fault's ``after_commit`` hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import httpx
+import respx
+
+from ._faults import Fault, NoFault
+from ._idempotency import MAX_KEY_LENGTH, IdempotencyStore, fingerprint
+from ._ledger import Attempt, Effect, Ledger, outcome_of
+
+SOURCE_HEADER = "X-Twice-Source"
+"""Request header naming the retry source of an attempt (see :data:`RETRY_SOURCES`)."""
+CALL_HEADER = "X-Twice-Call"
+"""Request header carrying the tool layer's call number."""
+BACKOFF_HEADER = "X-Twice-Backoff"
+"""Request header carrying the virtual seconds the client waited before this attempt."""
+KEY_HEADER = "Idempotency-Key"
+
+
+def error_response(status: int, message: str, type: str = "invalid_request_error") -> httpx.Response:
+    """A JSON error body in the Stripe shape: ``{"error": {"type", "message"}}``."""
+    return httpx.Response(status, json={"error": {"type": type, "message": message}})
+
+
+class Call:
+    """What a route handler gets: the parsed request and a way to commit effects."""
+
+    def __init__(
+        self,
+        service: Service,
+        request: httpx.Request,
+        params: dict[str, Any],
+        attempt: Attempt,
+    ) -> None:
+        self.service = service
+        self.request = request
+        self.params = params
+        self.attempt = attempt
+
+    def commit(self, name: str, prefix: str, fields: dict[str, Any]) -> Effect:
+        """Record a committed state change; returns the effect with a fresh id (``re_1``)."""
+        effect = Effect(
+            id=self.service.next_id(prefix),
+            name=name,
+            attempt=self.attempt.n,
+            fields=dict(fields),
+        )
+        self.service.ledger.effects.append(effect)
+        self.attempt.effect_ids.append(effect.id)
+        return effect
+
+
+Handler = Callable[[Call], httpx.Response]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint of a service."""
+
+    method: str
+    path: str
+    """A regular expression for the path, relative to the service's base URL; named groups
+    become parameters."""
+    name: str
+    """``service.resource.verb``; also the respx route name and the effect name it commits."""
+    handler: Handler
+    mutating: bool = False
+
+
+class Service:
+    """Base class of a fake HTTP API. State lives on the instance: make one per trial."""
+
+    name: ClassVar[str] = "service"
+    default_base_url: ClassVar[str] = "https://service.twice.test"
+
+    def __init__(self, base_url: str | None = None) -> None:
+        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        self.keys = IdempotencyStore()
+        self._counters: dict[str, int] = {}
+        self._services: Services | None = None
+
+    def routes(self) -> list[Route]:
+        """The service's endpoints."""
+        raise NotImplementedError
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger of the trial this service belongs to."""
+        if self._services is None:
+            raise RuntimeError(f"{type(self).__name__} is not part of a Services set yet")
+        return self._services.ledger
+
+    def next_id(self, prefix: str) -> str:
+        """``re_1``, ``re_2``, ...: ids are per service and per trial, so runs repeat exactly."""
+        n = self._counters.get(prefix, 0) + 1
+        self._counters[prefix] = n
+        return f"{prefix}_{n}"
+
+
+def _params(request: httpx.Request, path_params: dict[str, str]) -> dict[str, Any]:
+    params: dict[str, Any] = dict(request.url.params)
+    if request.content:
+        try:
+            body = json.loads(request.content)
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            params.update(body)
+    params.update(path_params)
+    return params
+
+
+class Services:
+    """The mock services of one trial, their shared ledger and fault, and an httpx client.
+
+    Args:
+        services: Service instances, each used by this set only.
+        fault: The fault to inject (default: none).
+
+    Example:
+        >>> services = Services([PaymentsService()], fault=LostReply())
+        >>> async with services.client() as client:
+        ...     await client.post("https://payments.twice.test/v1/refunds", json={...})
+        >>> len(services.ledger.effects)
+    """
+
+    def __init__(self, services: Iterable[Service], fault: Fault | None = None) -> None:
+        self.ledger = Ledger()
+        self.fault: Fault = fault or NoFault()
+        self.services: dict[str, Service] = {}
+        for service in services:
+            if service.name in self.services:
+                raise ValueError(f"two services named {service.name!r} in one Services set")
+            service._services = self
+            self.services[service.name] = service
+        self.router = self._build_router(sync=False)
+        self._sync_router: respx.Router | None = None
+
+    def __getitem__(self, name: str) -> Service:
+        return self.services[name]
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """An async httpx client whose transport is this trial's router."""
+        return httpx.AsyncClient(
+            transport=httpx.MockTransport(self.router.async_handler), **kwargs
+        )
+
+    def sync_client(self, **kwargs: Any) -> httpx.Client:
+        """A blocking httpx client on the same services (no in-flight window)."""
+        return httpx.Client(transport=httpx.MockTransport(self.sync_router.handler), **kwargs)
+
+    @property
+    def sync_router(self) -> respx.Router:
+        """A router whose side effects are synchronous, for blocking clients."""
+        if self._sync_router is None:
+            self._sync_router = self._build_router(sync=True)
+        return self._sync_router
+
+    def dispatch(self, request: httpx.Request) -> httpx.Response:
+        """Serve one request synchronously (usable as a respx side effect anywhere)."""
+        return self.sync_router.handler(request)
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def _build_router(self, *, sync: bool) -> respx.Router:
+        router = respx.Router(assert_all_called=False, assert_all_mocked=False)
+        for service in self.services.values():
+            for route in service.routes():
+                pattern = re.escape(service.base_url) + route.path + r"/?(\?.*)?$"
+                router.route(method=route.method, url__regex=pattern, name=route.name).mock(
+                    side_effect=self._side_effect(service, route, sync=sync)
+                )
+        router.route(name="unmatched").mock(side_effect=self._unmatched)
+        return router
+
+    def _side_effect(self, service: Service, route: Route, *, sync: bool) -> Callable[..., Any]:
+        if sync:
+
+            def run_sync(request: httpx.Request, **path_params: str) -> httpx.Response:
+                steps = self._pipeline(service, route, request, path_params)
+                try:
+                    while True:
+                        next(steps)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+
+            return run_sync
+
+        async def run_async(request: httpx.Request, **path_params: str) -> httpx.Response:
+            steps = self._pipeline(service, route, request, path_params)
+            try:
+                while True:
+                    next(steps)
+                    # The in-flight window: a concurrent request with the same key sees the
+                    # reservation here and gets 409, as it would against a real server.
+                    await asyncio.sleep(0)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+        return run_async
+
+    def _unmatched(self, request: httpx.Request) -> httpx.Response:
+        attempt = self._record(
+            request, service="unknown", route=None, mutating=False, params={}
+        )
+        response = error_response(
+            404, f"no such endpoint: {request.method} {request.url}", type="not_found"
+        )
+        self._finish(attempt, response)
+        return response
+
+    # -- the pipeline ----------------------------------------------------------------------
+
+    def _record(
+        self,
+        request: httpx.Request,
+        *,
+        service: str,
+        route: str | None,
+        mutating: bool,
+        params: dict[str, Any],
+    ) -> Attempt:
+        call = request.headers.get(CALL_HEADER)
+        attempt = Attempt(
+            n=len(self.ledger.attempts) + 1,
+            service=service,
+            method=request.method,
+            path=request.url.path,
+            route=route,
+            mutating=mutating,
+            key=request.headers.get(KEY_HEADER),
+            params=params,
+            source=request.headers.get(SOURCE_HEADER, "unknown"),
+            call=int(call) if call and call.isdigit() else None,
+            backoff=float(request.headers.get(BACKOFF_HEADER, 0) or 0),
+        )
+        self.ledger.attempts.append(attempt)
+        return attempt
+
+    @staticmethod
+    def _finish(attempt: Attempt, response: httpx.Response | None, delivered: bool = True) -> None:
+        attempt.status = None if response is None else response.status_code
+        attempt.delivered = delivered
+        attempt.outcome = outcome_of(attempt.status, delivered)
+
+    def _fault_for(self, attempt: Attempt) -> Fault | None:
+        schedule = self.fault.schedule
+        if isinstance(self.fault, NoFault) or not attempt.mutating:
+            return None
+        nth = sum(
+            1
+            for a in self.ledger.attempts
+            if a.mutating and (schedule.route is None or a.route == schedule.route)
+        )
+        return self.fault if schedule.hits(attempt, nth) else None
+
+    def _pipeline(
+        self, service: Service, route: Route, request: httpx.Request, path_params: dict[str, str]
+    ) -> Generator[None, None, httpx.Response]:
+        params = _params(request, path_params)
+        attempt = self._record(
+            request, service=service.name, route=route.name, mutating=route.mutating, params=params
+        )
+        fault = self._fault_for(attempt)
+        if fault is not None:
+            attempt.fault = fault.name
+
+        # Keys only mean something on POST (Stripe: "sending them on GET and DELETE has no effect").
+        key = attempt.key if (route.mutating and request.method == "POST") else None
+        saved = None
+        if key is not None:
+            decision = service.keys.begin(key, fingerprint(request.method, route.path, params))
+            if decision.kind != "new" and decision.kind != "replay":
+                response = {
+                    "too_long": lambda: error_response(
+                        400,
+                        f"Idempotency-Key is {len(key)} characters; at most {MAX_KEY_LENGTH} allowed",
+                    ),
+                    "conflict": lambda: error_response(
+                        422,
+                        f"Keys for idempotent requests can only be used with the same parameters "
+                        f"they were first used with. Key {key!r} was used with different parameters.",
+                        type="idempotency_error",
+                    ),
+                    "in_flight": lambda: error_response(
+                        409,
+                        f"A request with key {key!r} is already in progress; it has not "
+                        "finished yet. Do not repeat it: retry with the same key shortly.",
+                        type="idempotency_error",
+                    ),
+                }[decision.kind]()
+                self._finish(attempt, response)
+                return response
+            if decision.kind == "replay":
+                saved = decision.saved
+
+        if fault is not None:
+            try:
+                early = fault.before_commit(request)
+            except Exception:
+                if key is not None and saved is None:
+                    service.keys.release(key)
+                self._finish(attempt, None, delivered=False)
+                raise
+            if early is not None:
+                if key is not None and saved is None:
+                    service.keys.release(key)
+                self._finish(attempt, early)
+                return early
+
+        yield  # in flight
+
+        if saved is not None:
+            attempt.replayed = True
+            response = httpx.Response(saved.status or 500, json=saved.body)
+        else:
+            response = route.handler(Call(service, request, params, attempt))
+            if key is not None:
+                if 400 <= response.status_code < 500:
+                    # Validation failures never began executing: not saved, retryable.
+                    service.keys.release(key)
+                else:
+                    service.keys.save(key, response.status_code, response.json())
+
+        if fault is not None:
+            try:
+                replaced = fault.after_commit(request, response)
+            except Exception:
+                self._finish(attempt, response, delivered=False)
+                raise
+            if replaced is not response and key is not None and saved is None:
+                # The service itself answered with the error, so that is what gets saved
+                # and replayed (Stripe saves 5xx responses too).
+                service.keys.save(key, replaced.status_code, replaced.json())
+            response = replaced
+
+        self._finish(attempt, response)
+        return response

@@ -1,0 +1,259 @@
+"""Stub models: deterministic, offline controls registered as the inspect provider ``stub``.
+
+``--model stub/NAME`` works from ``twice run`` and ``inspect eval``. A stub sees what a real
+model sees (messages and tool schemas) plus the sample's gold plan, which twice's trial setup
+puts in the sample store (``twice:stub``); a real model never sees the store.
+
+A stub follows the plan step by step. It recovers where it is from the ids of its *own* earlier
+tool calls (``stub_s<step>_<a|v><n>``), so it keeps no state between calls and adds nothing a
+real model would see. What it does after an error is its behaviour:
+
+========== ==========================================================================
+retry      repeats a failed call (up to ``-M attempts=3`` calls)
+no-retry   reports the error and stops
+verify     after an unknown outcome, reads state first; retries only if nothing happened
+drift      like retry, but the retry uses slightly changed arguments (the plan's ``drift``)
+parallel   issues the mutating call twice in one turn, then reports
+noisy      after an unknown outcome retries with a probability set by the prompt
+           (:data:`NOISY_RETRY_RATES`; ``-M p=0.3`` overrides), drawn from a seed per trial
+========== ==========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from inspect_ai.model import (
+    ChatMessage,
+    ChatMessageAssistant,
+    ChatMessageTool,
+    GenerateConfig,
+    ModelAPI,
+    ModelOutput,
+    ModelUsage,
+    modelapi,
+)
+from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
+from inspect_ai.util import store
+
+STUB_STORE_KEY = "twice:stub"
+"""Store key of what stubs may read: ``{"plan", "prompt", "seed"}``."""
+
+UNKNOWN_OUTCOME = "may or may not have been"
+"""Phrase in every unknown-outcome tool error (timeouts, 5xx): the action may have happened."""
+
+STUB_MODELS: dict[str, str] = {
+    "retry": "repeats a failed call",
+    "no-retry": "reports the error and stops",
+    "verify": "on an unknown outcome reads state first, retries only if nothing happened",
+    "drift": "retries with slightly changed arguments",
+    "parallel": "issues the same mutating call twice in one turn",
+    "noisy": "after an unknown outcome retries with a probability set by the prompt",
+}
+"""The stub models by name (``stub/<name>``) with what each does."""
+
+NOISY_RETRY_RATES: dict[str, float] = {"baseline": 0.5, "cautious": 0.1, "persistent": 0.9}
+"""``stub/noisy``'s retry probability per built-in prompt; other prompts get
+:data:`NOISY_DEFAULT_RATE`. These are the true rates its intervals must cover."""
+NOISY_DEFAULT_RATE = 0.5
+
+_ID = re.compile(r"^stub_s(?P<step>\d+)_(?P<kind>[av])(?P<n>\d+)")
+
+
+def noisy_retry_rate(prompt: str) -> float:
+    """The true retry probability of ``stub/noisy`` under a prompt."""
+    return NOISY_RETRY_RATES.get(prompt, NOISY_DEFAULT_RATE)
+
+
+@dataclass
+class _Turn:
+    """What the stub did last (parsed from its own tool-call ids) and what came back."""
+
+    step: int
+    kind: str
+    n: int
+    results: list[ChatMessageTool]
+
+
+def _last_turn(messages: list[ChatMessage]) -> _Turn | None:
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if isinstance(msg, ChatMessageAssistant):
+            if not msg.tool_calls:
+                return None
+            m = _ID.match(msg.tool_calls[0].id)
+            if m is None:
+                return None
+            ids = {c.id for c in msg.tool_calls}
+            results = [
+                r for r in messages[i + 1 :] if isinstance(r, ChatMessageTool) and r.tool_call_id in ids
+            ]
+            return _Turn(int(m["step"]), m["kind"], int(m["n"]), results)
+    return None
+
+
+def _text(result: ChatMessageTool) -> str:
+    if result.error is not None:
+        return result.error.message
+    return result.text
+
+
+def _usage(messages: list[ChatMessage], out: str) -> ModelUsage:
+    # Set usage explicitly: left empty, inspect downloads a tokenizer to count (fails offline).
+    n_in = sum(len(m.text) for m in messages) // 4 + 1
+    n_out = len(out) // 4 + 1
+    return ModelUsage(input_tokens=n_in, output_tokens=n_out, total_tokens=n_in + n_out)
+
+
+class StubAPI(ModelAPI):
+    """The ``stub`` model provider. ``model_name`` is the behaviour (``retry``, ``verify``...).
+
+    Model args (``-M``): ``attempts`` (most calls of one action for retry/drift, default 3),
+    ``p`` (override ``stub/noisy``'s retry probability).
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        config: GenerateConfig = GenerateConfig(),
+        attempts: int = 3,
+        p: float | None = None,
+        **model_args: Any,
+    ) -> None:
+        super().__init__(model_name, base_url, api_key, [], config)
+        if model_name not in STUB_MODELS:
+            raise ValueError(
+                f"unknown stub model 'stub/{model_name}'; expected one of: "
+                + ", ".join(f"stub/{n}" for n in STUB_MODELS)
+            )
+        if model_args:
+            raise ValueError(
+                f"unknown model args for stub/{model_name}: {', '.join(model_args)}; "
+                "accepted: attempts, p"
+            )
+        self.behaviour = model_name
+        self.attempts = int(attempts)
+        self.p = None if p is None else float(p)
+
+    def max_connections(self) -> int:
+        return 64
+
+    def connection_key(self) -> str:
+        return f"stub/{self.behaviour}"
+
+    async def generate(
+        self,
+        input: list[ChatMessage],
+        tools: list[ToolInfo],
+        tool_choice: ToolChoice,
+        config: GenerateConfig,
+    ) -> ModelOutput:
+        cfg = store().get(STUB_STORE_KEY)
+        if not cfg:
+            raise RuntimeError(
+                f"stub/{self.behaviour} needs a gold plan in the sample store ({STUB_STORE_KEY!r}); "
+                "stub models only run twice tasks"
+            )
+        plan: list[dict[str, Any]] = cfg["plan"]
+        turn = _last_turn(input)
+        if turn is None:
+            if any(isinstance(m, ChatMessageAssistant) for m in input):
+                return self._say(input, "Done.")
+            return self._act(input, plan, 0, 1)
+        return self._next(input, plan, cfg, turn)
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def _next(
+        self, input: list[ChatMessage], plan: list[dict[str, Any]], cfg: dict[str, Any], turn: _Turn
+    ) -> ModelOutput:
+        step = plan[turn.step]
+        result = turn.results[0] if turn.results else None
+        text = _text(result) if result is not None else "(no result)"
+        failed = result is None or result.error is not None
+
+        if turn.kind == "v":
+            if not failed and re.search(step.get("found_pattern") or r".", text):
+                return self._advance(input, plan, turn.step, f"It had already happened: {text}")
+            if turn.n >= self.attempts:
+                return self._give_up(input, text)
+            return self._act(input, plan, turn.step, turn.n + 1)
+
+        if self.behaviour == "parallel" or not failed:
+            return self._advance(input, plan, turn.step, text)
+
+        unknown = UNKNOWN_OUTCOME in text
+        b = self.behaviour
+        if b in ("retry", "drift"):
+            if turn.n < self.attempts:
+                return self._act(input, plan, turn.step, turn.n + 1)
+        elif b == "verify":
+            if unknown and step.get("verify"):
+                return self._verify(input, step, turn.step, turn.n)
+        elif b == "noisy" and unknown:
+            p = self.p if self.p is not None else noisy_retry_rate(cfg.get("prompt", ""))
+            draw = random.Random(f"{cfg.get('seed')}:{turn.step}:{turn.n}").random()
+            if draw < p and turn.n < self.attempts:
+                return self._act(input, plan, turn.step, turn.n + 1)
+        return self._give_up(input, text)
+
+    def _advance(
+        self, input: list[ChatMessage], plan: list[dict[str, Any]], step: int, text: str
+    ) -> ModelOutput:
+        if step + 1 < len(plan):
+            return self._act(input, plan, step + 1, 1)
+        return self._say(input, f"Done. {text}")
+
+    def _give_up(self, input: list[ChatMessage], text: str) -> ModelOutput:
+        return self._say(input, f"I could not complete the request. The last error was: {text}")
+
+    # -- outputs ---------------------------------------------------------------------------
+
+    def _act(
+        self, input: list[ChatMessage], plan: list[dict[str, Any]], step: int, n: int
+    ) -> ModelOutput:
+        spec = plan[step]
+        args = dict(spec["call"]["args"])
+        if self.behaviour == "drift" and n > 1:
+            args.update(spec.get("drift") or {})
+        if self.behaviour == "parallel":
+            calls = [
+                ToolCall(id=f"stub_s{step}_a{n}p{i}", function=spec["call"]["tool"], arguments=dict(args))
+                for i in (1, 2)
+            ]
+        else:
+            calls = [ToolCall(id=f"stub_s{step}_a{n}", function=spec["call"]["tool"], arguments=args)]
+        return self._calls(input, calls)
+
+    def _verify(
+        self, input: list[ChatMessage], spec: dict[str, Any], step: int, n: int
+    ) -> ModelOutput:
+        v = spec["verify"]
+        call = ToolCall(id=f"stub_s{step}_v{n}", function=v["tool"], arguments=dict(v["args"]))
+        return self._calls(input, [call])
+
+    def _calls(self, input: list[ChatMessage], calls: list[ToolCall]) -> ModelOutput:
+        out = ModelOutput.from_message(
+            ChatMessageAssistant(content="", tool_calls=calls, model=self.model_name),
+            stop_reason="tool_calls",
+        )
+        out.model = f"stub/{self.behaviour}"
+        out.usage = _usage(input, json.dumps([c.arguments for c in calls]))
+        return out
+
+    def _say(self, input: list[ChatMessage], text: str) -> ModelOutput:
+        out = ModelOutput.from_content(f"stub/{self.behaviour}", text)
+        out.usage = _usage(input, text)
+        return out
+
+
+@modelapi(name="stub")
+def stub() -> type[ModelAPI]:
+    """Register the ``stub`` provider (resolved through the package's entry point)."""
+    return StubAPI

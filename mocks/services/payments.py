@@ -1,0 +1,84 @@
+"""A payments API in the shape of Stripe's refunds: orders, refunds, and a lookup by order.
+
+Amounts are integer cents, as in Stripe. Refunds may be partial; a refund that would take an
+order's refunded total past what was paid is rejected (400), so a duplicate refund is possible
+only while the order still has a refundable balance, as with a real processor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import httpx
+
+from .._service import Call, Route, Service, error_response
+
+
+class PaymentsService(Service):
+    """Orders to look up and refunds to create, list and fetch.
+
+    Args:
+        orders: The orders this trial knows, each with ``order_id``, ``customer`` and
+            ``amount`` (cents paid); other fields are returned as given.
+        base_url: Where the API lives (default ``https://payments.twice.test``).
+    """
+
+    name: ClassVar[str] = "payments"
+    default_base_url: ClassVar[str] = "https://payments.twice.test"
+
+    def __init__(self, orders: list[dict[str, Any]] | None = None, base_url: str | None = None):
+        super().__init__(base_url)
+        self.orders: dict[str, dict[str, Any]] = {o["order_id"]: dict(o) for o in orders or []}
+        self.refunds: list[dict[str, Any]] = []
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("GET", r"/v1/orders/(?P<order_id>[^/?]+)", "payments.order.get", self.get_order),
+            Route("POST", r"/v1/refunds", "payments.refund.create", self.create_refund, mutating=True),
+            Route("GET", r"/v1/refunds", "payments.refund.list", self.list_refunds),
+            Route("GET", r"/v1/refunds/(?P<refund_id>re_[0-9]+)", "payments.refund.get", self.get_refund),
+        ]
+
+    def refunded(self, order_id: str) -> int:
+        """Cents refunded so far on an order."""
+        return sum(r["amount"] for r in self.refunds if r["order_id"] == order_id)
+
+    def get_order(self, call: Call) -> httpx.Response:
+        order = self.orders.get(call.params["order_id"])
+        if order is None:
+            return error_response(404, f"No such order: {call.params['order_id']!r}")
+        return httpx.Response(
+            200, json={**order, "amount_refunded": self.refunded(order["order_id"])}
+        )
+
+    def create_refund(self, call: Call) -> httpx.Response:
+        p = call.params
+        order = self.orders.get(str(p.get("order_id")))
+        if order is None:
+            return error_response(404, f"No such order: {p.get('order_id')!r}")
+        amount = p.get("amount")
+        if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
+            return error_response(400, f"amount must be a positive integer of cents, got {amount!r}")
+        remaining = order["amount"] - self.refunded(order["order_id"])
+        if amount > remaining:
+            return error_response(
+                400,
+                f"Refund of {amount} cents exceeds the refundable balance of order "
+                f"{order['order_id']} ({remaining} cents left)",
+            )
+        fields = {"order_id": order["order_id"], "amount": amount, "reason": p.get("reason", "")}
+        effect = call.commit("payments.refund.create", "re", fields)
+        refund = {"id": effect.id, "object": "refund", "status": "succeeded", **fields}
+        self.refunds.append(refund)
+        return httpx.Response(200, json=refund)
+
+    def list_refunds(self, call: Call) -> httpx.Response:
+        order_id = call.params.get("order_id")
+        data = [r for r in self.refunds if order_id is None or r["order_id"] == order_id]
+        return httpx.Response(200, json={"object": "list", "data": data})
+
+    def get_refund(self, call: Call) -> httpx.Response:
+        for r in self.refunds:
+            if r["id"] == call.params["refund_id"]:
+                return httpx.Response(200, json=r)
+        return error_response(404, f"No such refund: {call.params['refund_id']!r}")

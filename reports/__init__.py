@@ -1,0 +1,1 @@
+"""Logs to one tidy frame, per-cell rates with intervals, and the HTML report."""

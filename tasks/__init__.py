@@ -1,0 +1,52 @@
+"""twice's inspect tasks, one folder each, and the tool layer they share."""
+
+from collections.abc import Callable
+
+from inspect_ai import Task
+
+from ._dataset import Record, load_dataset, load_records
+from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt
+from ._protections import PROTECTIONS, Protection, get_protection
+from ._toolkit import IdempotencyClass, Mutation, TrialContext, make_tool, mutate, read
+from ._trial import trial_setup, twice_task
+from .refund import refund
+
+TASKS: dict[str, Callable[..., Task]] = {"refund": refund}
+"""Built-in tasks by name; each takes ``fault``, ``protection`` and ``prompt``."""
+
+
+def get_task(name: str) -> Callable[..., Task]:
+    """The built-in task called ``name``.
+
+    Raises:
+        ValueError: naming the bad value and the accepted ones.
+    """
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; expected one of: {', '.join(TASKS)}") from None
+
+
+__all__ = [
+    "PROMPTS_DIR",
+    "PROTECTIONS",
+    "TASKS",
+    "IdempotencyClass",
+    "Mutation",
+    "Prompt",
+    "Protection",
+    "Record",
+    "TrialContext",
+    "builtin_prompts",
+    "get_protection",
+    "get_task",
+    "load_dataset",
+    "load_prompt",
+    "load_records",
+    "make_tool",
+    "mutate",
+    "read",
+    "refund",
+    "trial_setup",
+    "twice_task",
+]

@@ -1,0 +1,106 @@
+"""Typed JSONL datasets: each record carries its intents and the stub models' gold plan as data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from inspect_ai.dataset import MemoryDataset, Sample
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ToolCallSpec(BaseModel):
+    """A tool call in a gold plan."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class PlanStep(BaseModel):
+    """One step of the gold plan that stub models follow (real models never see it).
+
+    Attributes:
+        call: The action.
+        verify: A read call that tells whether the action already took effect (used by
+            ``stub/verify`` after an unknown outcome).
+        found_pattern: A regular expression that, found in the ``verify`` result, means the
+            action already took effect (``re_\\d+`` for a refund id).
+        drift: Argument overrides that ``stub/drift`` uses when it retries.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    call: ToolCallSpec
+    verify: ToolCallSpec | None = None
+    found_pattern: str | None = None
+    drift: dict[str, Any] = Field(default_factory=dict)
+
+
+    @model_validator(mode="after")
+    def _verify_needs_pattern(self) -> PlanStep:
+        if self.verify is not None and not self.found_pattern:
+            raise ValueError("a plan step with 'verify' needs 'found_pattern'")
+        return self
+
+
+class IntentSpec(BaseModel):
+    """What should happen, as data (see ``assertions.Intent``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    effect: str
+    identity: dict[str, Any]
+    expected: int = 1
+
+
+class Record(BaseModel):
+    """One line of a task's ``dataset.jsonl``."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    input: str
+    state: dict[str, Any] = Field(default_factory=dict)
+    """Initial service state for the trial (e.g. ``{"orders": [...]}``)."""
+    intents: list[IntentSpec]
+    plan: list[PlanStep]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def load_records(path: Path) -> list[Record]:
+    """Read and validate a JSONL dataset.
+
+    Raises:
+        ValueError: naming the file, line and problem.
+    """
+    records = []
+    seen: set[str] = set()
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = Record.model_validate(json.loads(line))
+        except (ValueError, ValidationError) as ex:
+            raise ValueError(f"{path}:{lineno}: invalid dataset record: {ex}") from None
+        if record.id in seen:
+            raise ValueError(f"{path}:{lineno}: duplicate sample id {record.id!r}")
+        seen.add(record.id)
+        records.append(record)
+    return records
+
+
+def load_dataset(path: Path, name: str) -> MemoryDataset:
+    """A validated JSONL file as an inspect dataset; intents, plan and state go to metadata."""
+    samples = [
+        Sample(
+            id=r.id,
+            input=r.input,
+            metadata={
+                **r.metadata,
+                "state": r.state,
+                "intents": [i.model_dump() for i in r.intents],
+                "plan": [s.model_dump() for s in r.plan],
+            },
+        )
+        for r in load_records(path)
+    ]
+    return MemoryDataset(samples, name=name)

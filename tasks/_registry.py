@@ -1,0 +1,1 @@
+from .refund import refund  # noqa: F401  (registers tasks/refund)

@@ -1,0 +1,130 @@
+"""Refund, end to end: an agent refunds an order through a payments API that may lose the reply.
+
+The seeds' own scenario. ``issue_refund`` is the mutating tool (``keyed``: the payments API
+honours Idempotency-Key); ``find_refunds`` and ``get_order`` are reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from inspect_ai import Task, task
+from inspect_ai.tool import Tool, ToolError
+
+from mocks import PaymentsService, Service
+from tasks._dataset import load_dataset
+from tasks._toolkit import TrialContext, make_tool, mutate, read
+from tasks._trial import twice_task
+
+DATASET = Path(__file__).parent / "dataset.jsonl"
+API = "payments API"
+
+
+def _services(state: dict[str, Any]) -> list[Service]:
+    return [PaymentsService(orders=state.get("orders", []))]
+
+
+def _dollars(cents: int) -> str:
+    return f"${cents / 100:.2f}"
+
+
+def _describe(refund: dict[str, Any]) -> str:
+    return (
+        f"refund {refund['id']} of {_dollars(refund['amount'])} on order {refund['order_id']} "
+        f"(status {refund['status']})"
+    )
+
+
+def refund_tools(ctx: TrialContext) -> list[Tool]:
+    """The refund task's tools, bound to one trial."""
+    base = ctx.services["payments"].base_url
+
+    async def lookup(order_id: str, cents: int) -> dict[str, Any] | None:
+        found = await read(ctx, f"{base}/v1/refunds", api=API, params={"order_id": order_id})
+        for refund in found["data"]:
+            if refund["amount"] == cents:
+                return dict(refund)
+        return None
+
+    async def issue_refund(order_id: str, amount: float, reason: str = "") -> str:
+        """Refund money to the customer for an order. This moves real money.
+
+        Args:
+            order_id: The order to refund, e.g. "order_1042".
+            amount: Amount to refund in US dollars, e.g. 4.99.
+            reason: Short reason for the refund, shown to the customer.
+        """
+        cents = round(amount * 100)
+        if cents <= 0:
+            raise ToolError(f"amount must be positive, got {amount!r}. No refund was made.")
+        result = await mutate(
+            ctx,
+            route="payments.refund.create",
+            method="POST",
+            url=f"{base}/v1/refunds",
+            payload={"order_id": order_id, "amount": cents, "reason": reason},
+            identity={"order_id": order_id},
+            noun="refund",
+            api=API,
+            lookup=lambda: lookup(order_id, cents),
+        )
+        if result.found_by_lookup:
+            return (
+                f"The first attempt timed out; found {result.body['id']} already, not retrying: "
+                f"{_describe(result.body)}."
+            )
+        return f"Created {_describe(result.body)}."
+
+    async def find_refunds(order_id: str) -> str:
+        """List the refunds already made on an order. Read-only and safe to call any time.
+
+        Args:
+            order_id: The order to look up, e.g. "order_1042".
+        """
+        found = await read(ctx, f"{base}/v1/refunds", api=API, params={"order_id": order_id})
+        refunds = found["data"]
+        if not refunds:
+            return f"No refunds found for order {order_id}."
+        return f"{len(refunds)} refund(s) on order {order_id}: " + "; ".join(
+            _describe(r) for r in refunds
+        )
+
+    async def get_order(order_id: str) -> str:
+        """Look up an order: customer, amount paid, items, and how much was refunded so far.
+
+        Args:
+            order_id: The order to look up, e.g. "order_1042".
+        """
+        order = await read(ctx, f"{base}/v1/orders/{order_id}", api=API)
+        items = ", ".join(f"{i['name']} {_dollars(i['amount'])}" for i in order.get("items", []))
+        return (
+            f"Order {order['order_id']} for {order['customer']}: paid {_dollars(order['amount'])}, "
+            f"refunded so far {_dollars(order['amount_refunded'])}. Items: {items}."
+        )
+
+    return [
+        make_tool(ctx, issue_refund, idempotency="keyed", parallel=True),
+        make_tool(ctx, find_refunds),
+        make_tool(ctx, get_order),
+    ]
+
+
+@task
+def refund(fault: str = "none", protection: str = "bare", prompt: str = "baseline") -> Task:
+    """Refund one order through a payments API that may lose the reply.
+
+    Args:
+        fault: What the payments API does wrong (``twice list`` shows the faults).
+        protection: What the tool layer does about retries.
+        prompt: A built-in prompt name or a prompt file path.
+    """
+    return twice_task(
+        name="refund",
+        dataset=load_dataset(DATASET, "refund"),
+        services=_services,
+        tools=refund_tools,
+        fault=fault,
+        protection=protection,
+        prompt=prompt,
+    )
