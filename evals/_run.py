@@ -1,0 +1,176 @@
+"""Run a suite through inspect's ``eval_set`` (one process, resumable) and summarise it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from inspect_ai import Task, eval_set, task_with
+from inspect_ai.log import EvalLog
+from inspect_ai.model import Model, get_model
+
+from reports import cells, trials_frame, write_summary
+from tasks import get_task, load_prompt
+
+from ._suite import Cell, Suite, SuiteError
+
+
+@dataclass
+class RunResult:
+    """What a suite run produced."""
+
+    log_dir: Path
+    logs: list[EvalLog]
+    table: pd.DataFrame
+    summary_path: Path
+    report_path: Path | None
+    failed: list[str]
+    """Human lines for every eval that errored or trial that crashed."""
+
+    @property
+    def ok(self) -> bool:
+        """True when every eval ran to completion and no trial crashed."""
+        return not self.failed
+
+
+def default_log_dir() -> Path:
+    """``logs/run-YYYYmmdd-HHMMSS`` under the current directory."""
+    return Path("logs") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
+
+
+def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
+    if name not in cache:
+        try:
+            cache[name] = get_model(name, **model_args)
+        except Exception as ex:  # providers raise many types: missing keys, unknown APIs
+            raise SuiteError(
+                f"could not load model {name!r}: {ex}. Model strings look like "
+                "'openai/gpt-5-mini', 'anthropic/claude-sonnet-4-5', "
+                "'openai-api/<service>/<model>', 'ollama/llama3', 'vllm/<model>' or 'stub/retry'; "
+                "API keys come from the provider's environment variable (e.g. OPENAI_API_KEY)."
+            ) from None
+    return cache[name]
+
+
+def build_tasks(suite: Suite, model_args: dict[str, Any] | None = None) -> list[Task]:
+    """One inspect Task per cell, with its model attached."""
+    models: dict[str, Model] = {}
+    out = []
+    for cell in suite.cells():
+        task = get_task(cell.task)(fault=cell.fault, protection=cell.protection, prompt=cell.prompt)
+        out.append(task_with(task, model=_model(cell.model, model_args or {}, models)))
+    return out
+
+
+def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
+    lines = []
+    for log in logs:
+        if log.status != "success":
+            message = log.error.message if log.error else log.status
+            lines.append(f"eval {log.eval.task} on {log.eval.model} {log.status}: {message}")
+    for row in table.itertuples():
+        if row.errors:
+            lines.append(
+                f"{row.errors} trial(s) crashed in {row.model} / {row.prompt} / {row.task} / "
+                f"{row.fault} / {row.protection}"
+            )
+    return lines
+
+
+def run_suite(
+    suite: Suite,
+    log_dir: Path,
+    *,
+    model_args: dict[str, Any] | None = None,
+    max_connections: int | None = None,
+    display: str | None = "none",
+    retry_attempts: int = 1,
+    report: bool = True,
+) -> RunResult:
+    """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
+
+    Re-running with the same ``log_dir`` resumes: finished evals are reused, not redone.
+    """
+    tasks = build_tasks(suite, model_args)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    _, logs = eval_set(
+        tasks,
+        log_dir=str(log_dir),
+        epochs=suite.epochs,
+        limit=suite.limit,
+        max_connections=max_connections,
+        display=display,  # type: ignore[arg-type]
+        retry_attempts=retry_attempts,
+        retry_wait=1,
+        fail_on_error=False,
+        log_dir_allow_dirty=True,
+    )
+    frame = trials_frame([log.location for log in logs])
+    table = cells(frame)
+    summary_path = write_summary(
+        table,
+        log_dir / "summary.json",
+        run=run_metadata(suite),
+    )
+    report_path = None
+    if report:
+        from reports import write_report
+
+        report_path = write_report(frame, log_dir / "report.html", run=run_metadata(suite))
+    return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
+
+
+def run_metadata(suite: Suite) -> dict[str, Any]:
+    """What was run, for summary.json and the report: axes, prompt texts and hashes, versions."""
+    cells_: list[Cell] = list(suite.cells())
+    prompts = {}
+    for name in dict.fromkeys(c.prompt for c in cells_):
+        p = load_prompt(name)
+        prompts[p.name] = {"source": p.source, "sha256": p.sha256, "text": p.text}
+    return {
+        "models": suite.models(),
+        "prompts": prompts,
+        "tasks": list(dict.fromkeys(c.task for c in cells_)),
+        "faults": list(dict.fromkeys(c.fault for c in cells_)),
+        "protections": list(dict.fromkeys(c.protection for c in cells_)),
+        "epochs": suite.epochs,
+        "limit": suite.limit,
+        "suite": suite.source,
+        "versions": {"twice": version("twice"), "inspect_ai": version("inspect_ai")},
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """The per-cell table printed at the end of a run."""
+    if table.empty:
+        return "(no trials)"
+
+    def pct(x: float) -> str:
+        return "  n/a" if pd.isna(x) else f"{x:5.0%}"
+
+    def ci(v: list[float]) -> str:
+        lo, hi = v
+        return "" if pd.isna(lo) else f"[{lo:.0%}–{hi:.0%}]"
+
+    view = pd.DataFrame(
+        {
+            "model": table["model"],
+            "prompt": table["prompt"],
+            "task": table["task"],
+            "fault": table["fault"],
+            "protection": table["protection"],
+            "n": table["trials"],
+            "err": table["errors"],
+            "complete": table["completion_rate"].map(pct),
+            "dup": table["duplication_rate"].map(pct),
+            "dup 95% CI": table["duplication_ci"].map(ci),
+            "safe": table["safe_success_rate"].map(pct),
+            "excess": table["excess_effects_mean"].map(lambda x: "" if pd.isna(x) else f"{x:.2f}"),
+        }
+    )
+    return view.to_string(index=False)

@@ -1,0 +1,226 @@
+"""The suite matrix: models × prompts × tasks × faults × protections, from flags or TOML.
+
+A suite file holds one or more ``[[matrix]]`` blocks; the suite is their union (a cell named
+by two blocks runs once). Top-level keys set run options::
+
+    epochs = 1
+    [[matrix]]
+    models = ["stub/retry", "stub/verify"]
+    prompts = ["baseline", "cautious"]          # built-in names or prompt file paths
+    tasks = ["refund"]
+    faults = ["lost_reply", "timeout_before_commit"]
+    protections = ["bare"]
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mocks import FAULTS, STUB_MODELS
+from tasks import PROTECTIONS, TASKS, load_prompt
+
+DEFAULT_SUITE = Path(__file__).parent / "default.toml"
+"""The suite ``twice run`` runs with no flags: every stub model, offline."""
+
+STUB_NAMES = [f"stub/{n}" for n in STUB_MODELS]
+DEFAULT_FAULTS = ["none", "lost_reply", "timeout_before_commit"]
+"""Faults used when flags name models but no faults: the control and the twin faults."""
+
+AXES = ("models", "prompts", "tasks", "faults", "protections")
+
+
+class SuiteError(ValueError):
+    """A suite that cannot run: names the bad value and what would be accepted."""
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """One block of the suite: the full cross product of its five axes."""
+
+    models: tuple[str, ...]
+    prompts: tuple[str, ...] = ("baseline",)
+    tasks: tuple[str, ...] = tuple(TASKS)
+    faults: tuple[str, ...] = tuple(DEFAULT_FAULTS)
+    protections: tuple[str, ...] = ("bare",)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (model, prompt, task, fault, protection): all its trials share these."""
+
+    model: str
+    prompt: str
+    task: str
+    fault: str
+    protection: str
+
+
+@dataclass(frozen=True)
+class Suite:
+    """What ``twice run`` runs."""
+
+    matrices: tuple[Matrix, ...]
+    epochs: int = 1
+    limit: int | None = None
+    source: str = "flags"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def cells(self) -> Iterator[Cell]:
+        """Every distinct cell, in suite order."""
+        seen: set[Cell] = set()
+        for m in self.matrices:
+            for model in m.models:
+                for prompt in m.prompts:
+                    for task in m.tasks:
+                        for fault in m.faults:
+                            for protection in m.protections:
+                                cell = Cell(model, prompt, task, fault, protection)
+                                if cell not in seen:
+                                    seen.add(cell)
+                                    yield cell
+
+    def models(self) -> list[str]:
+        """Distinct models, in order."""
+        return list(dict.fromkeys(c.model for c in self.cells()))
+
+    def prompts(self) -> list[str]:
+        """Distinct prompts, in order."""
+        return list(dict.fromkeys(c.prompt for c in self.cells()))
+
+    def override(self, **axes: Sequence[str]) -> Suite:
+        """Replace the named axes in every block (flags given with ``--config``)."""
+        given = {k: tuple(v) for k, v in axes.items() if v}
+        if not given:
+            return self
+        return replace(self, matrices=tuple(replace(m, **given) for m in self.matrices))
+
+    def validate(self) -> None:
+        """Check every name now, before anything runs.
+
+        Raises:
+            SuiteError: naming the bad value and the accepted ones.
+        """
+        for m in self.matrices:
+            for axis in AXES:
+                if not getattr(m, axis):
+                    raise SuiteError(f"a [[matrix]] block in {self.source} has an empty {axis!r} list")
+            _check(m.tasks, TASKS, "task")
+            _check(m.faults, FAULTS, "fault")
+            _check(m.protections, PROTECTIONS, "protection")
+            for prompt in m.prompts:
+                try:
+                    load_prompt(prompt)
+                except ValueError as ex:
+                    raise SuiteError(str(ex)) from None
+            for model in m.models:
+                if "/" not in model:
+                    raise SuiteError(
+                        f"model {model!r} is not an inspect model string; expected "
+                        "'<provider>/<model>', e.g. openai/gpt-5-mini, anthropic/claude-sonnet-4-5, "
+                        f"or one of the stubs: {', '.join(STUB_NAMES)}"
+                    )
+                if model.startswith("stub/") and model not in STUB_NAMES:
+                    raise SuiteError(
+                        f"unknown stub model {model!r}; expected one of: {', '.join(STUB_NAMES)}"
+                    )
+        if self.epochs < 1:
+            raise SuiteError(f"epochs must be at least 1, got {self.epochs}")
+
+
+def _check(values: Sequence[str], known: dict[str, Any], what: str) -> None:
+    for v in values:
+        if v not in known:
+            raise SuiteError(f"unknown {what} {v!r}; expected one of: {', '.join(known)}")
+
+
+def _str_list(block: dict[str, Any], key: str, where: str) -> tuple[str, ...] | None:
+    if key not in block:
+        return None
+    value = block[key]
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SuiteError(f"{where}: {key!r} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read a suite TOML file.
+
+    Raises:
+        SuiteError: for a missing file, malformed TOML, or unknown keys, naming the problem.
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SuiteError(f"suite file {str(p)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as ex:
+        raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
+    known_top = {"matrix", "epochs", "limit", "description"}
+    unknown = set(data) - known_top
+    if unknown:
+        raise SuiteError(
+            f"{p}: unknown key(s) {', '.join(sorted(unknown))}; expected: {', '.join(sorted(known_top))}"
+        )
+    blocks = data.get("matrix")
+    if not isinstance(blocks, list) or not blocks:
+        raise SuiteError(f"{p}: needs at least one [[matrix]] block")
+    matrices = []
+    for i, block in enumerate(blocks, start=1):
+        where = f"{p} [[matrix]] #{i}"
+        extra = set(block) - set(AXES)
+        if extra:
+            raise SuiteError(f"{where}: unknown key(s) {', '.join(sorted(extra))}; expected: {', '.join(AXES)}")
+        axes = {axis: _str_list(block, axis, where) for axis in AXES}
+        if axes["models"] is None:
+            raise SuiteError(f"{where}: needs 'models'")
+        matrices.append(Matrix(**{k: v for k, v in axes.items() if v is not None}))
+    epochs = data.get("epochs", 1)
+    limit = data.get("limit")
+    if not isinstance(epochs, int) or (limit is not None and not isinstance(limit, int)):
+        raise SuiteError(f"{p}: 'epochs' and 'limit' must be integers")
+    return Suite(tuple(matrices), epochs=epochs, limit=limit, source=str(p))
+
+
+def suite_from_flags(
+    *,
+    config: str | None,
+    models: Sequence[str],
+    prompts: Sequence[str],
+    tasks: Sequence[str],
+    faults: Sequence[str],
+    protections: Sequence[str],
+    epochs: int | None,
+    limit: int | None,
+) -> Suite:
+    """The suite a ``twice run`` command line asks for.
+
+    With ``--config`` the file is the base and flags replace whole axes. Without it, flags
+    build one matrix (defaults: every task, faults none/lost_reply/timeout_before_commit,
+    protection bare, prompt baseline); with no flags at all, the default suite runs.
+    """
+    axes = {"models": models, "prompts": prompts, "tasks": tasks, "faults": faults, "protections": protections}
+    if config is not None:
+        suite = load_suite(config).override(**axes)
+    elif any(axes.values()):
+        suite = Suite(
+            (
+                Matrix(
+                    models=tuple(models) or tuple(STUB_NAMES),
+                    **{k: tuple(v) for k, v in axes.items() if v and k != "models"},
+                ),
+            )
+        )
+    else:
+        suite = load_suite(DEFAULT_SUITE)
+    if epochs is not None:
+        suite = replace(suite, epochs=epochs)
+    if limit is not None:
+        suite = replace(suite, limit=limit)
+    suite.validate()
+    return suite
