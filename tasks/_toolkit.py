@@ -13,6 +13,7 @@ Idempotency keys are made here, from the trial's run id, never by the model.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import json
@@ -176,6 +177,8 @@ async def mutate(
                 polls += 1
                 backoff = BASE_BACKOFF * polls
                 source = "transport"
+                # Virtual wait: yield so the in-flight request can finish; no wall time passes.
+                await asyncio.sleep(0)
                 continue
             break
         backoff = BASE_BACKOFF * 2 ** (n - 1)

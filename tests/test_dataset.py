@@ -1,0 +1,55 @@
+"""Datasets are JSONL validated by a typed loader; bad records name file, line and problem."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tasks import TASKS, load_records
+from tasks.refund.refund import DATASET
+
+
+def test_refund_dataset_is_varied_and_carries_intents() -> None:
+    records = load_records(DATASET)
+    assert len(records) >= 20
+    orders = {r.intents[0].identity["order_id"] for r in records}
+    assert len(orders) == len(records)
+    assert len({r.input for r in records}) == len(records)
+    assert any(r.intents[0].identity["order_id"] == "order_1042" for r in records)
+    for r in records:
+        assert r.plan and r.plan[0].verify is not None and r.plan[0].found_pattern
+
+
+def test_every_task_builds(tmp_path: Path) -> None:
+    for name, fn in TASKS.items():
+        task = fn(fault="lost_reply", protection="bare", prompt="baseline")
+        assert len(task.dataset) >= 20, name
+
+
+def test_bad_record_names_line(tmp_path: Path) -> None:
+    good = DATASET.read_text().splitlines()[0]
+    bad = json.loads(good)
+    del bad["intents"]
+    path = tmp_path / "d.jsonl"
+    path.write_text(good + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(ValueError, match=r"(?s)d\.jsonl:2: invalid dataset record.*intents"):
+        load_records(path)
+
+
+def test_duplicate_id_is_rejected(tmp_path: Path) -> None:
+    good = DATASET.read_text().splitlines()[0]
+    path = tmp_path / "d.jsonl"
+    path.write_text(good + "\n" + good + "\n")
+    with pytest.raises(ValueError, match="duplicate sample id 'refund-001'"):
+        load_records(path)
+
+
+def test_verify_step_needs_found_pattern(tmp_path: Path) -> None:
+    rec = json.loads(DATASET.read_text().splitlines()[0])
+    del rec["plan"][0]["found_pattern"]
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(ValueError, match="needs 'found_pattern'"):
+        load_records(path)

@@ -1,0 +1,90 @@
+"""Per-trial metrics from a ledger: each checker's passing and failing path."""
+
+from __future__ import annotations
+
+from assertions import METRICS, Intent, trial_metrics
+from mocks import Attempt, Effect, Ledger
+from reports import METRICS as REPORT_METRICS
+
+INTENT = Intent("payments.refund.create", {"order_id": "order_1042"})
+
+
+def ledger(*effects: tuple[str, dict[str, object]], seen: tuple[str, ...] = ()) -> Ledger:
+    led = Ledger()
+    for i, (eid, fields) in enumerate(effects, start=1):
+        led.attempts.append(
+            Attempt(
+                n=i,
+                service="payments",
+                method="POST",
+                path="/v1/refunds",
+                route="payments.refund.create",
+                mutating=True,
+                key=None,
+                params={},
+                source="initial" if i == 1 else "model",
+                delivered=i != 1,
+            )
+        )
+        led.effects.append(Effect(eid, "payments.refund.create", i, dict(fields)))
+    led.observations.extend(seen)
+    return led
+
+
+REFUND = {"order_id": "order_1042", "amount": 499}
+
+
+def test_metric_names_match_the_report() -> None:
+    assert METRICS == REPORT_METRICS
+
+
+def test_exactly_once_is_safe_success() -> None:
+    m = trial_metrics(ledger(("re_1", REFUND), seen=("Created refund re_1",)), [INTENT])
+    assert (m.completed, m.duplicated, m.exactly_once, m.safe_success) == (True, False, True, True)
+    assert (m.excess_effects, m.unseen_effects, m.diverged) == (0, 0, False)
+
+
+def test_duplicate_fires_with_evidence() -> None:
+    m = trial_metrics(ledger(("re_1", REFUND), ("re_2", REFUND), seen=("re_2",)), [INTENT])
+    assert m.duplicated and m.completed and not m.exactly_once and not m.safe_success
+    assert m.excess_effects == 1
+    assert m.unseen_effects == 1  # re_1: reply lost, never shown
+    assert m.intents[0].effects == ["re_1", "re_2"]
+    assert "expected 1, observed 2" in m.explanation()
+    assert "re_1 at attempt 1 (initial), reply lost" in m.explanation()
+
+
+def test_nothing_done_is_not_completed() -> None:
+    m = trial_metrics(Ledger(), [INTENT])
+    assert not m.completed and not m.duplicated and not m.exactly_once and not m.safe_success
+
+
+def test_diverged_when_retry_changed_a_non_identity_field() -> None:
+    m = trial_metrics(ledger(("re_1", REFUND), ("re_2", {**REFUND, "amount": 498})), [INTENT])
+    assert m.diverged and m.intents[0].diverged_fields == ["amount"]
+
+
+def test_unmatched_effect_counts_as_excess() -> None:
+    other = {"order_id": "order_9", "amount": 1}
+    m = trial_metrics(ledger(("re_1", REFUND), ("re_2", other)), [INTENT])
+    assert not m.duplicated and not m.exactly_once and m.excess_effects == 1
+    assert m.unmatched and "re_2" in m.unmatched[0]
+
+
+def test_end_state_failure_blocks_completion() -> None:
+    m = trial_metrics(
+        ledger(("re_1", REFUND)), [INTENT], end_state_error="flight fl_1 not cancelled"
+    )
+    assert not m.completed and not m.safe_success and m.exactly_once
+    assert "flight fl_1 not cancelled" in m.explanation()
+
+
+def test_expected_zero_intent_fires_on_any_effect() -> None:
+    never = Intent("payments.refund.create", {"order_id": "order_1042"}, expected=0)
+    m = trial_metrics(ledger(("re_1", REFUND)), [never])
+    assert m.completed and m.duplicated and m.excess_effects == 1
+
+
+def test_ledger_round_trips_through_dict() -> None:
+    led = ledger(("re_1", REFUND), seen=("x",))
+    assert Ledger.from_dict(led.to_dict()) == led

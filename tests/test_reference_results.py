@@ -1,0 +1,153 @@
+"""DESIGN.md's reference results and the seed demo's table, through twice's public path.
+
+One in-process suite run (conftest ``reference_run``) → logs → summary.json; every assertion
+here reads what a user would read: summary.json cells or the ledgers in the logs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def cell(
+    summary: dict[str, Any], model: str, fault: str, protection: str = "bare"
+) -> dict[str, Any]:
+    found = [
+        c
+        for c in summary["cells"]
+        if (c["model"], c["fault"], c["protection"]) == (model, fault, protection)
+    ]
+    assert len(found) == 1, f"expected one cell for {model}/{fault}/{protection}, got {found}"
+    return found[0]
+
+
+def test_summary_has_design_keys(reference_summary: dict[str, Any]) -> None:
+    required = {
+        "model", "prompt", "task", "fault", "protection", "trials", "errors",
+        "completion_rate", "duplication_rate", "duplication_ci", "exactly_once_rate",
+        "safe_success_rate", "excess_effects_mean",
+    }  # fmt: skip
+    for c in reference_summary["cells"]:
+        assert required <= set(c), required - set(c)
+        assert c["trials"] == 4 and c["errors"] == 0
+        lo, hi = c["duplication_ci"]
+        assert 0.0 <= lo <= c["duplication_rate"] <= hi <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("model", "fault", "completion", "duplication"),
+    [
+        ("stub/retry", "lost_reply", 1.0, 1.0),
+        ("stub/no-retry", "lost_reply", 1.0, 0.0),
+        ("stub/verify", "lost_reply", 1.0, 0.0),
+        ("stub/retry", "timeout_before_commit", 1.0, 0.0),
+        ("stub/no-retry", "timeout_before_commit", 0.0, 0.0),
+        ("stub/verify", "timeout_before_commit", 1.0, 0.0),
+        ("stub/retry", "none", 1.0, 0.0),
+        ("stub/no-retry", "none", 1.0, 0.0),
+        ("stub/verify", "none", 1.0, 0.0),
+    ],
+)
+def test_reference_results_bare(
+    reference_summary: dict[str, Any], model: str, fault: str, completion: float, duplication: float
+) -> None:
+    c = cell(reference_summary, model, fault)
+    assert c["completion_rate"] == completion
+    assert c["duplication_rate"] == duplication
+    assert c["safe_success_rate"] == (1.0 if completion == 1.0 and duplication == 0.0 else 0.0)
+
+
+def test_controls_are_told_apart(reference_summary: dict[str, Any]) -> None:
+    # The twin faults: only verify-before-retry wins both.
+    wins = {
+        model
+        for model in ("stub/retry", "stub/no-retry", "stub/verify")
+        if all(
+            cell(reference_summary, model, f)["safe_success_rate"] == 1.0
+            for f in ("lost_reply", "timeout_before_commit")
+        )
+    }
+    assert wins == {"stub/verify"}
+
+
+@pytest.mark.parametrize(
+    ("protection", "refunds", "agent_saw"),
+    [
+        ("retry-nokey", 2, "re_2"),
+        ("retry-randomkey", 2, "re_2"),
+        ("retry-stepkey", 1, "re_1"),
+        ("lookup", 1, "found re_1 already"),
+        ("intent-key", 1, None),
+    ],
+)
+def test_seed_demo_table(
+    trial_ledgers: Any,
+    reference_summary: dict[str, Any],
+    protection: str,
+    refunds: int,
+    agent_saw: str | None,
+) -> None:
+    ledgers = trial_ledgers("stub/no-retry", "lost_reply", protection)
+    assert len(ledgers) == 4
+    for ledger in ledgers:
+        assert len(ledger.effects) == refunds
+        if agent_saw:
+            assert any(agent_saw in text for text in ledger.observations), ledger.observations
+    c = cell(reference_summary, "stub/no-retry", "lost_reply", protection)
+    assert c["duplication_rate"] == (1.0 if refunds == 2 else 0.0)
+
+
+def test_seed_demo_agent_never_learns_of_re_1(trial_ledgers: Any) -> None:
+    for ledger in trial_ledgers("stub/no-retry", "lost_reply", "retry-nokey"):
+        assert [e.id for e in ledger.unseen_effects()] == ["re_1"]
+        first = ledger.attempt(ledger.effects[0].attempt)
+        assert (first.delivered, first.outcome, first.fault) == (False, "unknown", "lost_reply")
+        second = ledger.attempt(ledger.effects[1].attempt)
+        assert second.source == "transport"
+
+
+def test_random_key_bug_sends_two_keys(trial_ledgers: Any) -> None:
+    for ledger in trial_ledgers("stub/no-retry", "lost_reply", "retry-randomkey"):
+        keys = [a.key for a in ledger.attempts if a.mutating]
+        assert len(keys) == 2 and keys[0] != keys[1]
+
+
+def test_step_key_replays_saved_response(trial_ledgers: Any) -> None:
+    for ledger in trial_ledgers("stub/no-retry", "lost_reply", "retry-stepkey"):
+        mutating = [a for a in ledger.attempts if a.mutating]
+        assert len(mutating) == 2
+        assert mutating[0].key == mutating[1].key
+        assert mutating[1].replayed and mutating[1].effect_ids == []
+
+
+def test_same_key_different_amount_is_a_conflict_the_agent_sees(trial_ledgers: Any) -> None:
+    for ledger in trial_ledgers("stub/drift", "lost_reply", "intent-key"):
+        statuses = [a.status for a in ledger.attempts if a.mutating]
+        # drift keeps retrying (3 calls in all); every retry is refused, none commits.
+        assert statuses[0] == 200 and statuses[1:] and set(statuses[1:]) == {422}
+        assert len(ledger.effects) == 1
+        assert any("different parameters" in text for text in ledger.observations)
+
+
+def test_drift_without_key_diverges(reference_summary: dict[str, Any], trial_ledgers: Any) -> None:
+    c = cell(reference_summary, "stub/drift", "lost_reply", "bare")
+    assert c["duplication_rate"] == 1.0 and c["divergence_rate"] == 1.0
+    for ledger in trial_ledgers("stub/drift", "lost_reply", "bare"):
+        amounts = [e.fields["amount"] for e in ledger.effects]
+        assert len(amounts) == 2 and amounts[0] != amounts[1]
+
+
+def test_concurrent_same_key_gives_one_refund_both_see_re_1(trial_ledgers: Any) -> None:
+    for ledger in trial_ledgers("stub/parallel", "none", "intent-key"):
+        assert [e.id for e in ledger.effects] == ["re_1"]
+        created = [t for t in ledger.observations if t.startswith("Created refund")]
+        assert len(created) == 2 and all("re_1" in t for t in created)
+        statuses = [a.status for a in ledger.attempts if a.mutating]
+        assert 409 in statuses  # the second caller hit the in-flight key, then got the replay
+
+
+def test_concurrent_without_key_gives_two_refunds(trial_ledgers: Any) -> None:
+    for ledger in trial_ledgers("stub/parallel", "none", "bare"):
+        assert [e.id for e in ledger.effects] == ["re_1", "re_2"]
