@@ -173,4 +173,4 @@ def format_table(table: pd.DataFrame) -> str:
             "excess": table["excess_effects_mean"].map(lambda x: "" if pd.isna(x) else f"{x:.2f}"),
         }
     )
-    return view.to_string(index=False)
+    return str(view.to_string(index=False))
