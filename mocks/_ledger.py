@@ -7,6 +7,7 @@ with ``delivered=False``, exactly like a respx call whose side effect raised.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -98,8 +99,12 @@ class Ledger:
         return self.attempts[n - 1]
 
     def seen(self, effect: Effect) -> bool:
-        """Whether the effect's id appeared in any text the agent was shown."""
-        return any(effect.id in text for text in self.observations)
+        """Whether the effect's id appeared in any text the agent was shown.
+
+        Matched as a whole word, so ``re_1`` is not "seen" in a text that names ``re_10``.
+        """
+        pattern = re.compile(rf"(?<![\w]){re.escape(effect.id)}(?![\w])")
+        return any(pattern.search(text) for text in self.observations)
 
     def unseen_effects(self) -> list[Effect]:
         """Effects the agent never learned about (the seed's silent ``re_1``)."""

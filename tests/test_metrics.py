@@ -88,3 +88,10 @@ def test_expected_zero_intent_fires_on_any_effect() -> None:
 def test_ledger_round_trips_through_dict() -> None:
     led = ledger(("re_1", REFUND), seen=("x",))
     assert Ledger.from_dict(led.to_dict()) == led
+
+
+def test_unseen_matches_whole_ids_only() -> None:
+    led = ledger(("re_1", REFUND), seen=("Created refund re_10.",))
+    assert [e.id for e in led.unseen_effects()] == ["re_1"]
+    led.observations.append("found re_1 already")
+    assert led.unseen_effects() == []
