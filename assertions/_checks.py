@@ -455,6 +455,7 @@ def assert_side_effects(ledger: Ledger, *assertions: Assertion) -> list[Verdict]
         AssertionError: when any assertion fails.
         ValueError: when no assertion is given (a check of nothing always passes).
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not this function's body
     if not assertions:
         raise ValueError("assert_side_effects needs at least one assertion")
     verdicts = check_all(ledger, *assertions)

@@ -29,7 +29,9 @@ def describe_attempt(attempt: Attempt) -> str:
 
     ``attempt 1 POST /v1/refunds (initial, no key, fault lost_reply): committed re_1, reply lost``
     """
-    tags = [attempt.source, f"key {_short_key(attempt.key)}" if attempt.key else "no key"]
+    # "unknown" means the client did not say who sent it (code outside twice's tool layer).
+    tags = [] if attempt.source == "unknown" else [attempt.source]
+    tags.append(f"key {_short_key(attempt.key)}" if attempt.key else "no key")
     if attempt.fault:
         tags.append(f"fault {attempt.fault}")
     if attempt.replayed:
