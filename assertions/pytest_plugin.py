@@ -239,13 +239,22 @@ def twice_fault(request: pytest.FixtureRequest) -> Fault | str:
 
 @pytest.fixture
 def twice_mock(
-    request: pytest.FixtureRequest, twice_services: list[Service], twice_fault: Fault | str
+    request: pytest.FixtureRequest,
+    twice_services: list[Service] | Service,
+    twice_fault: Fault | str,
 ) -> Iterator[TwiceMock]:
     """twice's mock services, intercepting httpx for this test; fails at teardown when a
     configured fault never fired (opt out: ``@pytest.mark.twice_mock(assert_fault_fired=False)``).
     """
     options = _marker_options(request.node)
-    mock = TwiceMock(Services(twice_services, fault=_as_fault(twice_fault)))
+    services = [twice_services] if isinstance(twice_services, Service) else twice_services
+    if not services or not all(isinstance(s, Service) for s in services):
+        pytest.fail(
+            f"twice: the twice_services fixture must return mocks.Service instances (a list, or "
+            f"one), e.g. [PaymentsService(base_url=...)]; got {twice_services!r}",
+            pytrace=False,
+        )
+    mock = TwiceMock(Services(services, fault=_as_fault(twice_fault)))
     with mock:
         yield mock
     if not options.get("assert_fault_fired", True):

@@ -51,6 +51,99 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+EVERY_BUILT_IN = """
+import httpx
+import pytest
+from mocks import PaymentsService, Route, Service
+from assertions import (
+    assert_side_effects, at_least, at_most, compensated, exactly, never, no_unseen_effects,
+)
+
+class Trips(Service):
+    \"\"\"A user's own fake service: book a flight, cancel it.\"\"\"
+
+    name = "travel"
+
+    def routes(self):
+        return [
+            Route("POST", r"/flights", "travel.flight.book", self.book, mutating=True),
+            Route("POST", r"/flights/(?P<booking_id>fl_[0-9]+)/cancel", "travel.flight.cancel",
+                  self.cancel, mutating=True),
+        ]
+
+    def book(self, call):
+        fields = {"trip_id": call.params["trip_id"]}
+        return httpx.Response(200, json={"id": call.commit("travel.flight.book", "fl", fields).id})
+
+    def cancel(self, call):
+        fields = {"booking_id": call.params["booking_id"]}
+        effect = call.commit("travel.flight.cancel", "cx", fields)
+        return httpx.Response(200, json={"id": effect.id})
+
+@pytest.fixture
+def twice_services():
+    order = {"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997}
+    return [PaymentsService(orders=[order], base_url="https://pay.test"),
+            Trips(base_url="https://trips.test")]
+
+def refund_twice():
+    for _ in range(2):
+        httpx.post("https://pay.test/v1/refunds", json={"order_id": "order_1042", "amount": 5})
+
+def test_exactly(ledger):
+    refund_twice()
+    assert_side_effects(ledger, exactly(1, "payments.refund.create", order_id="order_1042"))
+
+def test_at_most(ledger):
+    refund_twice()
+    assert_side_effects(ledger, at_most(1, "payments.refund.create"))
+
+def test_at_least(ledger):
+    httpx.post("https://pay.test/v1/refunds", json={"order_id": "order_9", "amount": 5})
+    assert_side_effects(ledger, at_least(1, "payments.refund.create"))
+
+def test_never(ledger):
+    refund_twice()
+    assert_side_effects(ledger, never("payments.refund.create", order_id="order_1042"))
+
+def test_compensated(ledger):
+    booking = httpx.post("https://trips.test/flights", json={"trip_id": "t1"}).json()["id"]
+    for _ in range(2):
+        httpx.post(f"https://trips.test/flights/{booking}/cancel")
+    assert_side_effects(
+        ledger, compensated("travel.flight.book", by="travel.flight.cancel", on="booking_id")
+    )
+
+def test_no_unseen_effects(twice_mock):
+    refund_twice()
+    twice_mock.observe("Refunded: re_2")
+    twice_mock.assert_side_effects(no_unseen_effects())
+"""
+
+
+def test_plugin_every_built_in_failure_message(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(EVERY_BUILT_IN)
+    result = pytester.runpytest(*PLUGIN)
+    result.assert_outcomes(failed=6)
+    result.stdout.fnmatch_lines(
+        [
+            "E*payments.refund.create where order_id='order_1042': expected exactly 1, observed 2 "
+            "(re_1 at attempt 1; re_2 at attempt 2)",
+            "E*payments.refund.create: expected at most 1, observed 2 "
+            "(re_1 at attempt 1; re_2 at attempt 2)",
+            "E*payments.refund.create: expected at least 1, observed 0",
+            "E*    attempt 1 POST /v1/refunds (no key): nothing committed, HTTP 404",
+            "E*payments.refund.create where order_id='order_1042': expected none, observed 2 "
+            "(re_1 at attempt 1; re_2 at attempt 2)",
+            "E*travel.flight.book compensated by travel.flight.cancel on booking_id: expected "
+            "exactly 1 travel.flight.cancel per travel.flight.book, observed fl_1 compensated "
+            "2 times (fl_1 at attempt 1; cx_1 at attempt 2; cx_2 at attempt 3)",
+            "E*effects the agent never saw: expected none, observed 1 (re_1 at attempt 1)",
+        ],
+        consecutive=False,
+    )
+
+
 def test_plugin_is_not_auto_loaded(project: pytest.Pytester) -> None:
     project.makepyfile("def test_uses_ledger(ledger):\n    pass\n")
     result = project.runpytest()
