@@ -1,4 +1,5 @@
-"""The inspect-ai scorer adapter: per-trial metrics from the ledger in the sample store."""
+"""The inspect-ai scorer adapters: per-trial metrics, and side-effect assertions, from the
+ledger in the sample store."""
 
 from __future__ import annotations
 
@@ -11,10 +12,22 @@ from inspect_ai.util import store
 
 from mocks import LEDGER_STORE_KEY, Ledger
 
+from ._checks import Assertion, check_all, parse_assertions
 from ._metrics import Intent, trial_metrics
+from ._verdict import format_failures
 
 EndStateCheck = Callable[[Ledger, dict[str, Any]], str | None]
 """``(ledger, sample metadata) -> None`` when the end state is right, else the reason."""
+
+
+def _store_ledger() -> Ledger:
+    data = store().get(LEDGER_STORE_KEY)
+    if data is None:
+        raise RuntimeError(
+            f"no ledger in the sample store under {LEDGER_STORE_KEY!r}: the task's setup "
+            "did not run twice's trial setup"
+        )
+    return Ledger.from_dict(data)
 
 
 @scorer(metrics={"*": [mean()]})
@@ -31,13 +44,7 @@ def side_effects(end_state: EndStateCheck | None = None) -> Scorer:
     """
 
     async def score(state: TaskState, target: Target) -> Score:
-        data = store().get(LEDGER_STORE_KEY)
-        if data is None:
-            raise RuntimeError(
-                f"no ledger in the sample store under {LEDGER_STORE_KEY!r}: the task's setup "
-                "did not run twice's trial setup"
-            )
-        ledger = Ledger.from_dict(data)
+        ledger = _store_ledger()
         intents = [Intent.from_dict(i) for i in state.metadata.get("intents", [])]
         problem = end_state(ledger, state.metadata) if end_state else None
         m = trial_metrics(ledger, intents, problem)
@@ -46,6 +53,54 @@ def side_effects(end_state: EndStateCheck | None = None) -> Scorer:
             answer=state.output.completion[:500] if state.output else None,
             explanation=m.explanation(),
             metadata=m.evidence(),
+        )
+
+    return score
+
+
+@scorer(metrics=[mean()])
+def side_effect_assertions(*assertions: Assertion, metadata_key: str = "assertions") -> Scorer:
+    """Score a trial 1 when every side-effect assertion holds on its ledger, else 0.
+
+    The assertions are the ones given here plus the ones the sample carries as data in
+    ``metadata[metadata_key]`` (JSON forms, see :func:`parse_assertion`), so a dataset can say
+    per sample what must happen. The explanation lists every failed verdict with its ledger
+    lines; the score metadata keeps every verdict (``{"verdicts": [...]}``).
+
+    Args:
+        *assertions: Assertions applied to every sample.
+        metadata_key: The sample metadata key holding per-sample assertions.
+
+    Raises:
+        ValueError: (at scoring) when a sample ends up with no assertion at all, or carries
+            a malformed one: a check of nothing would always pass.
+        TypeError: at once, for an argument that is not an assertion.
+    """
+    for a in assertions:
+        if not isinstance(a, Assertion):
+            raise TypeError(
+                f"{a!r} is not an assertion: expected an object with check(ledger) -> Verdict"
+            )
+
+    async def score(state: TaskState, target: Target) -> Score:
+        ledger = _store_ledger()
+        from_data = parse_assertions(state.metadata.get(metadata_key, []))
+        checks = [*assertions, *from_data]
+        if not checks:
+            raise ValueError(
+                f"sample {state.sample_id!r} has no side-effect assertions: none were given to "
+                f"side_effect_assertions() and its metadata has no {metadata_key!r} list"
+            )
+        verdicts = check_all(ledger, *checks)
+        ok = all(v.ok for v in verdicts)
+        return Score(
+            value=1.0 if ok else 0.0,
+            explanation=(
+                f"all {len(verdicts)} side-effect assertion(s) hold"
+                if ok
+                else format_failures(verdicts, ledger)
+            ),
+            metadata={"verdicts": [v.to_dict() for v in verdicts]},
         )
 
     return score

@@ -1,18 +1,77 @@
-"""Shared fixtures: a reference suite run on the stub controls, and mock services."""
+"""Shared fixtures: a reference suite run on the stub controls, mock services, pytester."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from evals._run import RunResult, run_suite
 from evals._suite import Matrix, Suite
-from mocks import PaymentsService, Services
+from mocks import SOURCE_HEADER, Ledger, PaymentsService, Services, get_fault
 
-ORDER = {"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997}
+pytest_plugins = ["pytester"]
+
+ORDERS = [
+    {"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997},
+    {"order_id": "order_1054", "customer": "Sam Lee", "amount": 9850},
+]
+
+
+@pytest.fixture
+def payments() -> Callable[[str], Services]:
+    """Build a payments trial under a fault: ``payments("lost_reply")``."""
+
+    def make(fault: str = "none") -> Services:
+        return Services([PaymentsService(orders=ORDERS)], fault=get_fault(fault))
+
+    return make
+
+
+@pytest.fixture
+def naive_refund() -> Callable[..., None]:
+    """A client that retries a timed-out refund without a key (the seed's bug)."""
+
+    def refund(services: Services, order_id: str = "order_1042", tries: int = 2) -> None:
+        with services.sync_client(base_url="https://payments.twice.test") as client:
+            for n in range(tries):
+                source = "initial" if n == 0 else "model"
+                try:
+                    client.post(
+                        "/v1/refunds",
+                        json={"order_id": order_id, "amount": 499},
+                        headers={SOURCE_HEADER: source},
+                    )
+                    return
+                except httpx.TimeoutException:
+                    continue
+
+    return refund
+
+
+@pytest.fixture
+def duplicated(payments: Callable[[str], Services], naive_refund: Callable[..., None]) -> Ledger:
+    """The seed's ledger: reply lost on re_1, a retry made re_2."""
+    services = payments("lost_reply")
+    naive_refund(services)
+    return services.ledger
+
+
+@pytest.fixture(scope="session")
+def readme_blocks() -> dict[str, str]:
+    """README's fenced blocks that follow an ``<!-- example: PATH -->`` or
+    ``<!-- output: NAME -->`` anchor, by anchor (``"example: docs/examples/x.py"``)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    pattern = re.compile(r"<!-- ((?:example|output): [^>]+?) -->\n```[a-z]*\n(.*?)```", re.S)
+    return {anchor: body for anchor, body in pattern.findall(text)}
+
 
 REFERENCE_SUITE = Suite(
     (
@@ -58,12 +117,6 @@ def reference_summary(reference_run: RunResult) -> dict[str, Any]:
     """The run's summary.json, parsed."""
     data: dict[str, Any] = json.loads(Path(reference_run.summary_path).read_text())
     return data
-
-
-@pytest.fixture
-def payments() -> Services:
-    """A payments service with one order (order_1042, $39.97 paid), no fault."""
-    return Services([PaymentsService(orders=[ORDER])])
 
 
 @pytest.fixture(scope="session")

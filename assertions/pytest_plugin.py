@@ -1,0 +1,273 @@
+"""twice's pytest plugin: run your own tool code against twice's mock services.
+
+Load it explicitly; it is not auto-loaded into every pytest run::
+
+    # conftest.py at the root of your tests
+    pytest_plugins = ["assertions.pytest_plugin"]
+
+or ``pytest -p assertions.pytest_plugin``.
+
+Fixtures:
+
+* ``twice_services`` -- the services a test runs against (default: ``[PaymentsService()]`` at
+  ``https://payments.twice.test``). Override it to choose services, their state and the base
+  URL your code calls.
+* ``twice_fault`` -- the fault: from ``@pytest.mark.twice_mock(fault="lost_reply")`` (a fault
+  name or a :class:`mocks.Fault`), or parametrize it: ``@pytest.mark.parametrize("twice_fault",
+  ["none", "lost_reply"])``. Default ``"none"``.
+* ``twice_mock`` -- starts the services for the test: every httpx request (sync or async
+  client) to one of their base URLs is served by them; any other request goes through
+  untouched. A :class:`TwiceMock`.
+* ``ledger`` -- the test's :class:`mocks.Ledger`, for :func:`assertions.assert_side_effects`.
+
+At teardown, a fault that never fired fails the test (a fault that never fires proves
+nothing); opt out with ``@pytest.mark.twice_mock(assert_fault_fired=False)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import pytest
+import respx
+
+from mocks import Fault, Ledger, NoFault, PaymentsService, Service, Services, get_fault
+
+from ._checks import Assertion, assert_side_effects
+from ._verdict import Verdict
+
+MARKER = "twice_mock"
+MARKER_OPTIONS: dict[str, str] = {
+    "fault": "a fault name (twice list) or a mocks.Fault; default 'none'",
+    "assert_fault_fired": "fail the test when the fault never fired (default True)",
+}
+
+_CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+
+
+class TwiceMock:
+    """twice's mock services, intercepting httpx for the duration of a test.
+
+    Requests whose URL starts with a service's base URL are served by the services (through
+    :meth:`mocks.Services.dispatch`), for ``httpx.Client`` and ``httpx.AsyncClient`` alike;
+    every other request passes through. Usable outside pytest as a context manager.
+
+    Requests are served one at a time (the blocking path of the services), so two concurrent
+    requests with one idempotency key get a replay rather than the in-flight 409.
+
+    Args:
+        services: The trial's services, ledger and fault.
+    """
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        # A MockRouter of our own (never respx's global one), patching httpx clients only.
+        self.router = respx.MockRouter(
+            using="httpx", assert_all_called=False, assert_all_mocked=True
+        )
+        for service in services.services.values():
+            pattern = "^" + re.escape(service.base_url) + r"(?:[/?#]|$)"
+            self.router.route(url__regex=pattern, name=f"twice:{service.name}").mock(
+                side_effect=services.dispatch
+            )
+        self._passed = self.router.route(name="twice:pass_through").pass_through()
+
+    @property
+    def ledger(self) -> Ledger:
+        """Every attempt and effect of this test."""
+        return self.services.ledger
+
+    @property
+    def fault(self) -> Fault:
+        """The fault in force."""
+        return self.services.fault
+
+    @property
+    def base_urls(self) -> list[str]:
+        """The intercepted base URLs."""
+        return [s.base_url for s in self.services.services.values()]
+
+    def observe(self, text: str) -> str:
+        """Record a text the agent would be shown (a tool's result), for
+        :func:`assertions.no_unseen_effects`; returns it unchanged."""
+        self.ledger.observations.append(text)
+        return text
+
+    def assert_side_effects(self, *assertions: Assertion) -> list[Verdict]:
+        """:func:`assertions.assert_side_effects` on this test's ledger."""
+        __tracebackhide__ = True
+        return assert_side_effects(self.ledger, *assertions)
+
+    def passed_through(self) -> list[str]:
+        """URLs of the requests that matched no service and went through untouched."""
+        return [str(call.request.url) for call in self._passed.calls]
+
+    def fault_fired(self) -> bool:
+        """Whether the fault hit some attempt (always True when there is no fault)."""
+        return _no_fault(self.fault) or bool(self.ledger.faults_fired())
+
+    def unfired_fault_message(self) -> str | None:
+        """Why the fault never fired and what to do, or None when it fired."""
+        if self.fault_fired():
+            return None
+        attempts = self.ledger.attempts
+        mutating = [a for a in attempts if a.mutating]
+        if not attempts:
+            what = f"no request reached the mock services at {', '.join(self.base_urls)}"
+        elif not mutating:
+            what = (
+                f"{len(attempts)} request(s) reached the mock services, none of them mutating "
+                "(faults hit mutating requests only)"
+            )
+        else:
+            what = (
+                f"{len(mutating)} mutating request(s) reached the mock services, none of them "
+                f"selected by the fault's {self.fault.schedule}"
+            )
+        passed = self.passed_through()
+        if passed:
+            shown = ", ".join(passed[:3]) + (", ..." if len(passed) > 3 else "")
+            what += f"; {len(passed)} request(s) went to other URLs ({shown})"
+        return (
+            f"twice: the fault {self.fault.name!r} never fired: {what}. A fault that never "
+            "fires proves nothing. Point the code under test at the mocked base URL (choose it "
+            "by overriding the twice_services fixture), or opt out with "
+            "@pytest.mark.twice_mock(assert_fault_fired=False)."
+        )
+
+    def start(self) -> None:
+        """Start intercepting httpx."""
+        self.router.start()
+
+    def stop(self) -> None:
+        """Stop intercepting httpx (the recorded calls are kept for the teardown check)."""
+        self.router.stop(clear=False, reset=False, quiet=True)
+
+    def __enter__(self) -> TwiceMock:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _no_fault(fault: Fault) -> bool:
+    return isinstance(fault, NoFault) or type(fault) is Fault
+
+
+def _marker_options(node: pytest.Item) -> dict[str, Any]:
+    """Options of every ``twice_mock`` marker on the test, the closest winning."""
+    options: dict[str, Any] = {}
+    for marker in node.iter_markers(MARKER):
+        if marker.args:
+            pytest.fail(
+                f"@pytest.mark.{MARKER} takes keyword arguments only, got {marker.args!r}; "
+                f"accepted: {', '.join(MARKER_OPTIONS)}",
+                pytrace=False,
+            )
+        unknown = set(marker.kwargs) - set(MARKER_OPTIONS)
+        if unknown:
+            pytest.fail(
+                f"@pytest.mark.{MARKER} got unknown option(s) {', '.join(sorted(unknown))}; "
+                f"accepted: {', '.join(MARKER_OPTIONS)}",
+                pytrace=False,
+            )
+        for key, value in marker.kwargs.items():
+            options.setdefault(key, value)
+    return options
+
+
+def _as_fault(value: object) -> Fault:
+    if isinstance(value, Fault):
+        return value
+    if isinstance(value, str):
+        try:
+            return get_fault(value)
+        except ValueError as ex:
+            pytest.fail(f"twice: {ex}", pytrace=False)
+    pytest.fail(
+        f"twice: a fault must be a fault name or a mocks.Fault, got {value!r}", pytrace=False
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``twice_mock`` marker."""
+    options = "; ".join(f"{k}: {v}" for k, v in MARKER_OPTIONS.items())
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(fault=..., assert_fault_fired=True): twice's mock services ({options})",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keep the test's call-phase report, so teardown checks skip tests that already failed."""
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_REPORT] = report
+    return report
+
+
+@pytest.fixture
+def twice_services() -> list[Service]:
+    """The mock services of a test; override to choose services, their state and base URLs.
+
+    Example:
+        >>> @pytest.fixture
+        ... def twice_services():
+        ...     return [PaymentsService(orders=[...], base_url="https://api.example.com")]
+    """
+    return [PaymentsService()]
+
+
+@pytest.fixture
+def twice_fault(request: pytest.FixtureRequest) -> Fault | str:
+    """The fault of a test: ``@pytest.mark.twice_mock(fault=...)``, else ``"none"``.
+
+    Parametrize it directly to run a test under several faults.
+    """
+    param = getattr(request, "param", None)
+    if param is not None:
+        return param  # type: ignore[no-any-return]
+    fault: Fault | str = _marker_options(request.node).get("fault", "none")
+    return fault
+
+
+@pytest.fixture
+def twice_mock(
+    request: pytest.FixtureRequest,
+    twice_services: list[Service] | Service,
+    twice_fault: Fault | str,
+) -> Iterator[TwiceMock]:
+    """twice's mock services, intercepting httpx for this test; fails at teardown when a
+    configured fault never fired (opt out: ``@pytest.mark.twice_mock(assert_fault_fired=False)``).
+    """
+    options = _marker_options(request.node)
+    services = [twice_services] if isinstance(twice_services, Service) else twice_services
+    if not services or not all(isinstance(s, Service) for s in services):
+        pytest.fail(
+            f"twice: the twice_services fixture must return mocks.Service instances (a list, or "
+            f"one), e.g. [PaymentsService(base_url=...)]; got {twice_services!r}",
+            pytrace=False,
+        )
+    mock = TwiceMock(Services(services, fault=_as_fault(twice_fault)))
+    with mock:
+        yield mock
+    if not options.get("assert_fault_fired", True):
+        return
+    report = request.node.stash.get(_CALL_REPORT, None)
+    if report is not None and not report.passed:
+        return  # the test already failed (or was skipped): do not pile on
+    message = mock.unfired_fault_message()
+    if message is not None:
+        pytest.fail(message, pytrace=False)
+
+
+@pytest.fixture
+def ledger(twice_mock: TwiceMock) -> Ledger:
+    """The test's ledger: every attempt and effect the mock services saw."""
+    return twice_mock.ledger

@@ -1,0 +1,483 @@
+"""The side-effect assertions: every built-in's passing path, failing path and message."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assertions import (
+    Assertion,
+    Compensated,
+    Count,
+    NoUnseenEffects,
+    Verdict,
+    assert_side_effects,
+    at_least,
+    at_most,
+    check_all,
+    compensated,
+    describe_attempt,
+    exactly,
+    never,
+    no_unseen_effects,
+    parse_assertion,
+    parse_assertions,
+)
+from mocks import Attempt, Effect, Ledger, Services, outcome_of
+
+REFUND = "payments.refund.create"
+ISSUE_LINE = (
+    "payments.refund.create where order_id='order_1042': expected exactly 1, observed 2 "
+    "(re_1 at attempt 1, reply lost; re_2 at attempt 2)"
+)
+
+
+def _record(
+    ledger: Ledger,
+    name: str,
+    effect_id: str | None,
+    fields: dict[str, Any],
+    *,
+    delivered: bool = True,
+    status: int = 200,
+    fault: str | None = None,
+) -> None:
+    """Append one attempt (and the effect it committed, if any) to a hand-built ledger."""
+    n = len(ledger.attempts) + 1
+    ledger.attempts.append(
+        Attempt(
+            n=n,
+            service=name.split(".")[0],
+            method="POST",
+            path="/v1/" + name.split(".")[1],
+            route=name,
+            mutating=True,
+            key=None,
+            params=dict(fields),
+            source="initial",
+            status=status if delivered else None,
+            delivered=delivered,
+            outcome=outcome_of(status if delivered else None, delivered),
+            fault=fault,
+            effect_ids=[effect_id] if effect_id else [],
+        )
+    )
+    if effect_id:
+        ledger.effects.append(Effect(id=effect_id, name=name, attempt=n, fields=dict(fields)))
+
+
+def _trip(*, cancels: int, hotel: bool = False, link_field: bool = False) -> Ledger:
+    """A travel saga: book fl_1 on trip_1, optionally a hotel, then ``cancels`` cancellations."""
+    ledger = Ledger()
+    flight = {"trip_id": "trip_1", "flight": "BA117"}
+    if link_field:
+        flight["booking_id"] = "bk_9"
+    _record(ledger, "travel.flight.book", "fl_1", flight)
+    if hotel:
+        _record(ledger, "travel.hotel.book", "ht_1", {"trip_id": "trip_1"})
+    else:
+        _record(ledger, "travel.hotel.book", None, {"trip_id": "trip_1"}, status=409)
+    for i in range(1, cancels + 1):
+        booking = "bk_9" if link_field else "fl_1"
+        _record(
+            ledger,
+            "travel.flight.cancel",
+            f"cx_{i}",
+            {"booking_id": booking},
+            delivered=i > 1,
+            fault="lost_reply" if i == 1 else None,
+        )
+    return ledger
+
+
+# -- counts -------------------------------------------------------------------------------
+
+
+def test_exactly_passes_on_one_effect(payments: Callable[[str], Services], naive_refund) -> None:
+    services = payments("none")
+    naive_refund(services)
+    verdict = exactly(1, REFUND, order_id="order_1042").check(services.ledger)
+    assert verdict.ok
+    assert verdict.observed == 1
+    assert [e.id for e in verdict.effects] == ["re_1"]
+
+
+def test_exactly_fails_on_duplicate_with_the_issue_message(duplicated: Ledger) -> None:
+    verdict = exactly(1, REFUND, order_id="order_1042").check(duplicated)
+    assert not verdict.ok
+    assert (verdict.expected, verdict.observed) == ("exactly 1", 2)
+    assert verdict.message == ISSUE_LINE
+    assert [a.n for a in verdict.attempts] == [1, 2]
+    assert verdict.evidence == ["re_1 at attempt 1, reply lost", "re_2 at attempt 2"]
+
+
+def test_at_most_fails_above_the_bound(duplicated: Ledger) -> None:
+    verdict = at_most(1, REFUND).check(duplicated)
+    assert not verdict.ok
+    assert verdict.message.startswith("payments.refund.create: expected at most 1, observed 2 (")
+    assert at_most(2, REFUND).check(duplicated).ok
+
+
+def test_at_least_fails_when_nothing_committed_and_shows_the_attempt(
+    payments: Callable[[str], Services], naive_refund
+) -> None:
+    services = payments("timeout_before_commit")
+    naive_refund(services, tries=1)
+    verdict = at_least(1, REFUND, order_id="order_1042").check(services.ledger)
+    assert not verdict.ok
+    assert verdict.message == (
+        "payments.refund.create where order_id='order_1042': expected at least 1, observed 0"
+    )
+    # The attempt that committed nothing is still evidence: it timed out before the commit.
+    assert verdict.ledger_lines() == [
+        "attempt 1 POST /v1/refunds (initial, no key, fault timeout_before_commit): "
+        "nothing committed, timed out"
+    ]
+
+
+def test_never_fails_on_any_matching_effect(duplicated: Ledger) -> None:
+    verdict = never(REFUND, order_id="order_1042").check(duplicated)
+    assert not verdict.ok
+    assert verdict.message == (
+        "payments.refund.create where order_id='order_1042': expected none, observed 2 "
+        "(re_1 at attempt 1, reply lost; re_2 at attempt 2)"
+    )
+    assert never(REFUND, order_id="order_1054").check(duplicated).ok
+
+
+def test_count_where_filters_other_orders(payments, naive_refund) -> None:
+    services = payments("none")
+    naive_refund(services, order_id="order_1042")
+    naive_refund(services, order_id="order_1054")
+    assert exactly(1, REFUND, order_id="order_1054").check(services.ledger).ok
+    assert exactly(2, REFUND).check(services.ledger).ok
+    verdict = exactly(1, REFUND).check(services.ledger)
+    assert not verdict.ok
+    assert verdict.message.startswith("payments.refund.create: expected exactly 1, observed 2")
+
+
+def test_count_misspelt_where_field_raises_naming_the_fields(duplicated: Ledger) -> None:
+    with pytest.raises(ValueError, match=r"no payments.refund.create effect has a field 'order'"):
+        never(REFUND, order="order_1042").check(duplicated)
+    with pytest.raises(ValueError, match=r"its fields are: amount, order_id, reason"):
+        exactly(1, REFUND, orderid="order_1042").check(duplicated)
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: exactly(-1, REFUND), r"n must be a non-negative integer, got -1"),
+        (lambda: exactly(True, REFUND), r"n must be a non-negative integer, got True"),
+        (lambda: at_least(0, REFUND), r"at_least\(0, \.\.\.\) always holds"),
+        (lambda: exactly(1, "refund"), r"'service.resource.verb' name .* got 'refund'"),
+        (lambda: Count("twice", 1, REFUND), r"unknown bound 'twice'; expected one of: exactly"),
+    ],
+)
+def test_count_bad_arguments_raise_naming_the_value(
+    build: Callable[[], object], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_count_where_may_use_the_names_n_and_effect() -> None:
+    # n and effect are positional-only, so effect fields with those names stay usable.
+    assert exactly(1, REFUND, n=3, effect="x").where == {"n": 3, "effect": "x"}
+
+
+# -- compensation -------------------------------------------------------------------------
+
+
+SAGA = {"by": "travel.flight.cancel", "on": "booking_id"}
+
+
+def test_compensated_passes_with_one_compensation() -> None:
+    verdict = compensated("travel.flight.book", **SAGA).check(_trip(cancels=1))
+    assert verdict.ok
+    assert verdict.observed == "1 travel.flight.book, each compensated as required"
+    assert [e.id for e in verdict.effects] == ["fl_1", "cx_1"]
+
+
+def test_compensated_fails_when_cancelled_twice() -> None:
+    verdict = compensated("travel.flight.book", **SAGA).check(_trip(cancels=2))
+    assert not verdict.ok
+    assert verdict.message == (
+        "travel.flight.book compensated by travel.flight.cancel on booking_id: expected exactly "
+        "1 travel.flight.cancel per travel.flight.book, observed fl_1 compensated 2 times "
+        "(fl_1 at attempt 1; cx_1 at attempt 3, reply lost; cx_2 at attempt 4)"
+    )
+
+
+def test_compensated_fails_when_never_cancelled() -> None:
+    verdict = compensated("travel.flight.book", **SAGA).check(_trip(cancels=0))
+    assert not verdict.ok
+    assert "observed fl_1 compensated 0 times (fl_1 at attempt 1)" in verdict.message
+
+
+def test_compensated_links_through_the_forward_effects_field() -> None:
+    # The forward effect carries booking_id itself: the cancellation names bk_9, not fl_1.
+    assert compensated("travel.flight.book", **SAGA).check(_trip(cancels=1, link_field=True)).ok
+
+
+def test_compensated_unless_later_step_forbids_compensation() -> None:
+    check = compensated("travel.flight.book", **SAGA, unless="travel.hotel.book", saga="trip_id")
+    assert check.check(_trip(cancels=0, hotel=True)).ok
+    assert check.check(_trip(cancels=1, hotel=False)).ok
+    verdict = check.check(_trip(cancels=1, hotel=True))
+    assert not verdict.ok
+    assert "fl_1 compensated once although travel.hotel.book committed on its trip_id" in (
+        verdict.message
+    )
+    assert not check.check(_trip(cancels=0, hotel=False)).ok
+
+
+def test_compensated_with_nothing_to_compensate_passes() -> None:
+    verdict = compensated("travel.flight.book", **SAGA).check(Ledger())
+    assert verdict.ok
+    assert verdict.observed == "no travel.flight.book"
+
+
+def test_compensated_bad_arguments_raise() -> None:
+    with pytest.raises(ValueError, match=r"unless='travel.hotel.book' needs saga=<field>"):
+        compensated("travel.flight.book", **SAGA, unless="travel.hotel.book")
+    with pytest.raises(ValueError, match=r"saga='trip_id' only means something together"):
+        compensated("travel.flight.book", **SAGA, saga="trip_id")
+    with pytest.raises(ValueError, match=r"by must be a 'service.resource.verb' name"):
+        compensated("travel.flight.book", by="cancel", on="booking_id")
+    check = compensated("travel.flight.book", **SAGA, unless="travel.hotel.book", saga="trip")
+    with pytest.raises(ValueError, match=r"fl_1 has no field 'trip' \(fields: flight, trip_id\)"):
+        check.check(_trip(cancels=1))
+
+
+# -- unseen effects -----------------------------------------------------------------------
+
+
+def test_no_unseen_effects_fails_on_the_silent_first_refund(duplicated: Ledger) -> None:
+    duplicated.observations.append("Created refund re_2 of $4.99.")
+    verdict = no_unseen_effects().check(duplicated)
+    assert not verdict.ok
+    assert verdict.message == (
+        "effects the agent never saw: expected none, observed 1 (re_1 at attempt 1, reply lost)"
+    )
+
+
+def test_no_unseen_effects_passes_once_every_id_was_shown(duplicated: Ledger) -> None:
+    duplicated.observations += ["Created re_2.", "found re_1 as well"]
+    assert no_unseen_effects().check(duplicated).ok
+    assert no_unseen_effects(REFUND, order_id="order_1042").check(duplicated).ok
+
+
+def test_no_unseen_effects_filters_by_effect(duplicated: Ledger) -> None:
+    verdict = no_unseen_effects(REFUND, order_id="order_1042").check(duplicated)
+    assert verdict.subject == (
+        "payments.refund.create where order_id='order_1042' the agent never saw"
+    )
+    assert verdict.observed == 2
+    assert no_unseen_effects("payments.order.get").check(duplicated).ok
+    with pytest.raises(ValueError, match=r"needs an effect name"):
+        no_unseen_effects(order_id="order_1042")
+
+
+# -- assert_side_effects ------------------------------------------------------------------
+
+
+def test_assert_side_effects_lists_every_failure_with_ledger_lines(duplicated: Ledger) -> None:
+    with pytest.raises(AssertionError) as info:
+        assert_side_effects(
+            duplicated,
+            exactly(1, REFUND, order_id="order_1042"),
+            never(REFUND, order_id="order_1054"),
+            no_unseen_effects(),
+        )
+    assert str(info.value) == "\n".join(
+        [
+            "2 of 3 side-effect assertions failed:",
+            ISSUE_LINE,
+            "    attempt 1 POST /v1/refunds (initial, no key, fault lost_reply): "
+            "committed re_1, reply lost",
+            "    attempt 2 POST /v1/refunds (model, no key): committed re_2, HTTP 200",
+            "effects the agent never saw: expected none, observed 2 "
+            "(re_1 at attempt 1, reply lost; re_2 at attempt 2)",
+            "    attempt 1 POST /v1/refunds (initial, no key, fault lost_reply): "
+            "committed re_1, reply lost",
+            "    attempt 2 POST /v1/refunds (model, no key): committed re_2, HTTP 200",
+        ]
+    )
+
+
+def test_assert_side_effects_says_when_nothing_reached_the_services() -> None:
+    with pytest.raises(AssertionError) as info:
+        assert_side_effects(Ledger(), exactly(1, REFUND))
+    assert str(info.value).splitlines()[1:] == [
+        "payments.refund.create: expected exactly 1, observed 0",
+        "    no attempt behind this (the ledger holds 0 attempt(s) and 0 effect(s))",
+    ]
+
+
+def test_assert_side_effects_returns_verdicts_when_all_hold(duplicated: Ledger) -> None:
+    verdicts = assert_side_effects(duplicated, at_most(2, REFUND), at_least(1, REFUND))
+    assert [v.ok for v in verdicts] == [True, True]
+
+
+def test_assert_side_effects_rejects_no_assertions_and_non_assertions(duplicated: Ledger) -> None:
+    with pytest.raises(ValueError, match=r"needs at least one assertion"):
+        assert_side_effects(duplicated)
+    with pytest.raises(TypeError, match=r"'exactly 1' is not an assertion"):
+        assert_side_effects(duplicated, "exactly 1")  # type: ignore[arg-type]
+
+
+class _Broken:
+    def check(self, ledger: Ledger) -> bool:
+        return True
+
+
+def test_check_all_rejects_a_check_that_returns_no_verdict(duplicated: Ledger) -> None:
+    with pytest.raises(TypeError, match=r"check\(\) returned True; it must return a Verdict"):
+        check_all(duplicated, _Broken())  # type: ignore[arg-type]
+
+
+class _AmountAtMost:
+    """A user-written assertion: no base class, no registration."""
+
+    def __init__(self, cents: int) -> None:
+        self.cents = cents
+
+    def check(self, ledger: Ledger) -> Verdict:
+        refunds = ledger.effects_named(REFUND)
+        total = sum(e.fields["amount"] for e in refunds)
+        return Verdict.from_effects(
+            ledger,
+            refunds,
+            ok=total <= self.cents,
+            subject="refunded total",
+            expected=f"at most {self.cents}",
+            observed=total,
+        )
+
+
+def test_user_assertion_is_an_assertion_and_reports_like_builtins(duplicated: Ledger) -> None:
+    mine = _AmountAtMost(499)
+    assert isinstance(mine, Assertion)
+    with pytest.raises(AssertionError) as info:
+        assert_side_effects(duplicated, mine)
+    assert str(info.value).splitlines()[1] == (
+        "refunded total: expected at most 499, observed 998 "
+        "(re_1 at attempt 1, reply lost; re_2 at attempt 2)"
+    )
+
+
+# -- JSON form ----------------------------------------------------------------------------
+
+
+BUILT_INS = [
+    exactly(1, REFUND, order_id="order_1042"),
+    at_most(2, REFUND),
+    at_least(1, REFUND, order_id="order_1054"),
+    never(REFUND, order_id="order_9"),
+    compensated("travel.flight.book", **SAGA),
+    compensated("travel.flight.book", **SAGA, unless="travel.hotel.book", saga="trip_id"),
+    no_unseen_effects(),
+    no_unseen_effects(REFUND, order_id="order_1042"),
+]
+
+
+@pytest.mark.parametrize("assertion", BUILT_INS, ids=lambda a: a.to_dict()["assert"])
+def test_parse_assertion_round_trips_every_built_in(
+    assertion: Count | Compensated | NoUnseenEffects,
+) -> None:
+    assert parse_assertion(assertion.to_dict()) == assertion
+
+
+def test_parse_assertion_reads_the_documented_form() -> None:
+    data = {"assert": "exactly", "n": 1, "effect": REFUND, "where": {"order_id": "order_1042"}}
+    assert parse_assertion(data) == exactly(1, REFUND, order_id="order_1042")
+    assert parse_assertions([data, {"assert": "never", "effect": REFUND}]) == [
+        exactly(1, REFUND, order_id="order_1042"),
+        never(REFUND),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (
+            {"assert": "once", "effect": REFUND},
+            r"unknown assertion 'once'.*one of: exactly, at_most",
+        ),
+        ({"assert": "exactly", "effect": REFUND}, r"exactly assertion .* lacks n"),
+        ({"assert": "never", "effect": REFUND, "n": 0}, r"unknown key\(s\) n; accepted: effect"),
+        ({"assert": "never", "effect": REFUND, "where": ["x"]}, r"'where' must be an object"),
+        ({"assert": "exactly", "n": "1", "effect": REFUND}, r"n must be a non-negative integer"),
+        (["exactly"], r"an assertion must be a JSON object"),
+    ],
+)
+def test_parse_assertion_bad_input_raises_naming_it(data: Any, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        parse_assertion(data)
+
+
+def test_parse_assertions_rejects_a_single_object() -> None:
+    with pytest.raises(ValueError, match=r"must be a list of JSON objects"):
+        parse_assertions({"assert": "never", "effect": REFUND})
+
+
+# -- rendering ----------------------------------------------------------------------------
+
+
+def test_describe_attempt_renders_keys_replays_and_unknown_outcomes() -> None:
+    attempt = Attempt(
+        n=3,
+        service="payments",
+        method="POST",
+        path="/v1/refunds",
+        route=REFUND,
+        mutating=True,
+        key="k" * 40,
+        params={},
+        source="transport",
+        status=502,
+        outcome="unknown",
+        replayed=True,
+    )
+    assert describe_attempt(attempt) == (
+        f"attempt 3 POST /v1/refunds (transport, key {'k' * 31}…): "
+        "replayed the saved response, HTTP 502 (outcome unknown)"
+    )
+
+
+def test_verdict_to_dict_is_json_ready(duplicated: Ledger) -> None:
+    data = exactly(1, REFUND).check(duplicated).to_dict()
+    assert data["ok"] is False
+    assert data["effects"] == ["re_1", "re_2"]
+    assert data["message"].startswith("payments.refund.create: expected exactly 1, observed 2")
+    assert len(data["ledger"]) == 2
+
+
+def test_verdict_evidence_for_an_error_after_commit(payments, naive_refund) -> None:
+    services = payments("error_after_commit")
+    naive_refund(services, tries=1)
+    verdict = exactly(1, REFUND).check(services.ledger)
+    assert verdict.ok
+    assert verdict.evidence == ["re_1 at attempt 1, client saw HTTP 502"]
+
+
+# -- layering -----------------------------------------------------------------------------
+
+
+def test_assertions_package_imports_neither_tasks_nor_evals() -> None:
+    root = Path(__file__).parents[1] / "assertions"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in {"tasks", "evals", "reports"}, (
+                    f"{path.name} imports {name}"
+                )

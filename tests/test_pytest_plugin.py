@@ -1,0 +1,358 @@
+"""The pytest plugin, through pytest itself (pytester): fixtures, faults and their messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+PLUGIN = ("-p", "assertions.pytest_plugin", "--strict-markers")
+EXAMPLES = Path(__file__).parents[1] / "docs" / "examples"
+
+CONFTEST = """
+import pytest
+from mocks import PaymentsService
+
+@pytest.fixture
+def twice_services():
+    order = {"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997}
+    return [PaymentsService(orders=[order], base_url="https://payments.example.com")]
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+"""
+
+NAIVE = """
+import httpx
+import pytest
+from assertions import assert_side_effects, exactly
+
+URL = "https://payments.example.com/v1/refunds"
+
+def refund(client):
+    for _ in range(3):
+        try:
+            return client.post(URL, json={"order_id": "order_1042", "amount": 499}).json()["id"]
+        except httpx.TimeoutException:
+            continue  # retried without an idempotency key
+
+@pytest.mark.twice_mock(fault="lost_reply")
+def test_sync_client_refunds_twice(ledger):
+    with httpx.Client() as client:
+        refund(client)
+    assert_side_effects(ledger, exactly(1, "payments.refund.create", order_id="order_1042"))
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest(CONFTEST)
+    return pytester
+
+
+EVERY_BUILT_IN = """
+import httpx
+import pytest
+from mocks import PaymentsService, Route, Service
+from assertions import (
+    assert_side_effects, at_least, at_most, compensated, exactly, never, no_unseen_effects,
+)
+
+class Trips(Service):
+    \"\"\"A user's own fake service: book a flight, cancel it.\"\"\"
+
+    name = "travel"
+
+    def routes(self):
+        return [
+            Route("POST", r"/flights", "travel.flight.book", self.book, mutating=True),
+            Route("POST", r"/flights/(?P<booking_id>fl_[0-9]+)/cancel", "travel.flight.cancel",
+                  self.cancel, mutating=True),
+        ]
+
+    def book(self, call):
+        fields = {"trip_id": call.params["trip_id"]}
+        return httpx.Response(200, json={"id": call.commit("travel.flight.book", "fl", fields).id})
+
+    def cancel(self, call):
+        fields = {"booking_id": call.params["booking_id"]}
+        effect = call.commit("travel.flight.cancel", "cx", fields)
+        return httpx.Response(200, json={"id": effect.id})
+
+@pytest.fixture
+def twice_services():
+    order = {"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997}
+    return [PaymentsService(orders=[order], base_url="https://pay.test"),
+            Trips(base_url="https://trips.test")]
+
+def refund_twice():
+    for _ in range(2):
+        httpx.post("https://pay.test/v1/refunds", json={"order_id": "order_1042", "amount": 5})
+
+def test_exactly(ledger):
+    refund_twice()
+    assert_side_effects(ledger, exactly(1, "payments.refund.create", order_id="order_1042"))
+
+def test_at_most(ledger):
+    refund_twice()
+    assert_side_effects(ledger, at_most(1, "payments.refund.create"))
+
+def test_at_least(ledger):
+    httpx.post("https://pay.test/v1/refunds", json={"order_id": "order_9", "amount": 5})
+    assert_side_effects(ledger, at_least(1, "payments.refund.create"))
+
+def test_never(ledger):
+    refund_twice()
+    assert_side_effects(ledger, never("payments.refund.create", order_id="order_1042"))
+
+def test_compensated(ledger):
+    booking = httpx.post("https://trips.test/flights", json={"trip_id": "t1"}).json()["id"]
+    for _ in range(2):
+        httpx.post(f"https://trips.test/flights/{booking}/cancel")
+    assert_side_effects(
+        ledger, compensated("travel.flight.book", by="travel.flight.cancel", on="booking_id")
+    )
+
+def test_no_unseen_effects(twice_mock):
+    refund_twice()
+    twice_mock.observe("Refunded: re_2")
+    twice_mock.assert_side_effects(no_unseen_effects())
+"""
+
+
+def test_plugin_every_built_in_failure_message(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(EVERY_BUILT_IN)
+    result = pytester.runpytest(*PLUGIN)
+    result.assert_outcomes(failed=6)
+    result.stdout.fnmatch_lines(
+        [
+            "E*payments.refund.create where order_id='order_1042': expected exactly 1, observed 2 "
+            "(re_1 at attempt 1; re_2 at attempt 2)",
+            "E*payments.refund.create: expected at most 1, observed 2 "
+            "(re_1 at attempt 1; re_2 at attempt 2)",
+            "E*payments.refund.create: expected at least 1, observed 0",
+            "E*    attempt 1 POST /v1/refunds (no key): nothing committed, HTTP 404",
+            "E*payments.refund.create where order_id='order_1042': expected none, observed 2 "
+            "(re_1 at attempt 1; re_2 at attempt 2)",
+            "E*travel.flight.book compensated by travel.flight.cancel on booking_id: expected "
+            "exactly 1 travel.flight.cancel per travel.flight.book, observed fl_1 compensated "
+            "2 times (fl_1 at attempt 1; cx_1 at attempt 2; cx_2 at attempt 3)",
+            "E*effects the agent never saw: expected none, observed 1 (re_1 at attempt 1)",
+        ],
+        consecutive=False,
+    )
+
+
+def test_plugin_is_not_auto_loaded(project: pytest.Pytester) -> None:
+    project.makepyfile("def test_uses_ledger(ledger):\n    pass\n")
+    result = project.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*fixture 'ledger' not found*"])
+
+
+def test_plugin_reports_a_duplicate_refund_with_ledger_lines(project: pytest.Pytester) -> None:
+    project.makepyfile(NAIVE)
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E*AssertionError: 1 of 1 side-effect assertion failed:",
+            "E*payments.refund.create where order_id='order_1042': expected exactly 1, "
+            "observed 2 (re_1 at attempt 1, reply lost; re_2 at attempt 2)",
+            "E*    attempt 1 POST /v1/refunds (no key, fault lost_reply): "
+            "committed re_1, reply lost",
+            "E*    attempt 2 POST /v1/refunds (no key): committed re_2, HTTP 200",
+        ]
+    )
+    # The fault fired, and the test failed anyway: no teardown error on top.
+    assert "never fired" not in result.stdout.str()
+
+
+def test_plugin_intercepts_async_clients(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+        import httpx
+        import pytest
+        from assertions import exactly
+
+        @pytest.mark.anyio
+        @pytest.mark.twice_mock(fault="lost_reply")
+        async def test_async_client_refunds_twice(twice_mock):
+            async with httpx.AsyncClient(base_url="https://payments.example.com") as client:
+                with pytest.raises(httpx.ReadTimeout):
+                    await client.post("/v1/refunds", json={"order_id": "order_1042", "amount": 499})
+                second = await client.post(
+                    "/v1/refunds", json={"order_id": "order_1042", "amount": 499}
+                )
+            assert second.json()["id"] == "re_2"
+            twice_mock.assert_side_effects(exactly(2, "payments.refund.create"))
+        """
+    )
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(passed=1)
+
+
+def test_plugin_fails_a_test_whose_fault_never_fired(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.twice_mock(fault="lost_reply")
+        def test_does_nothing(ledger):
+            pass
+        """
+    )
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_does_nothing*",
+            "twice: the fault 'lost_reply' never fired: no request reached the mock services at "
+            "https://payments.example.com. A fault that never fires proves nothing. Point the code "
+            "under test at the mocked base URL (choose it by overriding the twice_services "
+            "fixture), or opt out with @pytest.mark.twice_mock(assert_fault_fired=False).",
+        ]
+    )
+
+
+def test_plugin_unfired_fault_names_where_requests_went(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+        import httpx
+        import pytest
+
+        def elsewhere(request):
+            return httpx.Response(200, json={"id": "re_x"})
+
+        @pytest.mark.twice_mock(fault="lost_reply")
+        def test_calls_the_wrong_host(ledger):
+            # The client's own transport stands in for the network: passed-through requests
+            # reach it, so nothing leaves the machine.
+            with httpx.Client(transport=httpx.MockTransport(elsewhere)) as client:
+                client.get("https://payments.example.com/v1/orders/order_1042")
+                client.post("https://pay.example.org/v1/refunds", json={})
+        """
+    )
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "twice: the fault 'lost_reply' never fired: 1 request(s) reached the mock services, "
+            "none of them mutating (faults hit mutating requests only); 1 request(s) went to "
+            "other URLs (https://pay.example.org/v1/refunds).*",
+        ]
+    )
+
+
+def test_plugin_unfired_fault_opt_out(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.twice_mock(fault="lost_reply", assert_fault_fired=False)
+        def test_does_nothing(ledger):
+            pass
+        """
+    )
+    project.runpytest(*PLUGIN).assert_outcomes(passed=1)
+
+
+def test_plugin_skips_the_fault_check_when_the_test_failed(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.twice_mock(fault="lost_reply")
+        def test_fails_first(ledger):
+            assert False, "broken before any request"
+        """
+    )
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(failed=1)
+    assert "never fired" not in result.stdout.str()
+
+
+def test_plugin_faults_by_parametrize_and_by_fault_object(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+        import httpx
+        import pytest
+        from mocks import LostReply, Schedule
+
+        URL = "https://payments.example.com/v1/refunds"
+        BODY = {"order_id": "order_1042", "amount": 499}
+
+        @pytest.mark.parametrize("twice_fault", ["none", "error_before_commit"])
+        def test_each_fault(twice_fault, twice_mock):
+            status = httpx.post(URL, json=BODY).status_code
+            assert twice_mock.fault.name == twice_fault
+            assert status == (200 if twice_fault == "none" else 503)
+
+        @pytest.mark.twice_mock(fault=LostReply(schedule=Schedule(attempts=(2,))))
+        def test_second_attempt_loses_its_reply(ledger):
+            assert httpx.post(URL, json=BODY).status_code == 200
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(URL, json=BODY)
+            assert [a.fault for a in ledger.attempts] == [None, "lost_reply"]
+        """
+    )
+    project.runpytest(*PLUGIN).assert_outcomes(passed=3)
+
+
+def test_plugin_bad_marker_option_and_fault_name_error(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.twice_mock(faults="lost_reply")
+        def test_typo(ledger):
+            pass
+
+        @pytest.mark.twice_mock(fault="lost-reply")
+        def test_bad_fault(ledger):
+            pass
+        """
+    )
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*@pytest.mark.twice_mock got unknown option(s) faults; accepted: fault, "
+            "assert_fault_fired*",
+            "*twice: unknown fault 'lost-reply'; expected one of: none, lost_reply,*",
+        ]
+    )
+
+
+def test_plugin_marker_is_registered_for_strict_markers(project: pytest.Pytester) -> None:
+    result = project.runpytest(*PLUGIN, "--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.twice_mock(fault=..., assert_fault_fired=True):*"])
+
+
+def test_plugin_docs_example_passes(pytester: pytest.Pytester) -> None:
+    for path in sorted((EXAMPLES / "tool_code").glob("*.py")):
+        pytester.makepyfile(**{path.stem: path.read_text(encoding="utf-8")})
+    result = pytester.runpytest("--strict-markers")
+    result.assert_outcomes(passed=4)
+
+
+def test_plugin_docs_example_catches_a_naive_client(
+    pytester: pytest.Pytester, readme_blocks: dict[str, str]
+) -> None:
+    # The same tests against the seed's bug (retry without a key) must fail.
+    for path in sorted((EXAMPLES / "tool_code").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if path.stem == "payments_client":
+            text = text.replace('headers={"Idempotency-Key": key},', "")
+        pytester.makepyfile(**{path.stem: text})
+    result = pytester.runpytest("--strict-markers")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(
+        ["*expected exactly 1, observed 2 (re_1 at attempt 1, reply lost; re_2 at attempt 2)"]
+    )
+    # ...and the README shows that very output.
+    shown = readme_blocks["output: naive payments_client.py"].splitlines()
+    assert shown
+    missing = [line for line in shown if line not in result.stdout.lines]
+    assert not missing
