@@ -150,7 +150,9 @@ def _fmt(rows: list[dict[str, Any]], columns: list[tuple[str, str, Callable[[Any
     for row in rows:
         table.append([fmt(row[key]) for _, key, fmt in columns])
     widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in table)
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table
+    )
 
 
 def _pct(x: float) -> str:
