@@ -5,7 +5,9 @@ The stub model provider is registered with inspect through the package's entry p
 """
 
 from ._faults import (
+    CRASH_HEADER,
     FAULTS,
+    CrashAfterCommit,
     ErrorAfterCommit,
     ErrorBeforeCommit,
     Fault,
@@ -46,11 +48,12 @@ from ._stub import (
     StubAPI,
     noisy_retry_rate,
 )
-from .services import PaymentsService
+from .services import PaymentsService, TravelService
 
 __all__ = [
     "BACKOFF_HEADER",
     "CALL_HEADER",
+    "CRASH_HEADER",
     "FAULTS",
     "KEY_HEADER",
     "LEDGER_STORE_KEY",
@@ -64,6 +67,7 @@ __all__ = [
     "UNKNOWN_OUTCOME",
     "Attempt",
     "Call",
+    "CrashAfterCommit",
     "Effect",
     "ErrorAfterCommit",
     "ErrorBeforeCommit",
@@ -81,6 +85,7 @@ __all__ = [
     "Services",
     "StubAPI",
     "TimeoutBeforeCommit",
+    "TravelService",
     "error_response",
     "get_fault",
     "noisy_retry_rate",

@@ -12,6 +12,11 @@ the trial. Timeouts are raised at once, never slept, so a faulty trial costs no 
 
 Write your own by subclassing :class:`Fault` (or any frozen dataclass with ``name``,
 ``schedule`` and the two hooks).
+
+``crash_after_commit`` is the one fault that hits the client rather than the wire: the service
+commits and replies, and the reply carries :data:`CRASH_HEADER`, which tells twice's tool layer
+that the agent run died right after the commit. The run is then restarted from the
+conversation as it stood before the call (a *resume* retry; see ``tasks.resumable_generate``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from dataclasses import dataclass, field
 import httpx
 
 from ._ledger import Attempt
+
+CRASH_HEADER = "X-Twice-Crash"
+"""Response header set by :class:`CrashAfterCommit`: the client must act as if its run died
+right after receiving this reply (twice's tool layer raises ``tasks.RunCrashed``)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,26 @@ class RateLimited(Fault):
         )
 
 
+@dataclass(frozen=True)
+class CrashAfterCommit(Fault):
+    """The work is committed, then the agent run dies and restarts from its last checkpoint.
+
+    The service replies normally but marks the reply with :data:`CRASH_HEADER`; the client's
+    run dies before the reply reaches the conversation, and a restarted run re-executes the
+    step from the conversation as it stood before the call (the seeds' third retry source,
+    ``resume``). Whatever the client recorded durably before dying (an action log) survives.
+    """
+
+    name: str = "crash_after_commit"
+
+    def after_commit(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
+        return httpx.Response(
+            response.status_code,
+            content=response.content,
+            headers={"Content-Type": "application/json", CRASH_HEADER: "after_commit"},
+        )
+
+
 FAULTS: dict[str, Fault] = {
     f.name: f
     for f in (
@@ -149,6 +178,7 @@ FAULTS: dict[str, Fault] = {
         ErrorAfterCommit(),
         ErrorBeforeCommit(),
         RateLimited(),
+        CrashAfterCommit(),
     )
 }
 """The built-in faults by CLI name, each with the default schedule."""

@@ -117,7 +117,9 @@ class Ledger:
     def describe_effect(self, effect: Effect) -> str:
         """One evidence line: ``re_1 at attempt 1 (initial), reply lost``."""
         a = self.attempt(effect.attempt)
-        if not a.delivered:
+        if a.fault == "crash_after_commit":
+            seen = "run crashed before the agent saw the reply"
+        elif not a.delivered:
             seen = "reply lost"
         elif a.outcome != "ok":
             seen = f"client saw HTTP {a.status}"

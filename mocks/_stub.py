@@ -17,6 +17,13 @@ parallel   issues the mutating call twice in one turn, then reports
 noisy      after an unknown outcome retries with a probability set by the prompt
            (:data:`NOISY_RETRY_RATES`; ``-M p=0.3`` overrides), drawn from a seed per trial
 ========== ==========================================================================
+
+Sagas: when a stub gives up on a step whose plan says ``on_fail: "compensate"``, it calls the
+``compensate`` action of each earlier step that has one, latest first (ids
+``stub_s<step>_c<n>``), with ``{ref}`` replaced by the reference (e.g. a booking id) found by
+the step's ``ref_pattern`` in the last successful result of that step that contains one: the
+id the agent saw, which is not always the one the service made first. A compensation that
+fails is retried like a forward call by ``retry``/``drift``; the others report it.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ NOISY_RETRY_RATES: dict[str, float] = {"baseline": 0.5, "cautious": 0.1, "persis
 :data:`NOISY_DEFAULT_RATE`. These are the true rates its intervals must cover."""
 NOISY_DEFAULT_RATE = 0.5
 
-_ID = re.compile(r"^stub_s(?P<step>\d+)_(?P<kind>[av])(?P<n>\d+)")
+_ID = re.compile(r"^stub_s(?P<step>\d+)_(?P<kind>[avc])(?P<n>\d+)")
 
 
 def noisy_retry_rate(prompt: str) -> float:
@@ -173,6 +180,8 @@ class StubAPI(ModelAPI):
     def _next(
         self, input: list[ChatMessage], plan: list[dict[str, Any]], cfg: dict[str, Any], turn: _Turn
     ) -> ModelOutput:
+        if turn.kind == "c":
+            return self._after_undo(input, plan, turn)
         step = plan[turn.step]
         result = turn.results[0] if turn.results else None
         text = _text(result) if result is not None else "(no result)"
@@ -182,9 +191,14 @@ class StubAPI(ModelAPI):
             if not failed and re.search(step.get("found_pattern") or r".", text):
                 return self._advance(input, plan, turn.step, f"It had already happened: {text}")
             if turn.n >= self.attempts:
-                return self._give_up(input, text)
+                return self._fail(input, plan, turn.step, text)
             return self._act(input, plan, turn.step, turn.n + 1)
 
+        if self.behaviour == "parallel" and step.get("on_fail") == "compensate":
+            # A saga step: the pair failed only if every call of it failed.
+            if all(r.error is not None for r in turn.results):
+                return self._fail(input, plan, turn.step, text)
+            return self._advance(input, plan, turn.step, text)
         if self.behaviour == "parallel" or not failed:
             return self._advance(input, plan, turn.step, text)
 
@@ -201,7 +215,92 @@ class StubAPI(ModelAPI):
             draw = random.Random(f"{cfg.get('seed')}:{turn.step}:{turn.n}").random()
             if draw < p and turn.n < self.attempts:
                 return self._act(input, plan, turn.step, turn.n + 1)
+        return self._fail(input, plan, turn.step, text)
+
+    # -- sagas -----------------------------------------------------------------------------
+
+    def _fail(
+        self, input: list[ChatMessage], plan: list[dict[str, Any]], step: int, text: str
+    ) -> ModelOutput:
+        """Give up on a step: undo the earlier steps first when the plan says so."""
+        if plan[step].get("on_fail") == "compensate":
+            undo = self._undo_before(input, plan, step)
+            if undo is not None:
+                return undo
         return self._give_up(input, text)
+
+    def _undo_before(
+        self, input: list[ChatMessage], plan: list[dict[str, Any]], before: int
+    ) -> ModelOutput | None:
+        """The first compensation of a step before ``before`` (latest first), or None."""
+        for j in range(before - 1, -1, -1):
+            args = self._undo_args(input, plan[j], j)
+            if args is not None:
+                return self._undo(input, plan[j], j, 1, args)
+        return None
+
+    def _undo_args(
+        self, input: list[ChatMessage], spec: dict[str, Any], step: int
+    ) -> dict[str, Any] | None:
+        comp = spec.get("compensate")
+        if not comp:
+            return None
+        pattern = spec.get("ref_pattern")
+        ref = None
+        if pattern:
+            for msg in reversed(input):
+                if not isinstance(msg, ChatMessageTool) or msg.error is not None:
+                    continue
+                m = _ID.match(msg.tool_call_id or "")
+                if m is None or int(m["step"]) != step or m["kind"] == "c":
+                    continue
+                found = re.search(pattern, msg.text)
+                if found:
+                    ref = found.group(0)
+                    break
+            if ref is None:
+                return None  # nothing this step made is known: nothing to undo
+        return {
+            k: v.replace("{ref}", ref) if isinstance(v, str) and ref is not None else v
+            for k, v in comp["args"].items()
+        }
+
+    def _undo(
+        self,
+        input: list[ChatMessage],
+        spec: dict[str, Any],
+        step: int,
+        n: int,
+        args: dict[str, Any],
+    ) -> ModelOutput:
+        tool = spec["compensate"]["tool"]
+        if self.behaviour == "parallel":
+            calls = [
+                ToolCall(id=f"stub_s{step}_c{n}p{i}", function=tool, arguments=dict(args))
+                for i in (1, 2)
+            ]
+        else:
+            calls = [ToolCall(id=f"stub_s{step}_c{n}", function=tool, arguments=args)]
+        return self._calls(input, calls)
+
+    def _after_undo(
+        self, input: list[ChatMessage], plan: list[dict[str, Any]], turn: _Turn
+    ) -> ModelOutput:
+        result = turn.results[0] if turn.results else None
+        text = _text(result) if result is not None else "(no result)"
+        failed = all(r.error is not None for r in turn.results) if turn.results else True
+        if failed and self.behaviour in ("retry", "drift") and turn.n < self.attempts:
+            args = self._undo_args(input, plan[turn.step], turn.step)
+            if args is not None:
+                return self._undo(input, plan[turn.step], turn.step, turn.n + 1, args)
+        undo = self._undo_before(input, plan, turn.step)
+        if undo is not None:
+            return undo
+        if failed:
+            return self._say(
+                input, f"I could not complete the request, and undoing it failed too: {text}"
+            )
+        return self._say(input, f"I could not complete the request, so I undid it: {text}")
 
     def _advance(
         self, input: list[ChatMessage], plan: list[dict[str, Any]], step: int, text: str

@@ -7,11 +7,29 @@ from inspect_ai import Task
 from ._dataset import Record, load_dataset, load_records
 from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt
 from ._protections import PROTECTIONS, Protection, get_protection
-from ._toolkit import IdempotencyClass, Mutation, TrialContext, make_tool, mutate, read
-from ._trial import trial_setup, twice_task
+from ._toolkit import (
+    ACTION_LOG_STORE_KEY,
+    COMPENSATIONS_STORE_KEY,
+    IDEMPOTENCY_CLASSES,
+    ActionLog,
+    ActionRecord,
+    Compensation,
+    IdempotencyClass,
+    Mutation,
+    RunCrashed,
+    ToolSpec,
+    TrialContext,
+    Undo,
+    make_tool,
+    mutate,
+    read,
+)
+from ._trial import resumable_generate, trial_setup, twice_task
 from .refund import refund
+from .travel_booking import travel_booking
 
 TASKS: dict[str, Callable[..., Task]] = {"refund": refund}
+TASKS["travel_booking"] = travel_booking
 """Built-in tasks by name; each takes ``fault``, ``protection`` and ``prompt``."""
 
 
@@ -28,15 +46,24 @@ def get_task(name: str) -> Callable[..., Task]:
 
 
 __all__ = [
+    "ACTION_LOG_STORE_KEY",
+    "COMPENSATIONS_STORE_KEY",
+    "IDEMPOTENCY_CLASSES",
     "PROMPTS_DIR",
     "PROTECTIONS",
     "TASKS",
+    "ActionLog",
+    "ActionRecord",
+    "Compensation",
     "IdempotencyClass",
     "Mutation",
     "Prompt",
     "Protection",
     "Record",
+    "RunCrashed",
+    "ToolSpec",
     "TrialContext",
+    "Undo",
     "builtin_prompts",
     "get_protection",
     "get_task",
@@ -47,6 +74,8 @@ __all__ = [
     "mutate",
     "read",
     "refund",
+    "resumable_generate",
+    "travel_booking",
     "trial_setup",
     "twice_task",
 ]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from inspect_ai.dataset import MemoryDataset, Sample
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -28,6 +29,14 @@ class PlanStep(BaseModel):
         found_pattern: A regular expression that, found in the ``verify`` result, means the
             action already took effect (``re_\\d+`` for a refund id).
         drift: Argument overrides that ``stub/drift`` uses when it retries.
+        compensate: The undo of this step (a saga's compensating action), which stubs call
+            when a later step with ``on_fail: "compensate"`` fails for good. The text
+            ``{ref}`` in its string arguments is replaced by the reference this step made.
+        ref_pattern: A regular expression whose match in this step's last successful result
+            (or verify result) is that reference (``fb_\\d+`` for a flight booking id).
+        on_fail: What a stub does when it gives up on this step: ``stop`` (report and end)
+            or ``compensate`` (undo the earlier steps that have ``compensate``, latest first,
+            then report).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -35,12 +44,32 @@ class PlanStep(BaseModel):
     verify: ToolCallSpec | None = None
     found_pattern: str | None = None
     drift: dict[str, Any] = Field(default_factory=dict)
-
+    compensate: ToolCallSpec | None = None
+    ref_pattern: str | None = None
+    on_fail: Literal["stop", "compensate"] = "stop"
 
     @model_validator(mode="after")
     def _verify_needs_pattern(self) -> PlanStep:
         if self.verify is not None and not self.found_pattern:
             raise ValueError("a plan step with 'verify' needs 'found_pattern'")
+        return self
+
+    @model_validator(mode="after")
+    def _compensate_ref_needs_pattern(self) -> PlanStep:
+        uses_ref = self.compensate is not None and any(
+            isinstance(v, str) and "{ref}" in v for v in self.compensate.args.values()
+        )
+        if uses_ref and not self.ref_pattern:
+            raise ValueError("a 'compensate' call using '{ref}' needs 'ref_pattern'")
+        for name in ("found_pattern", "ref_pattern"):
+            pattern = getattr(self, name)
+            if pattern is not None:
+                try:
+                    re.compile(pattern)
+                except re.error as ex:
+                    raise ValueError(
+                        f"{name} {pattern!r} is not a regular expression: {ex}"
+                    ) from None
         return self
 
 
@@ -64,6 +93,16 @@ class Record(BaseModel):
     intents: list[IntentSpec]
     plan: list[PlanStep]
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _compensation_has_something_to_undo(self) -> Record:
+        for i, step in enumerate(self.plan):
+            if step.on_fail == "compensate" and not any(s.compensate for s in self.plan[:i]):
+                raise ValueError(
+                    f"plan step {i} has on_fail 'compensate' but no earlier step has "
+                    "'compensate' (nothing to undo)"
+                )
+        return self
 
 
 def load_records(path: Path) -> list[Record]:

@@ -23,6 +23,16 @@ class Protection:
         lookup: After an unknown outcome, look the effect up by its client reference before
             retrying, and stop if it exists.
         summary: One line for ``twice list`` and the report.
+        by_class: Enforce each tool's declared idempotency class instead of one policy for
+            every tool (``declared``): ``safe`` retries freely without a key; ``keyed`` and
+            ``compensable`` always carry an intent key the model did not choose and retry it;
+            ``unsafe`` never retries an unknown outcome and tells the model to verify or
+            escalate. ``transport_retries`` is then the retry budget of the retrying classes.
+        action_log: Keep a durable action log: the tool layer's own record of dispatched
+            calls, their keys and results, outside the model's context. A call repeating an
+            intent the log holds a result for returns that result instead of being sent again
+            (what saves a restarted run), and a repeat of a call whose outcome is unknown
+            reuses the recorded key.
     """
 
     name: str
@@ -30,6 +40,8 @@ class Protection:
     key: KeyStrategy
     lookup: bool
     summary: str
+    by_class: bool = False
+    action_log: bool = False
 
 
 PROTECTIONS: dict[str, Protection] = {
@@ -43,6 +55,15 @@ PROTECTIONS: dict[str, Protection] = {
         Protection("retry-stepkey", 2, "step", False, "2 retries, key run_id:step made once per call"),
         Protection("intent-key", 0, "intent", False, "no retries, key from run + intent identity"),
         Protection("lookup", 2, "none", True, "2 retries, looks the effect up before each retry"),
+        Protection(
+            "declared",
+            2,
+            "intent",
+            False,
+            "enforces each tool's idempotency class; durable action log",
+            by_class=True,
+            action_log=True,
+        ),
     )
 }
 

@@ -9,18 +9,31 @@ transport). This module turns what happened on the wire into what the model is t
   have happened) — never dressed up as a failure, because after a lost reply it is not one.
 
 Idempotency keys are made here, from the trial's run id, never by the model.
+
+Every mutating tool declares its idempotency class in :func:`make_tool` (recorded in its
+schema's ``options["twice"]``): ``safe``, ``keyed``, ``compensable`` (declared with its
+:class:`Compensation`, the undo the tool layer registers for each committed call) or
+``unsafe``. Under the ``declared`` protection :func:`mutate` enforces the class.
+
+The tool layer may also keep a durable :class:`ActionLog` (its own record of dispatched calls,
+keys and results, outside the model's context). When the ``crash_after_commit`` fault kills the
+run after a commit, :class:`RunCrashed` ends the agent loop and ``resumable_generate`` restarts
+it from the conversation as it stood before the call; attempts the restarted run re-sends carry
+the retry source ``resume``, and the action log is what lets the tool layer skip them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, get_args
 
 import httpx
 from inspect_ai.tool import Tool, ToolDef, ToolError
@@ -29,6 +42,7 @@ from inspect_ai.util import store
 from mocks import (
     BACKOFF_HEADER,
     CALL_HEADER,
+    CRASH_HEADER,
     KEY_HEADER,
     LEDGER_STORE_KEY,
     SOURCE_HEADER,
@@ -43,8 +57,131 @@ IdempotencyClass = Literal["safe", "keyed", "compensable", "unsafe"]
 only with the same key), ``compensable`` (has a registered undo), ``unsafe`` (never retry an
 unknown outcome blindly)."""
 
+IDEMPOTENCY_CLASSES: tuple[str, ...] = get_args(IdempotencyClass)
+
 MAX_IN_FLIGHT_POLLS = 5
 BASE_BACKOFF = 0.5
+
+ACTION_LOG_STORE_KEY = "twice:action_log"
+"""Store key of the durable action log (``ActionLog.to_list()``), when the trial keeps one."""
+COMPENSATIONS_STORE_KEY = "twice:compensations"
+"""Store key of the undos registered by ``compensable`` calls (a list of :class:`Undo`)."""
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """How to undo a ``compensable`` tool's call, declared next to the forward action.
+
+    Attributes:
+        tool: Name of the compensating tool (it must be in the same toolset).
+        args: Builds the compensating tool's arguments from the forward call's response body
+            (e.g. ``lambda booking: {"booking_id": booking["id"]}``).
+    """
+
+    tool: str
+    args: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass
+class Undo:
+    """A compensation registered by a committed ``compensable`` call."""
+
+    forward_tool: str
+    forward_id: str
+    """The id of what the forward call made (``fb_1``)."""
+    tool: str
+    args: dict[str, Any]
+
+    def describe(self) -> str:
+        """``cancel_flight(booking_id='fb_1')``."""
+        args = ", ".join(f"{k}={v!r}" for k, v in self.args.items())
+        return f"{self.tool}({args})"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What :func:`make_tool` knows about a tool: its name and declared idempotency class."""
+
+    name: str
+    idempotency: IdempotencyClass | None
+    """None for read-only tools."""
+    compensation: Compensation | None = None
+    verify_with: str | None = None
+    """A read tool that tells whether this tool's action already happened."""
+
+
+@dataclass
+class _CallFrame:
+    """The tool call being executed (a context variable, so parallel calls stay apart)."""
+
+    spec: ToolSpec
+    undos: list[Undo] = field(default_factory=list)
+
+
+_CALL: ContextVar[_CallFrame | None] = ContextVar("twice_tool_call", default=None)
+
+
+@dataclass
+class ActionRecord:
+    """One dispatched mutating call in the action log."""
+
+    intent: str
+    route: str
+    call: int
+    key: str | None
+    payload: dict[str, Any]
+    state: Literal["dispatched", "done", "failed"] = "dispatched"
+    """``dispatched``: sent, outcome unknown so far; ``done``: a 2xx (or a lookup) came back;
+    ``failed``: a definite 4xx."""
+    body: dict[str, Any] | None = None
+
+
+class ActionLog:
+    """The orchestrator's durable record of dispatched calls, outside the model's context.
+
+    Written before a mutating request is sent and updated when its reply arrives, it survives a
+    restarted run (it lives in the trial context and the sample store, not in the messages).
+    """
+
+    def __init__(self) -> None:
+        self.records: list[ActionRecord] = []
+
+    def latest(self, intent: str) -> ActionRecord | None:
+        """The most recent record of an intent, or None."""
+        for record in reversed(self.records):
+            if record.intent == intent:
+                return record
+        return None
+
+    def begin(
+        self, *, intent: str, route: str, call: int, key: str | None, payload: dict[str, Any]
+    ) -> ActionRecord:
+        """Record a call about to be dispatched."""
+        record = ActionRecord(intent, route, call, key, dict(payload))
+        self.records.append(record)
+        return record
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """JSON-ready records, as stored in the sample store."""
+        return [asdict(r) for r in self.records]
+
+
+class RunCrashed(Exception):
+    """The agent run died right after a commit (the ``crash_after_commit`` fault).
+
+    Raised by the tool layer; ``resumable_generate`` catches it and restarts the agent loop
+    from the conversation as it stood before the call. Anything else that sees it has no
+    restart logic, and the sample fails with this message.
+    """
+
+    def __init__(self, ctx: TrialContext, call: int, route: str) -> None:
+        super().__init__(
+            f"the agent run crashed right after call {call} ({route}) committed "
+            "(crash_after_commit); only twice's resumable agent loop can restart it"
+        )
+        self.ctx = ctx
+        self.call = call
+        self.route = route
 
 
 @dataclass
@@ -62,10 +199,51 @@ class TrialContext:
     run_id: str = field(default_factory=lambda: f"run_{uuid.uuid4().hex[:12]}")
     calls: int = 0
     intents_seen: set[str] = field(default_factory=set)
+    action_log: ActionLog | None = None
+    """The durable action log, when the trial keeps one (None: it does not)."""
+    compensations: list[Undo] = field(default_factory=list)
+    """Undos registered by committed ``compensable`` calls, in order."""
+    tool_specs: dict[str, ToolSpec] = field(default_factory=dict)
+    """Every tool made for this trial by :func:`make_tool`, by name."""
+    restarts: int = 0
+    dispatched: list[tuple[int, str]] = field(default_factory=list)
+    """``(call number, intent)`` of every mutating call (to attribute ``resume`` retries)."""
+    resume_pending: set[str] = field(default_factory=set)
+    """Intents dispatched in a crashed turn and not yet re-sent by the restarted run."""
     client: httpx.AsyncClient = field(init=False)
 
     def __post_init__(self) -> None:
         self.client = self.services.client(timeout=httpx.Timeout(10.0))
+
+    def restart(self, calls: int) -> None:
+        """Restart the run from a checkpoint taken when ``calls`` mutating calls had been made.
+
+        The call counter (the step number keys like ``run_id:step`` use) goes back to the
+        checkpoint; the action log and registered compensations are durable and stay.
+        """
+        self.restarts += 1
+        self.resume_pending = {intent for n, intent in self.dispatched if n > calls}
+        self.calls = calls
+
+    def check_tools(self) -> None:
+        """Check that every declared compensation and verify tool is in the toolset.
+
+        Raises:
+            ValueError: naming the tool that refers to a missing one, and the tools there are.
+        """
+        names = sorted(self.tool_specs)
+        for spec in self.tool_specs.values():
+            refs = [spec.verify_with, spec.compensation.tool if spec.compensation else None]
+            for ref in refs:
+                if ref is not None and ref not in self.tool_specs:
+                    raise ValueError(
+                        f"tool {spec.name!r} refers to tool {ref!r}, which is not in the "
+                        f"trial's toolset ({', '.join(names)})"
+                    )
+
+    def undo_for(self, forward_id: str) -> Undo | None:
+        """The registered undo of what a ``compensable`` call made (``fb_1``), if any."""
+        return next((u for u in self.compensations if u.forward_id == forward_id), None)
 
     def observe(self, text: str) -> str:
         """Record a text the agent is shown (for ``unseen_effects``) and return it."""
@@ -75,6 +253,21 @@ class TrialContext:
     def sync(self) -> None:
         """Copy the ledger into the sample store, so it is in the log even if the trial dies."""
         store().set(LEDGER_STORE_KEY, self.services.ledger.to_dict())
+        if self.action_log is not None:
+            store().set(ACTION_LOG_STORE_KEY, self.action_log.to_list())
+        if self.compensations:
+            store().set(COMPENSATIONS_STORE_KEY, [asdict(u) for u in self.compensations])
+
+    def _register_undo(self, spec: ToolSpec | None, body: dict[str, Any]) -> Undo | None:
+        if spec is None or spec.compensation is None or "id" not in body:
+            return None
+        existing = self.undo_for(str(body["id"]))
+        if existing is not None:
+            return existing
+        comp = spec.compensation
+        undo = Undo(spec.name, str(body["id"]), comp.tool, comp.args(body))
+        self.compensations.append(undo)
+        return undo
 
 
 def _intent_id(route: str, identity: dict[str, Any]) -> str:
@@ -96,6 +289,49 @@ class Mutation:
     body: dict[str, Any]
     found_by_lookup: bool = False
     attempts: int = 1
+    from_action_log: bool = False
+    """The result was returned from the action log: nothing was sent this time."""
+
+
+@dataclass(frozen=True)
+class _Policy:
+    transport_retries: int
+    key: str
+    lookup: bool
+    retry_unknown: bool = True
+
+
+def _policy(p: Protection, spec: ToolSpec | None, route: str) -> _Policy:
+    """The retry policy for one call: the protection's, or (``declared``) the tool's class."""
+    if not p.by_class:
+        return _Policy(p.transport_retries, p.key, p.lookup)
+    if spec is None or spec.idempotency is None:
+        where = f"tool {spec.name!r}" if spec else "code outside a tool made by make_tool()"
+        raise RuntimeError(
+            f"{where} made a mutating call ({route}) without declaring an idempotency class; "
+            f"the {p.name!r} protection needs make_tool(..., idempotency=...) with one of: "
+            + ", ".join(IDEMPOTENCY_CLASSES)
+        )
+    if spec.idempotency == "safe":
+        return _Policy(p.transport_retries, "none", False)
+    if spec.idempotency in ("keyed", "compensable"):
+        return _Policy(p.transport_retries, "intent", False)
+    return _Policy(p.transport_retries, "none", False, retry_unknown=False)
+
+
+def _unknown_advice(p: Protection, spec: ToolSpec | None) -> str:
+    """What the ``declared`` protection adds to an unknown-outcome error, per class."""
+    if not p.by_class or spec is None:
+        return ""
+    if spec.idempotency == "unsafe":
+        verify = f"verify with {spec.verify_with or 'a lookup tool'}"
+        return (
+            f" {spec.name} is declared unsafe to retry, so it was not retried automatically. "
+            f"Do not repeat it blindly: {verify} first, or escalate to a human."
+        )
+    if spec.compensation is not None:
+        return f" If it was made and is not wanted, undo it with {spec.compensation.tool}."
+    return ""
 
 
 async def mutate(
@@ -127,36 +363,76 @@ async def mutate(
 
     Raises:
         ToolError: with an honest message: definitely not made, or outcome unknown.
+        RunCrashed: when the ``crash_after_commit`` fault ends the run after the commit.
+        RuntimeError: under a protection that enforces classes (``declared``), when the
+            calling tool declared none.
     """
     p = ctx.protection
+    frame = _CALL.get()
+    spec = frame.spec if frame is not None else None
+    policy = _policy(p, spec, route)
     ctx.calls += 1
     call_no = ctx.calls
     intent = _intent_id(route, identity)
-    first_source = "model" if intent in ctx.intents_seen else "initial"
+    if intent in ctx.resume_pending:
+        first_source = "resume"
+        ctx.resume_pending.discard(intent)
+    elif intent in ctx.intents_seen:
+        first_source = "model"
+    else:
+        first_source = "initial"
     ctx.intents_seen.add(intent)
+    ctx.dispatched.append((call_no, intent))
+
+    def succeeded(result: Mutation) -> Mutation:
+        undo = ctx._register_undo(spec, result.body)
+        if undo is not None and frame is not None:
+            frame.undos.append(undo)
+        return result
 
     # The key is made once per call, outside the retry loop (except the random-key bug).
     key: str | None = None
-    if p.key == "step":
+    if policy.key == "step":
         key = f"{ctx.run_id}:{call_no}"
-    elif p.key == "intent":
+    elif policy.key == "intent":
         key = f"{ctx.run_id}:" + hashlib.sha256(intent.encode()).hexdigest()[:24]
+
+    record: ActionRecord | None = None
+    if ctx.action_log is not None:
+        prior = ctx.action_log.latest(intent)
+        if prior is not None and prior.state == "done" and prior.body is not None:
+            # The log says this action already happened: return its result, send nothing.
+            return succeeded(Mutation(dict(prior.body), attempts=0, from_action_log=True))
+        if prior is not None and prior.state == "dispatched" and prior.key is not None:
+            # Sent before with an unknown outcome: only the same key makes a repeat safe.
+            key = prior.key
+        record = ctx.action_log.begin(
+            intent=intent, route=route, call=call_no, key=key, payload=payload
+        )
 
     last_problem = ""
     backoff = 0.0
-    tries = 1 + p.transport_retries
+    tries = 1 + policy.transport_retries
     n = 0
     for n in range(1, tries + 1):
-        if n > 1 and p.lookup and lookup is not None:
+        if n > 1 and policy.lookup and lookup is not None:
             found = await lookup()
             if found is not None:
-                return Mutation(found, found_by_lookup=True, attempts=n - 1)
-        if p.key == "random":
+                if record is not None:
+                    record.state, record.body = "done", dict(found)
+                return succeeded(Mutation(found, found_by_lookup=True, attempts=n - 1))
+        if policy.key == "random":
             key = uuid.uuid4().hex
+            if record is not None:
+                record.key = key
         source = first_source if n == 1 else "transport"
         polls = 0
         while True:
-            headers = {SOURCE_HEADER: source, CALL_HEADER: str(call_no), BACKOFF_HEADER: f"{backoff:g}"}
+            headers = {
+                SOURCE_HEADER: source,
+                CALL_HEADER: str(call_no),
+                BACKOFF_HEADER: f"{backoff:g}",
+            }
             if key is not None:
                 headers[KEY_HEADER] = key
             try:
@@ -183,34 +459,52 @@ async def mutate(
             break
         backoff = BASE_BACKOFF * 2 ** (n - 1)
         if response is None:
+            if not policy.retry_unknown:
+                break
             continue
         status = response.status_code
         if status < 400:
-            return Mutation(response.json(), attempts=n)
+            result = succeeded(Mutation(response.json(), attempts=n))
+            if record is not None:
+                record.state, record.body = "done", dict(result.body)
+            if response.headers.get(CRASH_HEADER):
+                # The run dies here: after the commit (and after the durable log write),
+                # before the result reaches the conversation.
+                ctx.sync()
+                raise RunCrashed(ctx, call_no, route)
+            return result
+        if response.headers.get(CRASH_HEADER):
+            ctx.sync()
+            raise RunCrashed(ctx, call_no, route)
         if status == 429:
             retry_after = response.headers.get("Retry-After", "")
-            try:
+            with contextlib.suppress(ValueError):
                 backoff = max(backoff, float(retry_after))
-            except ValueError:
-                pass
             last_problem = f"the {api} is rate limiting requests (HTTP 429)"
             if n < tries:
                 continue
+            if record is not None:
+                record.state = "failed"
             raise ToolError(
                 f"The {api} refused the request with HTTP 429 (too many requests; retry after "
                 f"{retry_after or 'a while'} s). No {noun} was made by this request."
             )
         if status < 500:
+            if record is not None:
+                record.state = "failed"
             raise ToolError(
                 f"The {api} rejected the request with HTTP {status}: "
                 f"{_server_message(response).rstrip('.')}. No {noun} was made by this request."
             )
         last_problem = f"the {api} answered HTTP {status} ({_server_message(response)})"
+        if not policy.retry_unknown:
+            break
 
     made = f"{n} attempt{'s' if n != 1 else ''}"
     raise ToolError(
         f"{last_problem[0].upper()}{last_problem[1:]} after {made}; "
         f"the {noun} {UNKNOWN_OUTCOME} made. The outcome is unknown."
+        + _unknown_advice(p, spec)
     )
 
 
@@ -233,6 +527,8 @@ def make_tool(
     *,
     idempotency: IdempotencyClass | None = None,
     parallel: bool = False,
+    compensation: Compensation | None = None,
+    verify_with: str | None = None,
 ) -> Tool:
     """Turn an async function into an inspect tool bound to a trial.
 
@@ -243,26 +539,64 @@ def make_tool(
     Args:
         ctx: The trial context.
         fn: ``async def name(...) -> str``.
-        idempotency: The class of a mutating tool; recorded in the tool's schema options
-            (``options["twice"]["idempotency"]``). None for read-only tools.
+        idempotency: The class of a mutating tool: ``safe``, ``keyed``, ``compensable`` or
+            ``unsafe``; recorded in the tool's schema options
+            (``options["twice"]["idempotency"]``, in every model event of the log) and
+            enforced by the ``declared`` protection. None for read-only tools.
         parallel: Let several calls in one assistant turn run concurrently (mutating tools
             set this so that parallel duplicates really race).
+        compensation: The undo of a ``compensable`` tool (required for that class, refused
+            for the others). Each committed call registers it in ``ctx.compensations`` and
+            its result tells the model how to undo it.
+        verify_with: Name of a read tool that tells whether this tool's action already
+            happened; named in the ``declared`` protection's advice after an unknown outcome.
+
+    Raises:
+        ValueError: for an unknown class or a compensation that does not fit the class.
     """
+    if idempotency is not None and idempotency not in IDEMPOTENCY_CLASSES:
+        raise ValueError(
+            f"unknown idempotency class {idempotency!r} for tool {fn.__name__!r}; expected "
+            f"one of: {', '.join(IDEMPOTENCY_CLASSES)} (or None for a read-only tool)"
+        )
+    if idempotency == "compensable" and compensation is None:
+        raise ValueError(
+            f"tool {fn.__name__!r} is declared compensable but has no compensation; pass "
+            "compensation=Compensation(tool=..., args=...) naming its undo"
+        )
+    if compensation is not None and idempotency != "compensable":
+        raise ValueError(
+            f"tool {fn.__name__!r} declares a compensation but its class is {idempotency!r}; "
+            "only 'compensable' tools register a compensation"
+        )
+    spec = ToolSpec(fn.__name__, idempotency, compensation, verify_with)
+    ctx.tool_specs[spec.name] = spec
 
     @functools.wraps(fn)
     async def execute(*args: Any, **kwargs: Any) -> str:
+        frame = _CallFrame(spec)
+        token = _CALL.set(frame)
         try:
             text = await fn(*args, **kwargs)
         except ToolError as err:
             ctx.observe(err.message)
             raise
         finally:
+            _CALL.reset(token)
             ctx.sync()
+        for undo in frame.undos:
+            text = f"{text} To undo it: {undo.describe()}."
         ctx.observe(text)
         ctx.sync()
         return text
 
-    options: dict[str, object] = {
-        "twice": {"mutating": idempotency is not None, "idempotency": idempotency or "read"}
+    twice: dict[str, object] = {
+        "mutating": idempotency is not None,
+        "idempotency": idempotency or "read",
     }
+    if compensation is not None:
+        twice["compensation"] = compensation.tool
+    if verify_with is not None:
+        twice["verify_with"] = verify_with
+    options: dict[str, object] = {"twice": twice}
     return ToolDef(execute, name=fn.__name__, parallel=parallel, options=options).as_tool()

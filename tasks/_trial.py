@@ -7,8 +7,9 @@ from typing import Any
 
 from inspect_ai import Task
 from inspect_ai.dataset import Dataset
-from inspect_ai.model import ChatMessageSystem
-from inspect_ai.solver import Generate, Solver, TaskState, generate, solver
+from inspect_ai.log import transcript
+from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem
+from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import Tool
 from inspect_ai.util import store
 
@@ -17,12 +18,17 @@ from mocks import STUB_STORE_KEY, Service, Services, get_fault
 
 from ._prompts import load_prompt
 from ._protections import get_protection
-from ._toolkit import TrialContext
+from ._toolkit import ActionLog, RunCrashed, TrialContext
 
 ServicesFactory = Callable[[dict[str, Any]], list[Service]]
 """Builds a trial's services from the sample's ``state`` (fresh objects every call)."""
 ToolsFactory = Callable[[TrialContext], list[Tool]]
 """Builds a trial's tools bound to its context."""
+TrialContexts = dict[tuple[str | int, int], TrialContext]
+"""The live trial contexts of one task, by ``(sample id, epoch)``: how the agent loop finds
+the context whose run it restarts."""
+
+MAX_RESTARTS = 3
 
 
 @solver
@@ -33,18 +39,39 @@ def trial_setup(
     protection: str,
     prompt_name: str,
     prompt_text: str,
+    action_log: bool | None = None,
+    contexts: TrialContexts | None = None,
 ) -> Solver:
     """Start a trial: fresh services with the fault, tools under the protection, the prompt.
 
     Runs as the task's ``setup`` so every sample × epoch gets its own services and ledger.
+
+    Args:
+        services: Builds the trial's services from the sample's ``state``.
+        tools: Builds the trial's tools from its context.
+        fault: A fault name.
+        protection: A protection name.
+        prompt_name: The prompt's name (stubs read it).
+        prompt_text: The system prompt.
+        action_log: Keep a durable action log; None follows the protection.
+        contexts: Where :func:`resumable_generate` finds the trial's context.
+
+    Raises:
+        ValueError: for a tool that declares a compensation or verify tool not in the toolset.
     """
     fault_obj = get_fault(fault)
     protection_obj = get_protection(protection)
+    keep_log = protection_obj.action_log if action_log is None else action_log
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         trial_services = Services(services(state.metadata.get("state", {})), fault=fault_obj)
-        ctx = TrialContext(trial_services, protection_obj)
+        ctx = TrialContext(
+            trial_services, protection_obj, action_log=ActionLog() if keep_log else None
+        )
         state.tools = tools(ctx)
+        ctx.check_tools()
+        if contexts is not None:
+            contexts[(state.sample_id, state.epoch)] = ctx
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
         store().set(
             STUB_STORE_KEY,
@@ -60,6 +87,64 @@ def trial_setup(
     return solve
 
 
+@solver
+def resumable_generate(
+    contexts: TrialContexts | None = None, max_restarts: int = MAX_RESTARTS
+) -> Solver:
+    """The agent loop, with a checkpoint before every model turn.
+
+    It runs the same loop as inspect's ``generate()`` (model turn, tool calls, until the model
+    answers without calling a tool), one turn at a time. When a tool call ends the run
+    (:class:`RunCrashed`, from the ``crash_after_commit`` fault), it restarts from the
+    checkpoint: the conversation as it stood before the assistant turn that made the call,
+    and the tool layer's step counter at that point. What the tool layer keeps durably (its
+    action log, registered compensations) survives; the re-sent attempts carry the retry
+    source ``resume``.
+
+    Args:
+        contexts: The task's live trial contexts (filled by :func:`trial_setup`).
+        max_restarts: Restarts allowed per trial before the crash fails the sample.
+    """
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        key = (state.sample_id, state.epoch)
+        try:
+            while True:
+                mark = len(state.messages)
+                ctx = contexts.get(key) if contexts is not None else None
+                calls = ctx.calls if ctx is not None else 0
+                try:
+                    state = await generate(state, tool_calls="single")
+                except RunCrashed as crash:
+                    if crash.ctx.restarts >= max_restarts:
+                        raise RuntimeError(
+                            f"the run crashed {crash.ctx.restarts + 1} times; giving up after "
+                            f"{max_restarts} restarts"
+                        ) from crash
+                    del state.messages[mark:]
+                    crash.ctx.restart(calls)
+                    crash.ctx.sync()
+                    transcript().info(
+                        f"twice: run crashed after call {crash.call} ({crash.route}) committed; "
+                        f"restarting from the checkpoint before it ({mark} messages, "
+                        f"step counter {calls})"
+                    )
+                    continue
+                last = state.messages[-1] if state.messages else None
+                if state.completed or (
+                    isinstance(last, ChatMessageAssistant) and not last.tool_calls
+                ):
+                    return state
+                if isinstance(last, ChatMessageAssistant):
+                    # Tool calls were not resolved (should not happen with "single").
+                    return state
+        finally:
+            if contexts is not None:
+                contexts.pop(key, None)
+
+    return solve
+
+
 def twice_task(
     *,
     name: str,
@@ -71,6 +156,7 @@ def twice_task(
     prompt: str,
     end_state: EndStateCheck | None = None,
     message_limit: int = 30,
+    action_log: bool | None = None,
 ) -> Task:
     """Build a twice task: the shape every task folder shares.
 
@@ -84,18 +170,23 @@ def twice_task(
         prompt: A built-in prompt name or a prompt file path.
         end_state: Optional end-state check for the scorer.
         message_limit: Hard stop for agents that loop.
+        action_log: Keep a durable action log (True/False); None follows the protection
+            (only ``declared`` keeps one). Recorded as ``action_log`` in the task metadata.
 
     Raises:
         ValueError: for an unknown fault, protection or prompt, naming the accepted values.
     """
     get_fault(fault)
-    get_protection(protection)
+    protection_obj = get_protection(protection)
+    if action_log is not None and not isinstance(action_log, bool):
+        raise ValueError(f"action_log must be true or false, got {action_log!r}")
     p = load_prompt(prompt)
+    contexts: TrialContexts = {}
     return Task(
         name=name,
         dataset=dataset,
-        setup=trial_setup(services, tools, fault, protection, p.name, p.text),
-        solver=generate(),
+        setup=trial_setup(services, tools, fault, protection, p.name, p.text, action_log, contexts),
+        solver=resumable_generate(contexts),
         scorer=side_effects(end_state),
         message_limit=message_limit,
         metadata={
@@ -103,6 +194,7 @@ def twice_task(
                 "task": name,
                 "fault": fault,
                 "protection": protection,
+                "action_log": protection_obj.action_log if action_log is None else action_log,
                 "prompt": p.name,
                 "prompt_source": p.source,
                 "prompt_sha256": p.sha256,

@@ -229,5 +229,5 @@ def test_get_fault_names_accepted_values() -> None:
         get_fault("lost")
     assert set(FAULTS) == {
         "none", "lost_reply", "timeout_before_commit", "error_after_commit",
-        "error_before_commit", "rate_limited",
+        "error_before_commit", "rate_limited", "crash_after_commit",
     }  # fmt: skip

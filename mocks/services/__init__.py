@@ -1,5 +1,6 @@
 """The built-in fake services, one module each."""
 
 from .payments import PaymentsService
+from .travel import TravelService
 
-__all__ = ["PaymentsService"]
+__all__ = ["PaymentsService", "TravelService"]

@@ -111,13 +111,19 @@ def refund_tools(ctx: TrialContext) -> list[Tool]:
 
 
 @task
-def refund(fault: str = "none", protection: str = "bare", prompt: str = "baseline") -> Task:
+def refund(
+    fault: str = "none",
+    protection: str = "bare",
+    prompt: str = "baseline",
+    action_log: bool | None = None,
+) -> Task:
     """Refund one order through a payments API that may lose the reply.
 
     Args:
         fault: What the payments API does wrong (``twice list`` shows the faults).
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
+        action_log: Keep a durable action log (None: as the protection says).
     """
     return twice_task(
         name="refund",
@@ -127,4 +133,5 @@ def refund(fault: str = "none", protection: str = "bare", prompt: str = "baselin
         fault=fault,
         protection=protection,
         prompt=prompt,
+        action_log=action_log,
     )
