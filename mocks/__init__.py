@@ -46,7 +46,13 @@ from ._stub import (
     StubAPI,
     noisy_retry_rate,
 )
-from .services import PaymentsService
+from .services import (
+    EmailService,
+    OrdersService,
+    PaymentsService,
+    RecordsService,
+    TicketsService,
+)
 
 __all__ = [
     "BACKOFF_HEADER",
@@ -65,6 +71,7 @@ __all__ = [
     "Attempt",
     "Call",
     "Effect",
+    "EmailService",
     "ErrorAfterCommit",
     "ErrorBeforeCommit",
     "Fault",
@@ -72,14 +79,17 @@ __all__ = [
     "Ledger",
     "LostReply",
     "NoFault",
+    "OrdersService",
     "Outcome",
     "PaymentsService",
     "RateLimited",
+    "RecordsService",
     "Route",
     "Schedule",
     "Service",
     "Services",
     "StubAPI",
+    "TicketsService",
     "TimeoutBeforeCommit",
     "error_response",
     "get_fault",

@@ -1,5 +1,9 @@
 """The built-in fake services, one module each."""
 
+from .email import EmailService
+from .orders import OrdersService
 from .payments import PaymentsService
+from .records import RecordsService
+from .tickets import TicketsService
 
-__all__ = ["PaymentsService"]
+__all__ = ["EmailService", "OrdersService", "PaymentsService", "RecordsService", "TicketsService"]
