@@ -13,6 +13,7 @@ Idempotency keys are made here, from the trial's run id, never by the model.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import json
@@ -176,6 +177,9 @@ async def mutate(
                 polls += 1
                 backoff = BASE_BACKOFF * polls
                 source = "transport"
+                # The backoff is virtual (never slept), but the in-flight request must get
+                # to finish: yield to the event loop, or every poll comes back 409.
+                await asyncio.sleep(0)
                 continue
             break
         backoff = BASE_BACKOFF * 2 ** (n - 1)
