@@ -9,9 +9,19 @@ from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt
 from ._protections import PROTECTIONS, Protection, get_protection
 from ._toolkit import IdempotencyClass, Mutation, TrialContext, make_tool, mutate, read
 from ._trial import trial_setup, twice_task
+from .archive_record import archive_record
+from .create_ticket import create_ticket
+from .place_order import place_order
 from .refund import refund
+from .send_email import send_email
 
-TASKS: dict[str, Callable[..., Task]] = {"refund": refund}
+TASKS: dict[str, Callable[..., Task]] = {
+    "refund": refund,
+    "send_email": send_email,
+    "create_ticket": create_ticket,
+    "place_order": place_order,
+    "archive_record": archive_record,
+}
 """Built-in tasks by name; each takes ``fault``, ``protection`` and ``prompt``."""
 
 
@@ -37,7 +47,9 @@ __all__ = [
     "Protection",
     "Record",
     "TrialContext",
+    "archive_record",
     "builtin_prompts",
+    "create_ticket",
     "get_protection",
     "get_task",
     "load_dataset",
@@ -45,8 +57,10 @@ __all__ = [
     "load_records",
     "make_tool",
     "mutate",
+    "place_order",
     "read",
     "refund",
+    "send_email",
     "trial_setup",
     "twice_task",
 ]

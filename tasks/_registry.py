@@ -1,1 +1,5 @@
+from .archive_record import archive_record  # noqa: F401  (registers tasks/archive_record)
+from .create_ticket import create_ticket  # noqa: F401  (registers tasks/create_ticket)
+from .place_order import place_order  # noqa: F401  (registers tasks/place_order)
 from .refund import refund  # noqa: F401  (registers tasks/refund)
+from .send_email import send_email  # noqa: F401  (registers tasks/send_email)
