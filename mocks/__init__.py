@@ -48,7 +48,14 @@ from ._stub import (
     StubAPI,
     noisy_retry_rate,
 )
-from .services import PaymentsService, TravelService
+from .services import (
+    EmailService,
+    OrdersService,
+    PaymentsService,
+    RecordsService,
+    TicketsService,
+    TravelService,
+)
 
 __all__ = [
     "BACKOFF_HEADER",
@@ -69,6 +76,7 @@ __all__ = [
     "Call",
     "CrashAfterCommit",
     "Effect",
+    "EmailService",
     "ErrorAfterCommit",
     "ErrorBeforeCommit",
     "Fault",
@@ -76,14 +84,17 @@ __all__ = [
     "Ledger",
     "LostReply",
     "NoFault",
+    "OrdersService",
     "Outcome",
     "PaymentsService",
     "RateLimited",
+    "RecordsService",
     "Route",
     "Schedule",
     "Service",
     "Services",
     "StubAPI",
+    "TicketsService",
     "TimeoutBeforeCommit",
     "TravelService",
     "error_response",

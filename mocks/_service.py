@@ -90,6 +90,9 @@ class Service:
 
     name: ClassVar[str] = "service"
     default_base_url: ClassVar[str] = "https://service.twice.test"
+    idempotency_keys: ClassVar[bool] = True
+    """Whether the service honours Idempotency-Key on its mutating POST routes. A service
+    without key support ignores the header entirely (it is still recorded on the attempt)."""
 
     def __init__(self, base_url: str | None = None) -> None:
         self.base_url = (base_url or self.default_base_url).rstrip("/")
@@ -283,8 +286,10 @@ class Services:
         if fault is not None:
             attempt.fault = fault.name
 
-        # Keys only mean something on POST (Stripe: "sending them on GET and DELETE has no effect").
-        key = attempt.key if (route.mutating and request.method == "POST") else None
+        # Keys only mean something on POST (Stripe: "sending them on GET and DELETE has no effect"),
+        # and only to a service that supports them.
+        honoured = route.mutating and request.method == "POST" and service.idempotency_keys
+        key = attempt.key if honoured else None
         saved = None
         if key is not None:
             decision = service.keys.begin(key, fingerprint(request.method, route.path, params))

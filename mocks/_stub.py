@@ -18,6 +18,9 @@ noisy      after an unknown outcome retries with a probability set by the prompt
            (:data:`NOISY_RETRY_RATES`; ``-M p=0.3`` overrides), drawn from a seed per trial
 ========== ==========================================================================
 
+Independent actions: when a stub gives up on a step whose plan says ``on_fail: "continue"``
+(e.g. the first of two refunds), it goes on with the next step instead of stopping.
+
 Sagas: when a stub gives up on a step whose plan says ``on_fail: "compensate"``, it calls the
 ``compensate`` action of each earlier step that has one, latest first (ids
 ``stub_s<step>_c<n>``), with ``{ref}`` replaced by the reference (e.g. a booking id) found by
@@ -223,10 +226,14 @@ class StubAPI(ModelAPI):
         self, input: list[ChatMessage], plan: list[dict[str, Any]], step: int, text: str
     ) -> ModelOutput:
         """Give up on a step: undo the earlier steps first when the plan says so."""
-        if plan[step].get("on_fail") == "compensate":
+        on_fail = plan[step].get("on_fail")
+        if on_fail == "compensate":
             undo = self._undo_before(input, plan, step)
             if undo is not None:
                 return undo
+        if on_fail == "continue" and step + 1 < len(plan):
+            # Independent actions: giving up on one does not abandon the others.
+            return self._act(input, plan, step + 1, 1)
         return self._give_up(input, text)
 
     def _undo_before(

@@ -25,11 +25,21 @@ from ._toolkit import (
     read,
 )
 from ._trial import resumable_generate, trial_setup, twice_task
+from .archive_record import archive_record
+from .create_ticket import create_ticket
+from .place_order import place_order
 from .refund import refund
+from .send_email import send_email
 from .travel_booking import travel_booking
 
-TASKS: dict[str, Callable[..., Task]] = {"refund": refund}
-TASKS["travel_booking"] = travel_booking
+TASKS: dict[str, Callable[..., Task]] = {
+    "refund": refund,
+    "send_email": send_email,
+    "create_ticket": create_ticket,
+    "place_order": place_order,
+    "archive_record": archive_record,
+    "travel_booking": travel_booking,
+}
 """Built-in tasks by name; each takes ``fault``, ``protection`` and ``prompt``."""
 
 
@@ -64,7 +74,9 @@ __all__ = [
     "ToolSpec",
     "TrialContext",
     "Undo",
+    "archive_record",
     "builtin_prompts",
+    "create_ticket",
     "get_protection",
     "get_task",
     "load_dataset",
@@ -72,9 +84,11 @@ __all__ = [
     "load_records",
     "make_tool",
     "mutate",
+    "place_order",
     "read",
     "refund",
     "resumable_generate",
+    "send_email",
     "travel_booking",
     "trial_setup",
     "twice_task",

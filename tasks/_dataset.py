@@ -34,9 +34,10 @@ class PlanStep(BaseModel):
             ``{ref}`` in its string arguments is replaced by the reference this step made.
         ref_pattern: A regular expression whose match in this step's last successful result
             (or verify result) is that reference (``fb_\\d+`` for a flight booking id).
-        on_fail: What a stub does when it gives up on this step: ``stop`` (report and end)
-            or ``compensate`` (undo the earlier steps that have ``compensate``, latest first,
-            then report).
+        on_fail: What a stub does when it gives up on this step: ``stop`` (report and end),
+            ``continue`` (report it and go on with the next step: the steps are independent
+            actions, as in a request for two refunds) or ``compensate`` (undo the earlier
+            steps that have ``compensate``, latest first, then report).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -46,7 +47,7 @@ class PlanStep(BaseModel):
     drift: dict[str, Any] = Field(default_factory=dict)
     compensate: ToolCallSpec | None = None
     ref_pattern: str | None = None
-    on_fail: Literal["stop", "compensate"] = "stop"
+    on_fail: Literal["stop", "continue", "compensate"] = "stop"
 
     @model_validator(mode="after")
     def _verify_needs_pattern(self) -> PlanStep:

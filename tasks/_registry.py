@@ -1,2 +1,6 @@
+from .archive_record import archive_record  # noqa: F401  (registers tasks/archive_record)
+from .create_ticket import create_ticket  # noqa: F401  (registers tasks/create_ticket)
+from .place_order import place_order  # noqa: F401  (registers tasks/place_order)
 from .refund import refund  # noqa: F401  (registers tasks/refund)
+from .send_email import send_email  # noqa: F401  (registers tasks/send_email)
 from .travel_booking import travel_booking  # noqa: F401  (registers tasks/travel_booking)

@@ -286,7 +286,11 @@ def test_record_on_fail_compensate_needs_an_earlier_undo() -> None:
 
 def test_refund_plans_still_load_with_the_old_fields_only() -> None:
     records = load_records(REFUND_DATASET)
-    assert all(s.on_fail == "stop" and s.compensate is None for r in records for s in r.plan)
+    assert all(s.compensate is None for r in records for s in r.plan)
+    # Single-intent samples stop on failure; the multi-intent ones carry on to the next refund.
+    for r in records:
+        expected = ["stop"] if len(r.plan) == 1 else ["continue"] * (len(r.plan) - 1) + ["stop"]
+        assert [s.on_fail for s in r.plan] == expected, r.id
 
 
 # -- registration -----------------------------------------------------------------------------

@@ -1,0 +1,147 @@
+"""Open a support ticket through a helpdesk API that may lose the reply.
+
+``create_ticket`` is the mutating tool. Its class is ``keyed``: opening a ticket is not
+idempotent (a retry opens a second ticket for one complaint), and the helpdesk honours
+Idempotency-Key on ticket creation, as Zendesk's ticketing API documents, so a key the tool
+layer makes is what makes a retry safe. Tickets can also be searched by customer and subject
+(``find_tickets``, the ``lookup`` protection), the look-before-retry fallback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from inspect_ai import Task, task
+from inspect_ai.tool import Tool
+
+from mocks import Service, TicketsService
+from tasks._dataset import load_dataset
+from tasks._toolkit import TrialContext, make_tool, mutate, read
+from tasks._trial import twice_task
+
+DATASET = Path(__file__).parent / "dataset.jsonl"
+API = "helpdesk API"
+
+
+def _services(state: dict[str, Any]) -> list[Service]:
+    return [TicketsService(customers=state.get("customers", []), tickets=state.get("tickets", []))]
+
+
+def _describe(ticket: dict[str, Any]) -> str:
+    return (
+        f"ticket {ticket['id']} for {ticket['customer_id']}: {ticket['subject']!r} "
+        f"({ticket['status']}, {ticket['priority']} priority)"
+    )
+
+
+def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
+    """The create_ticket task's tools, bound to one trial."""
+    base = ctx.services["tickets"].base_url
+
+    async def lookup(customer_id: str, subject: str) -> dict[str, Any] | None:
+        found = await read(
+            ctx,
+            f"{base}/v1/tickets",
+            api=API,
+            params={"customer_id": customer_id, "subject": subject},
+        )
+        for ticket in found["data"]:
+            if ticket["subject"] == subject:
+                return dict(ticket)
+        return None
+
+    async def create_ticket(
+        customer_id: str,
+        subject: str,
+        description: str,
+        priority: Literal["low", "normal", "high", "urgent"] = "normal",
+    ) -> str:
+        """Open a new support ticket for a customer. Each call opens a new ticket.
+
+        Args:
+            customer_id: The customer, e.g. "cus_1042".
+            subject: One-line summary of the problem.
+            description: What happened, in a few sentences.
+            priority: How urgent the problem is.
+        """
+        result = await mutate(
+            ctx,
+            route="tickets.ticket.create",
+            method="POST",
+            url=f"{base}/v1/tickets",
+            payload={
+                "customer_id": customer_id,
+                "subject": subject,
+                "description": description,
+                "priority": priority,
+            },
+            identity={"customer_id": customer_id, "subject": subject},
+            noun="ticket",
+            api=API,
+            lookup=lambda: lookup(customer_id, subject),
+        )
+        if result.found_by_lookup:
+            return (
+                f"The first attempt timed out; found {result.body['id']} already, not opening "
+                f"another: {_describe(result.body)}."
+            )
+        return f"Opened {_describe(result.body)}."
+
+    async def find_tickets(customer_id: str, subject: str = "") -> str:
+        """List a customer's tickets. Read-only and safe to call any time.
+
+        Args:
+            customer_id: The customer, e.g. "cus_1042".
+            subject: Optional text the subject contains (case-insensitive).
+        """
+        params = {"customer_id": customer_id}
+        if subject:
+            params["subject"] = subject
+        found = await read(ctx, f"{base}/v1/tickets", api=API, params=params)
+        tickets = found["data"]
+        if not tickets:
+            what = f" with subject containing {subject!r}" if subject else ""
+            return f"No tickets for {customer_id}{what}."
+        return f"{len(tickets)} ticket(s) for {customer_id}: " + "; ".join(
+            _describe(t) for t in tickets
+        )
+
+    async def get_customer(customer_id: str) -> str:
+        """Look up a customer: name, email, plan and open tickets.
+
+        Args:
+            customer_id: The customer, e.g. "cus_1042".
+        """
+        c = await read(ctx, f"{base}/v1/customers/{customer_id}", api=API)
+        open_tickets = ", ".join(c["open_tickets"]) or "none"
+        return (
+            f"Customer {c['customer_id']}: {c['name']} <{c.get('email', '')}>, "
+            f"plan {c.get('plan', 'unknown')}. Open tickets: {open_tickets}."
+        )
+
+    return [
+        make_tool(ctx, create_ticket, idempotency="keyed", parallel=True),
+        make_tool(ctx, find_tickets),
+        make_tool(ctx, get_customer),
+    ]
+
+
+@task
+def create_ticket(fault: str = "none", protection: str = "bare", prompt: str = "baseline") -> Task:
+    """Open one support ticket for a complaint through a helpdesk API with key support.
+
+    Args:
+        fault: What the helpdesk API does wrong (``twice list`` shows the faults).
+        protection: What the tool layer does about retries.
+        prompt: A built-in prompt name or a prompt file path.
+    """
+    return twice_task(
+        name="create_ticket",
+        dataset=load_dataset(DATASET, "create_ticket"),
+        services=_services,
+        tools=create_ticket_tools,
+        fault=fault,
+        protection=protection,
+        prompt=prompt,
+    )

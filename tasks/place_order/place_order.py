@@ -1,0 +1,149 @@
+"""Place an order through a shop's orders API that honours idempotency keys.
+
+``place_order`` is the mutating tool. Its class is ``keyed``: a second order is shipped and
+charged twice, and the orders API honours Idempotency-Key, so the keyed protections apply.
+The intent is named by the customer and the SKU: some samples ask for two different products
+in one request (two intents), so a key that names too little (the customer alone) merges the
+two orders into one key, and a key that names too much (the free-text shipping address too)
+splits one order's retries across keys. :func:`place_order_tools` takes the identity fields
+so tests can show both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from inspect_ai import Task, task
+from inspect_ai.tool import Tool, ToolError
+
+from mocks import OrdersService, Service
+from tasks._dataset import load_dataset
+from tasks._toolkit import TrialContext, make_tool, mutate, read
+from tasks._trial import twice_task
+
+DATASET = Path(__file__).parent / "dataset.jsonl"
+API = "orders API"
+IDENTITY_FIELDS: tuple[str, ...] = ("customer", "sku")
+"""What names an order intent: who ordered which product (not quantity or address)."""
+
+
+def _services(state: dict[str, Any]) -> list[Service]:
+    return [OrdersService(products=state.get("products", []), orders=state.get("orders", []))]
+
+
+def _dollars(cents: int) -> str:
+    return f"${cents / 100:.2f}"
+
+
+def _describe(order: dict[str, Any]) -> str:
+    return (
+        f"order {order['id']}: {order['quantity']} × {order['sku']} for {order['customer']}, "
+        f"total {_dollars(order['total'])}, ship to {order['shipping_address']!r} "
+        f"({order['status']})"
+    )
+
+
+def place_order_tools(
+    ctx: TrialContext, *, identity_fields: Sequence[str] = IDENTITY_FIELDS
+) -> list[Tool]:
+    """The place_order task's tools, bound to one trial.
+
+    Args:
+        ctx: The trial context.
+        identity_fields: Which ``place_order`` arguments name the intent (and so the
+            ``intent-key``); the default names the customer and the SKU.
+    """
+    base = ctx.services["orders"].base_url
+
+    async def lookup(customer: str, sku: str) -> dict[str, Any] | None:
+        found = await read(
+            ctx, f"{base}/v1/orders", api=API, params={"customer": customer, "sku": sku}
+        )
+        return dict(found["data"][-1]) if found["data"] else None
+
+    async def place_order(customer: str, sku: str, quantity: int, shipping_address: str) -> str:
+        """Place an order for a customer. Each call places a new order, shipped and charged.
+
+        Args:
+            customer: The customer's full name, e.g. "Dana Ortiz".
+            sku: The product's SKU, e.g. "SKU-MUG-01".
+            quantity: How many units.
+            shipping_address: Where to ship, as one line.
+        """
+        if quantity <= 0:
+            raise ToolError(f"quantity must be positive, got {quantity!r}. No order was placed.")
+        payload = {
+            "customer": customer,
+            "sku": sku,
+            "quantity": quantity,
+            "shipping_address": shipping_address,
+        }
+        result = await mutate(
+            ctx,
+            route="orders.order.create",
+            method="POST",
+            url=f"{base}/v1/orders",
+            payload=payload,
+            identity={f: payload[f] for f in identity_fields},
+            noun="order",
+            api=API,
+            lookup=lambda: lookup(customer, sku),
+        )
+        if result.found_by_lookup:
+            return (
+                f"The first attempt timed out; found {result.body['id']} already, not ordering "
+                f"again: {_describe(result.body)}."
+            )
+        return f"Placed {_describe(result.body)}."
+
+    async def find_orders(customer: str, sku: str = "") -> str:
+        """List a customer's orders. Read-only and safe to call any time.
+
+        Args:
+            customer: The customer's full name.
+            sku: Optional SKU to filter by.
+        """
+        params = {"customer": customer, "sku": sku} if sku else {"customer": customer}
+        found = await read(ctx, f"{base}/v1/orders", api=API, params=params)
+        orders = found["data"]
+        if not orders:
+            what = f" for {sku}" if sku else ""
+            return f"No orders by {customer}{what}."
+        return f"{len(orders)} order(s) by {customer}: " + "; ".join(_describe(o) for o in orders)
+
+    async def get_product(sku: str) -> str:
+        """Look up a product: name, price and stock.
+
+        Args:
+            sku: The product's SKU, e.g. "SKU-MUG-01".
+        """
+        p = await read(ctx, f"{base}/v1/products/{sku}", api=API)
+        return f"{p['sku']}: {p['name']}, {_dollars(p['price'])} each, {p['stock']} in stock."
+
+    return [
+        make_tool(ctx, place_order, idempotency="keyed", parallel=True),
+        make_tool(ctx, find_orders),
+        make_tool(ctx, get_product),
+    ]
+
+
+@task
+def place_order(fault: str = "none", protection: str = "bare", prompt: str = "baseline") -> Task:
+    """Place one or two orders through an orders API with key support.
+
+    Args:
+        fault: What the orders API does wrong (``twice list`` shows the faults).
+        protection: What the tool layer does about retries.
+        prompt: A built-in prompt name or a prompt file path.
+    """
+    return twice_task(
+        name="place_order",
+        dataset=load_dataset(DATASET, "place_order"),
+        services=_services,
+        tools=place_order_tools,
+        fault=fault,
+        protection=protection,
+        prompt=prompt,
+    )

@@ -1,0 +1,121 @@
+"""Send an email through an email API that has no idempotency keys but a searchable sent folder.
+
+``send_email`` is the mutating tool. Its class is ``unsafe``: the email API ignores
+Idempotency-Key entirely, so no key can make a blind retry safe, and a sent email cannot be
+unsent. What can make a retry safe is looking first: every message carries a client reference
+the tool layer derives from the run and the intent (never the model), and the sent folder can
+be searched by it (the ``lookup`` protection) or by recipient and subject (``find_sent_emails``,
+which ``stub/verify`` uses).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from inspect_ai import Task, task
+from inspect_ai.tool import Tool
+
+from mocks import EmailService, Service
+from tasks._dataset import load_dataset
+from tasks._toolkit import TrialContext, make_tool, mutate, read
+from tasks._trial import twice_task
+
+DATASET = Path(__file__).parent / "dataset.jsonl"
+API = "email API"
+
+
+def _services(state: dict[str, Any]) -> list[Service]:
+    return [EmailService(sent=state.get("sent", []))]
+
+
+def _describe(message: dict[str, Any]) -> str:
+    return f"email {message['id']} to {message['to']} with subject {message['subject']!r}"
+
+
+def client_reference(ctx: TrialContext, to: str, subject: str) -> str:
+    """The reference the tool layer puts on a message: one per run and intent (recipient and
+    subject), so a model retry of the same email carries the same reference."""
+    digest = hashlib.sha256(f"{to.lower()}\n{subject}".encode()).hexdigest()[:16]
+    return f"{ctx.run_id}:{digest}"
+
+
+def send_email_tools(ctx: TrialContext) -> list[Tool]:
+    """The send_email task's tools, bound to one trial."""
+    base = ctx.services["email"].base_url
+
+    async def lookup(reference: str) -> dict[str, Any] | None:
+        found = await read(
+            ctx, f"{base}/v1/messages", api=API, params={"client_reference": reference}
+        )
+        return dict(found["data"][0]) if found["data"] else None
+
+    async def send_email(to: str, subject: str, body: str) -> str:
+        """Send an email to a customer. This really sends it: an email cannot be unsent.
+
+        Args:
+            to: The recipient's email address, e.g. "dana.ortiz@example.com".
+            subject: The subject line.
+            body: The plain-text message body.
+        """
+        reference = client_reference(ctx, to, subject)
+        result = await mutate(
+            ctx,
+            route="email.message.send",
+            method="POST",
+            url=f"{base}/v1/messages",
+            payload={"to": to, "subject": subject, "body": body, "client_reference": reference},
+            identity={"to": to, "subject": subject},
+            noun="email",
+            api=API,
+            lookup=lambda: lookup(reference),
+        )
+        if result.found_by_lookup:
+            return (
+                f"The first attempt timed out; found {result.body['id']} already in the sent "
+                f"folder, not sending again: {_describe(result.body)}."
+            )
+        return f"Sent {_describe(result.body)}."
+
+    async def find_sent_emails(to: str, subject: str = "") -> str:
+        """Search the sent folder. Read-only and safe to call any time.
+
+        Args:
+            to: The recipient's email address.
+            subject: Optional text the subject contains (case-insensitive).
+        """
+        params = {"to": to, "subject": subject} if subject else {"to": to}
+        found = await read(ctx, f"{base}/v1/messages", api=API, params=params)
+        messages = found["data"]
+        if not messages:
+            what = f" with subject containing {subject!r}" if subject else ""
+            return f"No sent emails to {to}{what}."
+        return f"{len(messages)} sent email(s) to {to}: " + "; ".join(
+            _describe(m) for m in messages
+        )
+
+    return [
+        make_tool(ctx, send_email, idempotency="unsafe", parallel=True),
+        make_tool(ctx, find_sent_emails),
+    ]
+
+
+@task
+def send_email(fault: str = "none", protection: str = "bare", prompt: str = "baseline") -> Task:
+    """Send one email through an email API with no idempotency keys (sent folder searchable).
+
+    Args:
+        fault: What the email API does wrong (``twice list`` shows the faults).
+        protection: What the tool layer does about retries.
+        prompt: A built-in prompt name or a prompt file path.
+    """
+    return twice_task(
+        name="send_email",
+        dataset=load_dataset(DATASET, "send_email"),
+        services=_services,
+        tools=send_email_tools,
+        fault=fault,
+        protection=protection,
+        prompt=prompt,
+    )
