@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,12 @@ def hostile_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def payloads() -> dict[str, str]:
+    """The payloads :func:`hostile_logs` plants, by name (``prompt_name`` is a file stem)."""
+    return {"script": SCRIPT, "img": IMG, "style": STYLE, "prompt_name": PROMPT_NAME}
+
+
+@pytest.fixture(scope="session")
 def synthetic_small(tmp_path_factory: pytest.TempPathFactory) -> SyntheticRun:
     """Synthetic logs: 2 models × 2 prompts × 2 faults × 1 protection, 30 trials a cell."""
     return write_synthetic_logs(
@@ -128,18 +135,11 @@ def synthetic_small(tmp_path_factory: pytest.TempPathFactory) -> SyntheticRun:
     )
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    """Headless Debian Chromium through Playwright.
-
-    Skips when ``/usr/bin/chromium`` is missing, unless the ``CI`` environment variable is set:
-    in CI a missing browser fails the test instead of hiding it.
-    """
-    if not CHROMIUM.exists():
-        message = f"{CHROMIUM} is missing (apt-get install chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but {message}")
-        pytest.skip(message)
+@contextmanager
+def _launch() -> Iterator[Any]:
+    # Playwright's sync API keeps an event loop running in this thread while it is open, and
+    # inspect's log readers call asyncio.run(): so a browser is opened only around page
+    # checks, after the report is written, never for a whole session.
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -150,6 +150,21 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
+@pytest.fixture
+def browser() -> Any:
+    """Opens headless Debian Chromium through Playwright: ``with browser() as b: ...``.
+
+    Skips when ``/usr/bin/chromium`` is missing, unless the ``CI`` environment variable is set:
+    in CI a missing browser fails the test instead of hiding it.
+    """
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} is missing (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but {message}")
+        pytest.skip(message)
+    return _launch
+
+
 def page_problems(browser: Any, path: Path) -> tuple[list[str], str]:
     """Open ``path`` in Chromium; return what went wrong and the page's visible text.
 
@@ -157,7 +172,12 @@ def page_problems(browser: Any, path: Path) -> tuple[list[str], str]:
     any ``<script>``/``<img>``/``<iframe>`` element or ``on*`` attribute in the DOM, and any
     trace of a payload having run (``window.__pwned``).
     """
-    page = browser.new_page()
+    with browser() as b:
+        return _page_problems(b, path)
+
+
+def _page_problems(b: Any, path: Path) -> tuple[list[str], str]:
+    page = b.new_page()
     problems: list[str] = []
     page.on(
         "console",
