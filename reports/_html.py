@@ -83,7 +83,8 @@ def pct(x: Any) -> str:
 
 def _bound(x: float) -> str:
     v = 100 * x
-    return f"{v:.1f}" if (0 < v < 1 or 99 < v < 100) else f"{v:.0f}"
+    # statsmodels' Wilson bounds at 0 % / 100 % come back as ±1e-17, not exactly 0 or 1.
+    return f"{v:.1f}" if (0.05 <= v < 1 or 99 < v <= 99.95) else f"{v:.0f}"
 
 
 def ci_text(v: Any) -> str:
@@ -167,6 +168,7 @@ def run_info(trials: pd.DataFrame, run: dict[str, Any] | None) -> dict[str, Any]
         index=False
     ):
         prompts.setdefault(name, {"source": "", "sha256": sha, "text": ""})
+    order = [*(run.get("prompts") or {}), *prompts]  # the run's order, then the logs'
     versions = dict(run.get("versions") or {})
     created = run.get("created") or ""
     if headers:
@@ -180,7 +182,7 @@ def run_info(trials: pd.DataFrame, run: dict[str, Any] | None) -> dict[str, Any]
                 "sha256": p.get("sha256", ""),
                 "text": clip(p.get("text", ""), 20_000),
             }
-            for name, p in ((n, prompts[n]) for n in _ordered(list(prompts), trials["prompt"]))
+            for name, p in ((n, prompts[n]) for n in _ordered(order, trials["prompt"]))
             if name in prompts
         },
         "tasks": _ordered(run.get("tasks"), trials["task"]),

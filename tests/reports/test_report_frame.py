@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -12,12 +14,14 @@ from inspect_ai.log import read_eval_log, write_eval_log
 from reports import (
     LEDGER_COLUMNS,
     RETRY_SOURCES,
+    LogReadError,
     SyntheticRun,
     ledger_counts,
+    tidy,
     trials_frame,
     write_synthetic_logs,
 )
-from reports._frame import sample_records
+from reports._frame import RAW_COLUMNS, sample_records
 
 
 def _attempt(n: int, source: str, effects: list[str], mutating: bool = True) -> dict[str, object]:
@@ -147,3 +151,55 @@ def test_write_synthetic_logs_gives_every_cell_a_trial(tmp_path: Path, trials: i
     )
     assert len(run.paths) == 2
     assert run.trials == max(trials, 2)
+
+
+def _samples_df_raw(log_dir: Path) -> pd.DataFrame:
+    """The raw frame built the documented way, with inspect's ``samples_df``."""
+    from inspect_ai.analysis import EvalColumn, SampleColumn, samples_df
+
+    def score(s: Any) -> Any:
+        sc = (s.scores or {}).get("side_effects")
+        return None if sc is None else json.dumps(sc.value)
+
+    columns = [
+        EvalColumn("eval_id", path="eval.eval_id", required=True),
+        EvalColumn("model", path="eval.model", required=True),
+        EvalColumn("task_name", path="eval.task", required=True),
+        EvalColumn("eval_metadata", path="eval.metadata"),
+        EvalColumn("log", path=lambda log: log.location),
+        SampleColumn("sample", path="id", required=True),
+        SampleColumn("epoch", path="epoch", required=True),
+        SampleColumn("score", path=score),
+        SampleColumn(
+            "total_tokens", path=lambda s: sum(u.total_tokens for u in s.model_usage.values())
+        ),
+        SampleColumn("total_time", path="total_time"),
+        SampleColumn("error", path="error"),
+        SampleColumn("limit", path="limit"),
+    ]
+    raw = samples_df(str(log_dir), columns=columns, quiet=True, strict=True)
+    raw = raw.drop(columns=["sample_id"])  # inspect's uuid column, always added
+    assert sorted(raw.columns) == sorted(RAW_COLUMNS)
+    return raw
+
+
+def test_trials_frame_agrees_with_samples_df(refund_logs: Path, refund_frame: pd.DataFrame) -> None:
+    keys = ["log", "sample", "epoch"]
+    ours = refund_frame.drop(columns=list(LEDGER_COLUMNS)).sort_values(keys).reset_index(drop=True)
+    theirs = tidy(_samples_df_raw(refund_logs)).sort_values(keys).reset_index(drop=True)
+    pd.testing.assert_frame_equal(ours, theirs, check_exact=False)
+
+
+def test_trials_frame_takes_log_locations_as_uris(synthetic_small: SyntheticRun) -> None:
+    # run_suite passes EvalLog.location, a file:// URI for logs eval_set found on disk.
+    uris = [p.resolve().as_uri() for p in synthetic_small.paths[:2]]
+    frame = trials_frame(uris)
+    assert len(frame) == 60
+    assert set(frame["log"]) == set(uris)
+
+
+def test_trials_frame_names_an_unreadable_log(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.eval"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(LogReadError, match=r"broken\.eval"):
+        trials_frame([bad])
