@@ -8,7 +8,6 @@ trials a run has.
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -113,9 +112,12 @@ def _agent_view(sample: EvalSample) -> tuple[str, list[dict[str, Any]]]:
     return task, steps[:MAX_ROWS]
 
 
-def view_url(log_dir: str, log_file: str, sample: str, epoch: int) -> str:
-    """The sample's address in a running ``inspect view`` (its hash route for a log file)."""
-    del log_dir  # the viewer's routes are relative to the directory it was started on
+def view_url(log_file: str, sample: str, epoch: int) -> str:
+    """The sample's address in ``inspect view start --log-dir <the log's directory>``.
+
+    The viewer's hash route names the log relative to the directory it serves (checked
+    against inspect_ai 0.3.285's viewer).
+    """
     return (
         f"http://127.0.0.1:{VIEW_PORT}/#/logs/{quote(log_file)}/samples/sample/"
         f"{quote(str(sample), safe='')}/{epoch}/"
@@ -142,7 +144,7 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
         "log_dir": log_dir,
         "log_file": log_file,
         "view_command": f"inspect view start --log-dir {shlex.quote(log_dir)}",
-        "view_url": view_url(log_dir, log_file, row["sample"], int(row["epoch"])),
+        "view_url": view_url(log_file, row["sample"], int(row["epoch"])),
         "error": clip(row.get("error") or ""),
         "read_error": "",
         "task_input": "",
@@ -236,8 +238,3 @@ def drill_down(trials: pd.DataFrame, n: int = WORST_N) -> list[dict[str, Any]]:
         detail["rank"] = rank
         out.append(detail)
     return out
-
-
-def is_nan(value: Any) -> bool:
-    """True for None and float NaN (the template's n/a test)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -192,3 +192,8 @@ def test_report_lists_crashed_trials(
     assert data["errors"][0]["messages"][0]["text"] == "RuntimeError('boom')"
     page = write_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
     assert 'id="errors"' in page and "RuntimeError(&#39;boom&#39;)" in page
+
+
+def test_write_report_of_no_trials_says_so(refund_frame: pd.DataFrame, tmp_path: Path) -> None:
+    page = write_report(refund_frame.iloc[0:0], tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "No trials were found in these logs." in page
