@@ -1,18 +1,23 @@
 """Inspect logs → one tidy pandas frame, a row per trial.
 
-Reads only what inspect wrote (``samples_df`` plus twice's score and task metadata), so any
-log directory from ``twice run`` or ``inspect eval`` of a twice task can be reported on.
+Reads only what inspect wrote (each log's header, and per sample twice's score, the ledger
+twice keeps in the sample store, usage, time, error and limit), so any log directory from
+``twice run`` or ``inspect eval`` of a twice task can be reported on.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import math
+import os
+import zipfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pandas as pd
-from inspect_ai.analysis import EvalColumn, SampleColumn, samples_df
+from inspect_ai.log import read_eval_log
 
 METRICS: tuple[str, ...] = (
     "completed",
@@ -30,29 +35,38 @@ CELL: tuple[str, ...] = ("model", "prompt", "task", "fault", "protection")
 
 SCORER = "side_effects"
 
-_COLUMNS = [
-    EvalColumn("eval_id", path="eval.eval_id", required=True),
-    EvalColumn("model", path="eval.model", required=True),
-    EvalColumn("task_name", path="eval.task", required=True),
-    EvalColumn("eval_metadata", path="eval.metadata"),
-    EvalColumn("log", path=lambda log: log.location),
-    SampleColumn("sample", path="id", required=True),
-    SampleColumn("epoch", path="epoch", required=True),
-    SampleColumn("score", path=lambda s: _score_value(s)),
-    SampleColumn("total_tokens", path=lambda s: _tokens(s)),
-    SampleColumn("total_time", path="total_time"),
-    SampleColumn("error", path="error"),
-    SampleColumn("limit", path="limit"),
-]
+LEDGER_KEY = "twice:ledger"
+"""Store key under which twice's tools keep the trial's ledger."""
 
+RETRY_SOURCES: tuple[str, ...] = ("initial", "transport", "model", "resume", "unknown")
+"""Who sent a mutating attempt: the first try, the tool layer's retry loop, the model calling
+the tool again, a resumed run, or a client that did not say. Each gets two frame columns:
+``attempts_<source>`` (mutating attempts it sent) and ``excess_<source>`` (excess effects
+committed by those attempts)."""
 
-def _score_value(sample: Any) -> str | None:
-    score = (sample.scores or {}).get(SCORER)
-    return None if score is None else json.dumps(score.value)
+LEDGER_COLUMNS: tuple[str, ...] = (
+    "attempts",
+    "effects",
+    *(f"attempts_{s}" for s in RETRY_SOURCES),
+    *(f"excess_{s}" for s in RETRY_SOURCES),
+)
+"""Frame columns computed from each trial's ledger."""
 
-
-def _tokens(sample: Any) -> int:
-    return sum(u.total_tokens for u in (sample.model_usage or {}).values())
+RAW_COLUMNS: tuple[str, ...] = (
+    "eval_id",
+    "model",
+    "task_name",
+    "eval_metadata",
+    "log",
+    "sample",
+    "epoch",
+    "score",
+    "total_tokens",
+    "total_time",
+    "error",
+    "limit",
+)
+"""Columns of the raw per-sample frame that :func:`tidy` shapes."""
 
 
 class LogReadError(Exception):
@@ -71,7 +85,9 @@ def log_files(log_dir: str | Path) -> list[Path]:
     files = sorted(
         p
         for p in root.rglob("*")
-        if p.suffix in (".eval", ".json") and p.is_file() and not p.name.startswith(("logs", "summary", "eval-set"))
+        if p.suffix in (".eval", ".json")
+        and p.is_file()
+        and not p.name.startswith(("logs", "summary", "eval-set"))
         and p.name != "summary.json"
     )
     if not files:
@@ -99,25 +115,90 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
 
     Columns: ``model, prompt, task, fault, protection, epoch, sample``, every per-trial metric
     (float; NaN for a trial that errored before it was scored), ``total_tokens, total_time,
-    error`` (empty string when none), ``limit``, ``prompt_sha256``, ``eval_id``, ``log``.
+    error`` (empty string when none), ``limit``, ``prompt_sha256``, ``eval_id``, ``log``, and
+    the ledger counts of :data:`LEDGER_COLUMNS`: mutating ``attempts`` and committed
+    ``effects``, then per retry source the attempts it sent and the excess effects it caused
+    (the effects beyond an intent's expected count, and effects matching no intent, are
+    charged to the source of the attempt that committed them; NaN when the trial was not
+    scored).
 
     Args:
-        logs: A log directory, or a list of log files.
+        logs: A log directory, or a list of log files (paths or ``file://`` URIs, as in
+            ``EvalLog.location``).
 
     Raises:
         LogReadError: when there are no logs or one cannot be read.
     """
-    paths = log_files(logs) if isinstance(logs, (str, Path)) else [Path(p) for p in logs]
-    try:
-        raw = samples_df([str(p) for p in paths], columns=_COLUMNS, quiet=True, strict=True)
-    except Exception as ex:  # inspect raises several types for unreadable logs
-        raise LogReadError(f"could not read inspect logs: {type(ex).__name__}: {ex}") from None
-    return tidy(raw)
+    if isinstance(logs, (str, Path)):
+        paths = log_files(logs)
+    else:  # EvalLog.location is a file:// URI for logs eval_set found on disk
+        paths = [Path(local_path(str(p))) for p in logs]
+    rows: list[dict[str, Any]] = []
+    counts: list[dict[str, float]] = []
+    for path in paths:
+        try:
+            _read_log(path, rows, counts)
+        except LogReadError:
+            raise
+        except Exception as ex:  # inspect and zipfile raise several types for unreadable logs
+            raise LogReadError(
+                f"could not read inspect log {str(path)!r}: {type(ex).__name__}: {ex}"
+            ) from None
+    raw = pd.DataFrame(rows, columns=list(RAW_COLUMNS))
+    frame = tidy(raw)
+    extra = pd.DataFrame(counts, index=frame.index, columns=list(LEDGER_COLUMNS), dtype="float64")
+    return pd.concat([frame, extra], axis=1)
+
+
+def _read_log(path: Path, rows: list[dict[str, Any]], counts: list[dict[str, float]]) -> None:
+    # One pass per log: the header through inspect, then every sample's JSON once for both
+    # the summary columns and the ledger (samples_df plus a ledger pass read everything
+    # twice: 10k trials took ~4x longer).
+    header = read_eval_log(str(path), header_only=True).eval
+    common = {
+        "eval_id": header.eval_id,
+        "model": header.model,
+        "task_name": header.task,
+        # one string per log, so tidy() parses each eval's metadata once
+        "eval_metadata": json.dumps(header.metadata or {}, default=str),
+        "log": path.resolve().as_uri(),
+    }
+    for sample in sample_records(path):
+        score = (sample.get("scores") or {}).get(SCORER)
+        error = sample.get("error")
+        limit = sample.get("limit")
+        usage = sample.get("model_usage") or {}
+        rows.append(
+            {
+                **common,
+                "sample": sample.get("id"),
+                "epoch": sample.get("epoch", 1),
+                "score": score.get("value") if isinstance(score, dict) else None,
+                "total_tokens": sum(int(u.get("total_tokens") or 0) for u in usage.values()),
+                "total_time": sample.get("total_time"),
+                "error": error.get("message") if isinstance(error, dict) else error,
+                "limit": limit.get("type") if isinstance(limit, dict) else limit,
+            }
+        )
+        counts.append(ledger_counts(sample.get("store"), score))
 
 
 def tidy(raw: pd.DataFrame) -> pd.DataFrame:
-    """Shape a raw ``samples_df`` frame (with twice's columns) into the trial frame."""
-    meta = raw["eval_metadata"].map(_twice_meta) if len(raw) else pd.Series([], dtype=object)
+    """Shape a raw frame with twice's columns into the trial frame.
+
+    ``raw`` has one row per sample and the columns :data:`RAW_COLUMNS` (what
+    ``samples_df`` gives for the same fields, so a ``samples_df`` frame works too).
+    """
+    # Every trial of an eval carries the same metadata: parse each distinct value once.
+    parsed: dict[Any, dict[str, Any]] = {}
+
+    def meta_of(value: Any) -> dict[str, Any]:
+        key = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        if key not in parsed:
+            parsed[key] = _twice_meta(value)
+        return parsed[key]
+
+    meta = [meta_of(v) for v in raw["eval_metadata"]] if len(raw) else []
     frame = pd.DataFrame(
         {
             "model": raw["model"].astype(str),
@@ -132,7 +213,9 @@ def tidy(raw: pd.DataFrame) -> pd.DataFrame:
     scores = [_score_dict(v) for v in raw["score"]] if len(raw) else []
     for name in METRICS:
         frame[name] = pd.Series([s.get(name) for s in scores], index=frame.index, dtype="float64")
-    frame["total_tokens"] = pd.to_numeric(raw["total_tokens"], errors="coerce").fillna(0).astype(int)
+    frame["total_tokens"] = (
+        pd.to_numeric(raw["total_tokens"], errors="coerce").fillna(0).astype(int)
+    )
     frame["total_time"] = pd.to_numeric(raw["total_time"], errors="coerce").astype(float)
     frame["error"] = raw["error"].fillna("").astype(str)
     frame["limit"] = raw["limit"].fillna("").astype(str)
@@ -149,3 +232,72 @@ def _score_dict(value: Any) -> dict[str, float]:
         except ValueError:
             return {}
     return value if isinstance(value, dict) else {}
+
+
+def local_path(location: str) -> str:
+    """A log's filesystem path from the ``log`` column (inspect writes ``file://`` URIs)."""
+    if location.startswith("file://"):
+        return os.path.abspath(unquote(urlparse(location).path))
+    return os.path.abspath(location) if "://" not in location else location
+
+
+def sample_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Every sample of one log as plain JSON (``id, epoch, store, scores, ...``).
+
+    ``.eval`` logs are zip files holding one JSON member per sample; parsing those members
+    directly is about 20x faster than validating them into inspect's ``EvalSample`` (1080 demo
+    samples: 0.3 s instead of ~5 s), which matters because the report needs every trial's
+    ledger. Any other log goes through inspect's reader.
+    """
+    p = Path(path)
+    if p.suffix == ".eval" and zipfile.is_zipfile(p):
+        with zipfile.ZipFile(p) as z:
+            for name in z.namelist():
+                if name.startswith("samples/") and name.endswith(".json"):
+                    yield json.loads(z.read(name))
+        return
+    log = read_eval_log(str(p))
+    for sample in log.samples or []:
+        yield sample.model_dump(mode="json", exclude={"messages", "events", "attachments"})
+
+
+def _source(attempt: dict[str, Any]) -> str:
+    source = attempt.get("source")
+    return source if source in RETRY_SOURCES else "unknown"
+
+
+def ledger_counts(store: dict[str, Any] | None, score: dict[str, Any] | None) -> dict[str, float]:
+    """The :data:`LEDGER_COLUMNS` of one trial, from its store and its ``side_effects`` score.
+
+    Args:
+        store: The sample's store (the ledger is under :data:`LEDGER_KEY`).
+        score: The ``side_effects`` score as JSON (``value`` and ``metadata``), or None.
+    """
+    ledger = (store or {}).get(LEDGER_KEY) or {}
+    attempts = [a for a in ledger.get("attempts", []) if isinstance(a, dict)]
+    effects = [e for e in ledger.get("effects", []) if isinstance(e, dict)]
+    out: dict[str, float] = {"attempts": 0.0, "effects": float(len(effects))}
+    for s in RETRY_SOURCES:
+        out[f"attempts_{s}"] = 0.0
+        out[f"excess_{s}"] = 0.0
+    for a in attempts:
+        if a.get("mutating"):
+            out["attempts"] += 1
+            out[f"attempts_{_source(a)}"] += 1
+    meta = (score or {}).get("metadata")
+    if not isinstance(meta, dict):
+        for s in RETRY_SOURCES:
+            out[f"excess_{s}"] = math.nan
+        return out
+    by_n = {a.get("n"): a for a in attempts}
+    source_of = {e.get("id"): _source(by_n.get(e.get("attempt"), {})) for e in effects}
+    claimed: set[Any] = set()
+    excess: list[Any] = []
+    for intent in meta.get("intents", []):
+        ids = list(intent.get("effects", []))
+        claimed.update(ids)
+        excess += ids[max(0, int(intent.get("expected", 1))) :]  # the later ones are the repeats
+    excess += [e.get("id") for e in effects if e.get("id") not in claimed]
+    for effect_id in excess:
+        out[f"excess_{source_of.get(effect_id, 'unknown')}"] += 1
+    return out

@@ -1,43 +1,561 @@
-"""The HTML report: one self-contained, autoescaped page built from the trial frame."""
+"""The HTML report: one self-contained, autoescaped page built from the trial frame.
+
+:func:`report_data` turns frames into plain data (lists, dicts, strings, numbers); the jinja
+template only lays it out. Nothing model-controlled is marked safe anywhere: prompts, tool
+arguments, tool outputs, ids and error messages all go through jinja's autoescaping, and the
+page carries a Content-Security-Policy that allows no script and no network at all.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import pandas as pd
+from inspect_ai.log import read_eval_log
 
-from ._aggregate import cells
+from ._aggregate import cells, wilson
+from ._charts import PALETTE, interval_bar, rate_colour, scatter
+from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comparison
+from ._drill import WORST_N, clip, drill_down
+from ._frame import CELL, RETRY_SOURCES, local_path
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("reports", "templates"),
-    autoescape=True,  # model-controlled text (prompts, ids, errors) is untrusted
+    autoescape=True,  # model-controlled text (prompts, tool args, outputs, errors) is untrusted
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
 )
 
+GRID_METRICS: tuple[tuple[str, str, str, bool, str], ...] = (
+    (
+        "dup",
+        "Duplication",
+        "duplication",
+        True,
+        "trials where some intent got more effects than asked",
+    ),
+    ("comp", "Completion", "completion", False, "trials where everything asked for was done"),
+    (
+        "safe",
+        "Safe success",
+        "safe_success",
+        False,
+        "completed and exactly once: the job got done, once",
+    ),
+)
+"""(id, title, rate prefix in :func:`cells`, lower is better, what it counts)."""
 
-def report_data(trials: pd.DataFrame, run: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Plain data for the template (no pandas objects cross into jinja)."""
-    table = cells(trials)
-    by_model = cells(trials, by=("model",))
+METRIC_LABELS: dict[str, str] = {
+    "duplicated": "duplication",
+    "safe_success": "safe success",
+    "completed": "completion",
+}
+
+SOURCE_NOTES: dict[str, str] = {
+    "initial": "the first attempt of a tool call",
+    "transport": "the tool layer's own retry loop",
+    "model": "the model calling the tool again",
+    "resume": "a restarted run re-executing a step",
+    "unknown": "a client that did not say",
+}
+
+
+def _nan(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def pct(x: Any) -> str:
+    """``29%``; ``<1%`` / ``>99%`` near the ends so a nonzero rate never reads as 0; ``n/a``."""
+    if _nan(x):
+        return "n/a"
+    v = 100 * float(x)
+    if 0 < v < 1:
+        return "<1%"
+    if 99 < v < 100:
+        return ">99%"
+    return f"{v:.0f}%"
+
+
+def _bound(x: float) -> str:
+    v = 100 * x
+    # statsmodels' Wilson bounds at 0 % / 100 % come back as ±1e-17, not exactly 0 or 1.
+    return f"{v:.1f}" if (0.05 <= v < 1 or 99 < v <= 99.95) else f"{v:.0f}"
+
+
+def ci_text(v: Any) -> str:
+    """``[15–49%]`` for a 95 % interval (a decimal near 0 and 100 %); empty for n/a."""
+    if v is None or len(v) != 2 or _nan(v[0]) or _nan(v[1]):
+        return ""
+    return f"[{_bound(v[0])}–{_bound(v[1])}%]"
+
+
+def pts(x: Any) -> str:
+    """A difference of rates in percentage points, signed: ``+31 pts``."""
+    if _nan(x):
+        return "n/a"
+    v = 100 * float(x)
+    return "±0 pts" if round(v) == 0 else f"{v:+.0f} pts"
+
+
+def pts_ci(v: Any) -> str:
+    """``[+13, +47]`` (percentage points)."""
+    if v is None or len(v) != 2 or _nan(v[0]) or _nan(v[1]):
+        return ""
+    return f"[{100 * v[0]:+.0f}, {100 * v[1]:+.0f}]"
+
+
+def p_text(p: Any) -> str:
+    """``p=0.31``, ``p<0.001``."""
+    if _nan(p):
+        return "p n/a"
+    return "p<0.001" if p < 0.001 else f"p={p:.3f}" if p < 0.01 else f"p={p:.2f}"
+
+
+_ENV.filters.update(pct=pct, ci=ci_text, pts=pts, pts_ci=pts_ci, p=p_text)
+_ENV.tests["nan"] = _nan
+
+
+def _ordered(preferred: Iterable[str] | None, present: Iterable[str]) -> list[str]:
+    present = list(dict.fromkeys(str(v) for v in present))
+    first = [v for v in (preferred or []) if v in present]
+    return first + [v for v in present if v not in first]
+
+
+def _rank(order: list[str], value: str) -> int:
+    return order.index(value) if value in order else len(order)
+
+
+def _headers(trials: pd.DataFrame) -> list[Any]:
+    # One header per prompt (for its text) plus the first and last log (dates, versions):
+    # bounded however many logs the run has.
+    picks: dict[str, None] = {}
+    logs = trials["log"].astype(str)
+    for _, group in trials.assign(_log=logs).groupby("prompt", sort=False):
+        picks[group["_log"].iloc[0]] = None
+    if len(logs):
+        picks[logs.min()] = None
+        picks[logs.max()] = None
+    out = []
+    for log in picks:
+        try:
+            out.append(read_eval_log(local_path(log), header_only=True))
+        except Exception:  # a missing log only costs the "what was run" details
+            continue
+    return out
+
+
+def run_info(trials: pd.DataFrame, run: dict[str, Any] | None) -> dict[str, Any]:
+    """What was run: ``run`` (from ``twice run``) completed from the logs themselves."""
+    run = dict(run or {})
+    headers = _headers(trials) if len(trials) else []
+    prompts: dict[str, dict[str, Any]] = {}
+    for h in headers:
+        meta = ((h.eval.metadata or {}).get("twice") or {}) if h.eval.metadata else {}
+        name = meta.get("prompt")
+        if name and name not in prompts:
+            prompts[name] = {
+                "source": meta.get("prompt_source", ""),
+                "sha256": meta.get("prompt_sha256", ""),
+                "text": meta.get("prompt_text", ""),
+            }
+    prompts.update(run.get("prompts") or {})
+    for name, sha in trials.drop_duplicates("prompt")[["prompt", "prompt_sha256"]].itertuples(
+        index=False
+    ):
+        prompts.setdefault(name, {"source": "", "sha256": sha, "text": ""})
+    order = [*(run.get("prompts") or {}), *prompts]  # the run's order, then the logs'
+    versions = dict(run.get("versions") or {})
+    created = run.get("created") or ""
+    if headers:
+        versions = {**{k: v for k, v in (headers[0].eval.packages or {}).items()}, **versions}
+        created = created or min(str(h.eval.created) for h in headers)
+    info = {
+        "models": _ordered(run.get("models"), trials["model"]),
+        "prompts": {
+            name: {
+                "source": p.get("source", ""),
+                "sha256": p.get("sha256", ""),
+                "text": clip(p.get("text", ""), 20_000),
+            }
+            for name, p in ((n, prompts[n]) for n in _ordered(order, trials["prompt"]))
+            if name in prompts
+        },
+        "tasks": _ordered(run.get("tasks"), trials["task"]),
+        "faults": _ordered(run.get("faults"), trials["fault"]),
+        "protections": _ordered(run.get("protections"), trials["protection"]),
+        "epochs": run.get("epochs") or (int(trials["epoch"].max()) if len(trials) else 0),
+        "versions": versions,
+        "created": created,
+        "suite": run.get("suite", ""),
+        "log_dirs": sorted({str(Path(local_path(str(p))).parent) for p in trials["log"].unique()}),
+    }
+    return info
+
+
+def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    return table.to_dict("records") if len(table) else []
+
+
+def _rate(row: dict[str, Any], prefix: str, lower_is_better: bool) -> dict[str, Any]:
+    rate = row.get(f"{prefix}_rate")
+    ci = row.get(f"{prefix}_ci") or [math.nan, math.nan]
     return {
-        "run": run or {},
-        "models": by_model.to_dict("records"),
-        "cells": table.to_dict("records"),
-        "n_trials": len(trials),
+        "rate": rate,
+        "ci": ci,
+        "colour": rate_colour(rate, lower_is_better),
+        "bar": interval_bar(rate, ci, lower_is_better),
     }
 
 
-def render_report(trials: pd.DataFrame, run: dict[str, Any] | None = None) -> str:
+def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
+    by_model = {r["model"]: r for r in _records(cells(trials, by=("model",)))}
+    per_cell = cells(trials)
+    rows = []
+    for model in info["models"]:
+        r = by_model.get(model)
+        if r is None:
+            continue
+        mine = per_cell[per_cell["model"] == model]
+        worst = None
+        if len(mine) and mine["duplication_rate"].max() > 0:
+            w = mine.sort_values(["duplication_rate", "trials"], ascending=False).iloc[0]
+            worst = {k: w[k] for k in ("prompt", "task", "fault", "protection")}
+            worst["rate"], worst["ci"] = w["duplication_rate"], w["duplication_ci"]
+        rows.append(
+            {
+                "model": model,
+                "colour": PALETTE[info["models"].index(model) % len(PALETTE)],
+                "trials": r["trials"],
+                "errors": r["errors"],
+                "safe": _rate(r, "safe_success", False),
+                "dup": _rate(r, "duplication", True),
+                "comp": _rate(r, "completion", False),
+                "excess": r["excess_effects_mean"],
+                "worst": worst,
+            }
+        )
+    # Best first: the page is read top-down, so the table answers "which one" on its own.
+    rows.sort(key=lambda r: (-_num(r["safe"]["rate"]), _num(r["dup"]["rate"])))
+    return rows
+
+
+def _num(x: Any) -> float:
+    return -1.0 if _nan(x) else float(x)
+
+
+def _takeaway(headline: list[dict[str, Any]]) -> dict[str, Any] | None:
+    scored = [r for r in headline if not _nan(r["safe"]["rate"])]
+    if not scored:
+        return None
+    best = max(scored, key=lambda r: (_num(r["safe"]["ci"][0]), -_num(r["dup"]["ci"][1])))
+    return {
+        "best": best,
+        "duplicators": [r["model"] for r in scored if _num(r["dup"]["rate"]) > 0],
+        "clean": [r["model"] for r in scored if _num(r["dup"]["rate"]) == 0],
+    }
+
+
+def _grids(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
+    table = cells(trials, by=("fault", "protection", "model", "prompt"))
+    index = {(r["fault"], r["protection"], r["model"], r["prompt"]): r for r in _records(table)}
+    out = []
+    for gid, title, prefix, lower, what in GRID_METRICS:
+        faults = []
+        for fault in info["faults"]:
+            facets = []
+            for protection in info["protections"]:
+                here = table[(table["fault"] == fault) & (table["protection"] == protection)]
+                if here.empty:
+                    continue
+                prompts = _ordered(info["prompts"], here["prompt"])
+                rows = []
+                for model in _ordered(info["models"], here["model"]):
+                    row_cells: list[dict[str, Any] | None] = []
+                    for prompt in prompts:
+                        r = index.get((fault, protection, model, prompt))
+                        if r is None:
+                            row_cells.append(None)
+                            continue
+                        row_cells.append(
+                            {**_rate(r, prefix, lower), "n": r["trials"], "errors": r["errors"]}
+                        )
+                    rows.append({"model": model, "cells": row_cells})
+                facets.append({"protection": protection, "prompts": prompts, "rows": rows})
+            if facets:
+                faults.append({"fault": fault, "facets": facets})
+        out.append(
+            {"id": gid, "title": title, "what": what, "lower_is_better": lower, "faults": faults}
+        )
+    return out
+
+
+def _charts(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for protection in info["protections"]:
+        part = trials[trials["protection"] == protection]
+        if part.empty:
+            continue
+        rows = _records(cells(part, by=("model", "prompt")))
+        prompts = list(info["prompts"])
+        rows.sort(key=lambda r: (_rank(info["models"], r["model"]), _rank(prompts, r["prompt"])))
+        chart = scatter(rows, info["models"])
+        faults = _ordered(info["faults"], part["fault"])
+        out.append({"protection": protection, "faults": faults, "chart": chart})
+    return out
+
+
+def _prompt_section(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any] | None:
+    prompts = _ordered(info["prompts"], trials["prompt"])
+    if len(prompts) < 2:
+        return None
+    reference = default_reference(prompts)
+    table = prompt_comparison(trials, reference=reference)
+    rows: list[dict[str, Any]] = []
+    hidden = 0
+    highlights: list[dict[str, Any]] = []
+    if len(table):
+        for (model, prompt, fault), group in table.groupby(
+            ["model", "prompt", "fault"], sort=False
+        ):
+            metrics = {r["metric"]: r for r in _records(group)}
+            first = next(iter(metrics.values()))
+            if fault != "all" and all(m["diff"] == 0 for m in metrics.values()):
+                hidden += (
+                    1  # a per-fault row where nothing moved says nothing the pooled row doesn't
+                )
+                continue
+            for m in metrics.values():
+                if m["verdict"] != "same":
+                    highlights.append(
+                        {
+                            "model": model,
+                            "prompt": prompt,
+                            "fault": fault,
+                            "label": METRIC_LABELS[m["metric"]],
+                            **m,
+                        }
+                    )
+            rows.append(
+                {
+                    "model": model,
+                    "prompt": prompt,
+                    "fault": fault,
+                    "pooled": fault == "all",
+                    "conditions": first["conditions"],
+                    "n_ref": first["n_ref"],
+                    "n": first["n"],
+                    "metrics": [
+                        metrics[m]
+                        for m in ("duplicated", "safe_success", "completed")
+                        if m in metrics
+                    ],
+                }
+            )
+    significant = int(table["significant"].sum()) if len(table) else 0
+    # Pooled rows first; per-fault detail only when no pooled row of that pair said it.
+    pooled = {(h["model"], h["prompt"]) for h in highlights if h["fault"] == "all"}
+    highlights = [
+        h for h in highlights if h["fault"] == "all" or (h["model"], h["prompt"]) not in pooled
+    ]
+    return {
+        "reference": reference,
+        "rows": rows,
+        "hidden": hidden,
+        "highlights": highlights[:12],
+        "comparisons": len(table),
+        "significant": significant,
+    }
+
+
+def _baseline_section(trials: pd.DataFrame, baseline: pd.DataFrame) -> dict[str, Any]:
+    table = baseline_comparison(trials, baseline)
+    rows: list[dict[str, Any]] = []
+    if len(table):
+        for cell, group in table.groupby(list(CELL), sort=False):
+            recs = _records(group)
+            first = recs[0]
+            rows.append(
+                {
+                    **dict(zip(CELL, cell, strict=True)),
+                    "flag": first["flag"],
+                    "prompt_changed": bool(first["prompt_changed"]),
+                    "metrics": [r for r in recs if r.get("metric")],
+                }
+            )
+    rows.sort(key=lambda r: FLAGS.index(r["flag"]))
+    counts = {flag: sum(1 for r in rows if r["flag"] == flag) for flag in FLAGS}
+    return {
+        "rows": [r for r in rows if r["flag"] != "same"],
+        "same": [r for r in rows if r["flag"] == "same"],
+        "counts": counts,
+        "trials": len(baseline),
+        "log_dirs": sorted({str(Path(local_path(str(p))).parent) for p in baseline["log"].unique()})
+        if len(baseline)
+        else [],
+    }
+
+
+def _breakdowns(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for dim, order in (
+        ("task", info["tasks"]),
+        ("fault", info["faults"]),
+        ("protection", info["protections"]),
+    ):
+        per_model = cells(trials, by=(dim, "model"))
+        overall = {r[dim]: r for r in _records(cells(trials, by=(dim,)))}
+        groups = []
+        for value in order:
+            if value not in overall:
+                continue
+            mine = per_model[per_model[dim] == value]
+            ranked = sorted(_records(mine), key=lambda r: _rank(info["models"], r["model"]))
+            rows = [_breakdown_row(r, r["model"]) for r in ranked]
+            groups.append(
+                {"value": value, "all": _breakdown_row(overall[value], "all models"), "rows": rows}
+            )
+        out.append({"dim": dim, "groups": groups})
+    return out
+
+
+def _breakdown_row(r: dict[str, Any], label: str) -> dict[str, Any]:
+    return {
+        "label": label,
+        "trials": r["trials"],
+        "errors": r["errors"],
+        "dup": _rate(r, "duplication", True),
+        "comp": _rate(r, "completion", False),
+        "safe": _rate(r, "safe_success", False),
+        "excess": r["excess_effects_mean"],
+        "unseen": r["unseen_effects_mean"],
+    }
+
+
+def _sources(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any] | None:
+    if f"attempts_{RETRY_SOURCES[0]}" not in trials.columns:
+        return None
+    groups = []
+    scopes = [("all models", trials)] + [(m, trials[trials["model"] == m]) for m in info["models"]]
+    for label, part in scopes:
+        scored = part[part["completed"].notna() & part[f"excess_{RETRY_SOURCES[0]}"].notna()]
+        total_excess = sum(float(scored[f"excess_{s}"].sum()) for s in RETRY_SOURCES)
+        rows = []
+        for source in RETRY_SOURCES:
+            attempts = float(part[f"attempts_{source}"].sum())
+            excess = float(scored[f"excess_{source}"].sum())
+            if attempts == 0 and excess == 0:
+                continue
+            dup_trials = int((scored[f"excess_{source}"] > 0).sum())
+            n = len(scored)
+            rate = dup_trials / n if n else math.nan
+            ci = list(wilson(dup_trials, n))
+            rows.append(
+                {
+                    "source": source,
+                    "note": SOURCE_NOTES.get(source, ""),
+                    "attempts": int(attempts),
+                    "per_trial": attempts / len(part) if len(part) else math.nan,
+                    "trials_with": int((part[f"attempts_{source}"] > 0).sum()),
+                    "excess": int(excess),
+                    "share": excess / total_excess if total_excess else math.nan,
+                    "dup": {
+                        "rate": rate,
+                        "ci": ci,
+                        "colour": rate_colour(rate, True),
+                        "bar": interval_bar(rate, ci, True),
+                    },
+                    "dup_trials": dup_trials,
+                    "scored": n,
+                }
+            )
+        if rows:
+            groups.append({"label": label, "trials": len(part), "rows": rows})
+    return {"groups": groups, "notes": SOURCE_NOTES}
+
+
+def _errors(trials: pd.DataFrame) -> list[dict[str, Any]]:
+    crashed = trials[(trials["error"] != "") | trials["completed"].isna()]
+    out = []
+    for cell, group in crashed.groupby(list(CELL), sort=True):
+        messages = group["error"].replace("", "(not scored)").value_counts().head(3)
+        out.append(
+            {
+                **dict(zip(CELL, cell, strict=True)),
+                "count": len(group),
+                "messages": [{"text": clip(m, 400), "count": int(c)} for m, c in messages.items()],
+            }
+        )
+    return out
+
+
+def report_data(
+    trials: pd.DataFrame,
+    run: dict[str, Any] | None = None,
+    baseline: pd.DataFrame | None = None,
+    worst: int = WORST_N,
+) -> dict[str, Any]:
+    """Plain data for the template (no pandas objects cross into jinja).
+
+    Args:
+        trials: The trial frame (:func:`reports.trials_frame`).
+        run: What was run (``evals``' run metadata); missing parts are read from the logs.
+        baseline: Another run's trial frame to compare against, cell by cell.
+        worst: How many of the worst trials to drill into (each is read back from its log).
+    """
+    info = run_info(trials, run)
+    n_scored = int(trials["completed"].notna().sum()) if len(trials) else 0
+    data: dict[str, Any] = {
+        "run": info,
+        "n_trials": len(trials),
+        "n_scored": n_scored,
+        "n_cells": len(trials[list(CELL)].drop_duplicates()) if len(trials) else 0,
+        "headline": _headline(trials, info) if len(trials) else [],
+        "takeaway": None,
+        "grids": _grids(trials, info) if len(trials) else [],
+        "charts": _charts(trials, info) if len(trials) else [],
+        "prompts": _prompt_section(trials, info) if len(trials) else None,
+        "baseline": _baseline_section(trials, baseline) if baseline is not None else None,
+        "breakdowns": _breakdowns(trials, info) if len(trials) else [],
+        "sources": _sources(trials, info) if len(trials) else None,
+        "errors": _errors(trials) if len(trials) else [],
+        "worst_n": worst,
+        "drill": drill_down(trials, worst) if len(trials) else [],
+        "palette": PALETTE,
+    }
+    data["takeaway"] = _takeaway(data["headline"])
+    return data
+
+
+def render_report(
+    trials: pd.DataFrame,
+    run: dict[str, Any] | None = None,
+    baseline: pd.DataFrame | None = None,
+) -> str:
     """The report as an HTML string."""
-    return _ENV.get_template("report.html.j2").render(**report_data(trials, run))
+    return _ENV.get_template("report.html.j2").render(**report_data(trials, run, baseline))
 
 
-def write_report(trials: pd.DataFrame, path: str | Path, run: dict[str, Any] | None = None) -> Path:
-    """Write the report to ``path`` and return it."""
+def write_report(
+    trials: pd.DataFrame,
+    path: str | Path,
+    run: dict[str, Any] | None = None,
+    baseline: pd.DataFrame | None = None,
+) -> Path:
+    """Write the report to ``path`` and return it.
+
+    Args:
+        trials: The trial frame of the run (:func:`reports.trials_frame`).
+        path: Where to write the HTML file (one self-contained file).
+        run: What was run (models, prompts with texts, axes, versions, date), as ``evals``
+            records it; anything missing is read from the logs.
+        baseline: The trial frame of an earlier run: cells are compared and regressions and
+            improvements flagged.
+    """
     out = Path(path)
-    out.write_text(render_report(trials, run), encoding="utf-8")
+    out.write_text(render_report(trials, run, baseline), encoding="utf-8")
     return out

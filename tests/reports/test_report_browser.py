@@ -1,0 +1,67 @@
+"""The report in a real headless Chromium: hostile logs render as text, nothing runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from reports import trials_frame, write_report
+
+pytestmark = pytest.mark.browser
+
+
+def test_report_in_chromium_runs_no_payload(
+    hostile_logs: Path, payloads: dict[str, str], check_page: Any, tmp_path: Path
+) -> None:
+    out = write_report(trials_frame(hostile_logs), tmp_path / "report.html")
+    problems, text = check_page(out)
+    assert problems == []
+    # The payloads reached the page, as visible text (so the check above meant something).
+    for name, payload in payloads.items():
+        assert payload in text, name
+
+
+def test_report_in_chromium_loads_cleanly(
+    refund_frame: pd.DataFrame, check_page: Any, tmp_path: Path
+) -> None:
+    problems, text = check_page(write_report(refund_frame, tmp_path / "report.html"))
+    assert problems == []
+    assert "Headline: did the job get done, once?" in text
+
+
+def test_page_check_catches_an_unescaped_payload(
+    refund_frame: pd.DataFrame, payloads: dict[str, str], check_page: Any, tmp_path: Path
+) -> None:
+    # The failing path of the checker: splice raw payloads into a real report.
+    page = write_report(refund_frame, tmp_path / "report.html").read_text(encoding="utf-8")
+    raw = page.replace(
+        "<h1>twice report</h1>", "<h1>twice report</h1>" + "".join(payloads.values())
+    )
+    bad = tmp_path / "bad.html"
+    bad.write_text(raw, encoding="utf-8")
+    problems, _ = check_page(bad)
+    assert any("script/img" in p for p in problems), problems
+    assert any("<style> elements" in p for p in problems), problems
+
+
+def test_report_prints_every_metric_tab(
+    refund_frame: pd.DataFrame, browser: Any, tmp_path: Path
+) -> None:
+    out = write_report(refund_frame, tmp_path / "report.html")
+    with browser() as b:
+        page = b.new_page()
+        page.goto(out.resolve().as_uri())
+        shown = "id => getComputedStyle(document.getElementById(id)).display"
+        # On screen, only the checked tab's panel shows (no JavaScript involved)...
+        assert page.evaluate(shown, "panel-dup") == "block"
+        assert page.evaluate(shown, "panel-comp") == "none"
+        page.click("label[for=tab-comp]")
+        assert page.evaluate(shown, "panel-comp") == "block"
+        # ...and printed, every panel does.
+        page.emulate_media(media="print")
+        assert all(
+            page.evaluate(shown, p) == "block" for p in ("panel-dup", "panel-comp", "panel-safe")
+        )

@@ -1,0 +1,199 @@
+"""The HTML report: content, escaping, self-containment, bounded size, drill-down."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import markupsafe
+import pandas as pd
+import pytest
+
+import reports
+from reports import (
+    WORST_N,
+    report_data,
+    trial_detail,
+    trials_frame,
+    worst_trials,
+    write_report,
+    write_synthetic_logs,
+)
+
+
+def test_write_report_signature_is_the_shared_contract() -> None:
+    params = list(inspect.signature(write_report).parameters)
+    assert params == ["trials", "path", "run", "baseline"]
+
+
+def test_reports_all_is_sorted_and_public() -> None:
+    assert reports.__all__ == sorted(reports.__all__, key=lambda n: (not n.isupper(), n))
+    assert all(hasattr(reports, name) for name in reports.__all__)
+
+
+def test_write_report_has_every_section(refund_frame: pd.DataFrame, tmp_path: Path) -> None:
+    page = write_report(refund_frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    for anchor in (
+        "headline",
+        "run",
+        "grids",
+        "useful",
+        "prompts",
+        "breakdowns",
+        "sources",
+        "worst",
+    ):
+        assert f'id="{anchor}"' in page, anchor
+    for model in ("stub/retry", "stub/no-retry", "stub/verify"):
+        assert model in page
+    assert '<svg class="scatter"' in page and '<svg class="timeline"' in page
+    assert 'id="baseline"' not in page  # no baseline given
+
+
+def test_write_report_drill_down_says_how_to_open_the_trial(
+    refund_frame: pd.DataFrame, refund_logs: Path, tmp_path: Path
+) -> None:
+    page = write_report(refund_frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert f"inspect view start --log-dir {refund_logs.resolve()}" in page
+    log_names = {Path(p).name for p in refund_frame["log"]}
+    shown = set(re.findall(r"log <code>([^<]+)</code>", page))
+    assert shown and shown <= log_names
+    assert "http://127.0.0.1:7575/#/logs/" in page
+
+
+def test_report_data_reads_prompt_texts_from_logs_without_run(
+    refund_frame: pd.DataFrame,
+) -> None:
+    data = report_data(refund_frame, worst=0)
+    prompts = data["run"]["prompts"]
+    assert set(prompts) == {"baseline", "cautious"}
+    assert "exactly once" in prompts["cautious"]["text"]
+    assert data["run"]["versions"]["inspect_ai"]
+    assert data["drill"] == []
+
+
+def test_report_data_prefers_run_metadata(refund_frame: pd.DataFrame) -> None:
+    run = {"models": ["stub/verify", "stub/retry"], "created": "2030-01-01T00:00:00+00:00"}
+    info = report_data(refund_frame, run=run, worst=0)["run"]
+    assert info["models"][:2] == ["stub/verify", "stub/retry"]
+    assert "stub/no-retry" in info["models"]  # present in the logs, so never dropped
+    assert info["created"] == "2030-01-01T00:00:00+00:00"
+
+
+def test_report_headline_ranks_the_safe_model_first(refund_frame: pd.DataFrame) -> None:
+    data = report_data(refund_frame, worst=0)
+    assert data["headline"][0]["model"] == "stub/verify"
+    assert data["takeaway"]["best"]["model"] == "stub/verify"
+    assert "stub/retry" in data["takeaway"]["duplicators"]
+
+
+def test_report_retry_sources_name_who_duplicated(refund_frame: pd.DataFrame) -> None:
+    sources = report_data(refund_frame, worst=0)["sources"]
+    by_model = {g["label"]: {r["source"]: r for r in g["rows"]} for g in sources["groups"]}
+    assert by_model["stub/retry"]["model"]["excess"] == 8  # 2 prompts × 4 trials
+    assert by_model["stub/no-retry"]["transport"]["excess"] == 4
+    assert "model" not in by_model["stub/no-retry"]
+
+
+def test_write_report_escapes_model_controlled_text(
+    hostile_logs: Path, payloads: dict[str, str], tmp_path: Path
+) -> None:
+    frame = trials_frame(hostile_logs)
+    page = write_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    for payload in payloads.values():
+        assert payload not in page
+    # ...and they are all there, as text: the drill-down shows the hostile trial.
+    for payload in payloads.values():
+        assert str(markupsafe.escape(payload)) in page, payload
+    assert page.count("<script") == 0
+    assert page.count("<style") == 1
+
+
+def test_write_report_is_self_contained(refund_frame: pd.DataFrame, tmp_path: Path) -> None:
+    page = write_report(refund_frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    assert not re.search(r"<(script|link|img|iframe)\b", page)
+    assert not re.search(r"\bsrc\s*=", page)
+    # The only URLs are links to a local `inspect view`.
+    urls = set(re.findall(r"https?://[^\s\"'<>]+", page))
+    assert urls and all(u.startswith("http://127.0.0.1:7575/") for u in urls)
+
+
+def test_write_report_with_baseline_flags_regressions(tmp_path: Path) -> None:
+    common = {
+        "models": ("m/a",),
+        "prompts": ("baseline",),
+        "faults": ("lost_reply",),
+        "protections": ("bare",),
+    }
+    good = write_synthetic_logs(tmp_path / "good", trials=60, seed=1, **common)
+    now = trials_frame(good.log_dir)
+    # The same cell with every trial duplicated: a regression in the run against itself.
+    worse = now.assign(duplicated=1.0, safe_success=0.0, exactly_once=0.0)
+    page = write_report(worse, tmp_path / "r.html", baseline=now).read_text(encoding="utf-8")
+    assert 'id="baseline"' in page
+    assert "1 regression" in page
+    assert "cell(s) regressed" in page  # called out in the headline too
+
+
+def test_report_size_stays_bounded_as_trials_grow(tmp_path: Path) -> None:
+    axes = {"models": ("m/a", "m/b"), "prompts": ("baseline",), "faults": ("lost_reply",)}
+    sizes = []
+    for n in (80, 640):
+        run = write_synthetic_logs(tmp_path / str(n), trials=n, **axes)
+        out = write_report(trials_frame(run.log_dir), tmp_path / f"{n}.html")
+        sizes.append(out.stat().st_size)
+    assert sizes[1] < 1.1 * sizes[0], sizes
+
+
+def test_worst_trials_visit_every_cell_before_any_second(refund_frame: pd.DataFrame) -> None:
+    picked = worst_trials(refund_frame, 3)
+    assert len(picked) == 3
+    assert picked[["model", "prompt", "fault", "protection"]].drop_duplicates().shape[0] == 3
+    assert (picked["severity"] > 0).all()
+    assert (picked["severity"].diff().dropna() <= 0).all()
+
+
+def test_worst_trials_never_picks_a_safe_success(refund_frame: pd.DataFrame) -> None:
+    safe = refund_frame[refund_frame["model"] == "stub/verify"]
+    assert (safe["safe_success"] == 1).all()
+    assert worst_trials(safe, WORST_N).empty
+
+
+def test_trial_detail_pairs_attempts_with_effects(refund_frame: pd.DataFrame) -> None:
+    row = refund_frame[refund_frame["model"] == "stub/retry"].iloc[0].to_dict()
+    detail = trial_detail(row)
+    assert [a["source"] for a in detail["attempts"]] == ["initial", "model"]
+    assert [a["outcome"] for a in detail["attempts"]] == ["unknown", "ok"]
+    assert [e["excess"] for e in detail["effects"]] == [False, True]
+    assert [e["seen"] for e in detail["effects"]] == [False, True]
+    kinds = [s["kind"] for s in detail["agent"]]
+    assert kinds[:4] == ["call", "result", "call", "result"]
+    assert detail["timeline"].attempts[0]["lost"] is True
+
+
+def test_trial_detail_of_a_missing_log_says_so(refund_frame: pd.DataFrame, tmp_path: Path) -> None:
+    row = refund_frame.iloc[0].to_dict() | {"log": str(tmp_path / "gone.eval")}
+    detail = trial_detail(row)
+    assert "could not read this sample back from gone.eval" in detail["read_error"]
+    assert detail["attempts"] == []
+
+
+@pytest.mark.parametrize("bad", [{"error": "RuntimeError('boom')", "completed": float("nan")}])
+def test_report_lists_crashed_trials(
+    refund_frame: pd.DataFrame, tmp_path: Path, bad: dict[str, object]
+) -> None:
+    frame = refund_frame.copy()
+    for key, value in bad.items():
+        frame.loc[frame.index[0], key] = value
+    data = report_data(frame, worst=0)
+    assert data["errors"] and data["errors"][0]["count"] == 1
+    assert data["errors"][0]["messages"][0]["text"] == "RuntimeError('boom')"
+    page = write_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert 'id="errors"' in page and "RuntimeError(&#39;boom&#39;)" in page
+
+
+def test_write_report_of_no_trials_says_so(refund_frame: pd.DataFrame, tmp_path: Path) -> None:
+    page = write_report(refund_frame.iloc[0:0], tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "No trials were found in these logs." in page
