@@ -2,12 +2,16 @@
 
 A resumed ``eval_set`` leaves the log of the interrupted attempt beside the log that finished
 the task (both carry the task's ``task_id``). Reading every file would count the reused trials
-twice, so only the newest log of each task counts; the older ones are *superseded* and kept on
-disk as an audit trail (nothing already written is deleted).
+twice, so only the newest log of each task counts. And a directory run again with a changed
+suite (an edited prompt file, a dropped model) keeps the old logs too: when the directory has
+inspect's ``eval-set.json``, only the tasks of the last run count, as in ``summary.json``.
+Logs that do not count are *superseded* and stay on disk as an audit trail (nothing already
+written is deleted).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +42,9 @@ class LogDir:
     root: Path
     current: tuple[LogEntry, ...]
     superseded: tuple[LogEntry, ...]
+    """Older attempts of a task, and logs of tasks the last run did not include."""
+    missing: tuple[str, ...] = ()
+    """Tasks the last run planned (``eval-set.json``) that have no log at all."""
 
     @property
     def files(self) -> list[Path]:
@@ -51,6 +58,7 @@ class LogDir:
             if e.status != "success":
                 why = f": {e.error}" if e.error else ""
                 lines.append(f"{e.path.name} ({e.task} on {e.model}) has status {e.status!r}{why}")
+        lines += [f"{m} has no log: the run stopped before it started" for m in self.missing]
         return lines
 
 
@@ -73,21 +81,51 @@ def _entry(path: Path) -> LogEntry:
     )
 
 
+def _planned(root: Path) -> dict[str, str] | None:
+    """Task id → description of the tasks of the last ``eval_set`` run into ``root``."""
+    path = root / "eval-set.json"
+    if not path.is_file():
+        return None
+    try:
+        tasks = json.loads(path.read_text(encoding="utf-8"))["tasks"]
+        return {
+            t["task_id"]: f"task {t['name']} on {t['model']} ({json.dumps(t.get('task_args', {}))})"
+            for t in tasks
+        }
+    except (ValueError, KeyError, TypeError) as ex:
+        raise LogReadError(
+            f"{str(path)!r} cannot be read ({type(ex).__name__}: {ex}); it lists the tasks of "
+            "the last run: rerun `twice run` with the same --log-dir to rewrite it"
+        ) from None
+
+
 def read_log_dir(log_dir: str | Path) -> LogDir:
-    """Read the headers of every log in ``log_dir`` and keep the newest per task.
+    """Read the headers of every log in ``log_dir`` and pick the ones that count.
+
+    Those are the newest log of each task, restricted to the tasks of the last run when the
+    directory holds inspect's ``eval-set.json``.
 
     Raises:
         LogReadError: when the directory is missing, holds no logs, or holds a log that
             cannot be read (naming it).
     """
-    entries = [_entry(p) for p in log_files(log_dir)]
+    root = Path(log_dir)
+    entries = [_entry(p) for p in log_files(root)]
+    planned = _planned(root)
     newest: dict[str, LogEntry] = {}
     for e in sorted(entries, key=lambda e: (e.created, e.path.name)):
-        newest[e.task_id] = e
+        if planned is None or e.task_id in planned:
+            newest[e.task_id] = e
     current = tuple(newest.values())
     kept = {e.path for e in current}
     superseded = tuple(e for e in entries if e.path not in kept)
-    return LogDir(Path(log_dir), current, superseded)
+    missing = tuple(desc for tid, desc in (planned or {}).items() if tid not in newest)
+    if not current:
+        raise LogReadError(
+            f"log directory {str(root)!r} holds no logs of the tasks in its eval-set.json; "
+            "rerun `twice run` with the same --log-dir"
+        )
+    return LogDir(root, current, superseded, missing)
 
 
 def check_log_dir(log_dir: str | Path) -> None:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import pandas as pd
 from inspect_ai import Task, eval_set, task_with
@@ -53,16 +55,15 @@ def default_log_dir() -> Path:
     return Path("logs") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
 
 
-def _providers() -> str:
-    """Registered inspect model providers, for error messages (best effort)."""
+def _providers() -> list[str]:
+    """Registered inspect model providers, for error messages (best effort: empty if unknown)."""
     try:  # inspect has no public listing of model APIs; the registry is private
         from inspect_ai._util.registry import registry_find, registry_info
 
         objs = registry_find(lambda info: info.type == "modelapi")
-        names = sorted({registry_info(o).name.split("/")[-1] for o in objs})
+        return sorted({registry_info(o).name.split("/")[-1] for o in objs})
     except Exception:
-        return "see `inspect eval --help` and the inspect-ai docs"
-    return ", ".join(names)
+        return []
 
 
 def _plain(text: str) -> str:
@@ -95,12 +96,16 @@ def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Mo
             cache[name] = get_model(name, **model_args)
         except Exception as ex:  # providers raise many types: missing keys, unknown APIs
             provider = name.split("/", 1)[0]
+            known = _providers()
+            if known and provider not in known:
+                raise SuiteError(
+                    f"unknown model provider {provider!r} in {name!r}; expected one of: "
+                    f"{', '.join(known)} (e.g. openai/gpt-5-mini, anthropic/claude-sonnet-4-5, "
+                    "openai-api/<service>/<model>, ollama/llama3, vllm/<model>, stub/retry)"
+                ) from None
             raise SuiteError(
-                f"could not load model {name!r}: {_plain(str(ex))}. Model strings are "
-                "'<provider>/<model>' (e.g. openai/gpt-5-mini, anthropic/claude-sonnet-4-5, "
-                "openai-api/<service>/<model>, ollama/llama3, vllm/<model>, stub/retry); "
-                f"providers: {_providers()}. API keys come from the environment "
-                f"({KEY_ENV_HINT}); model {provider!r} args go in -M key=value."
+                f"could not load model {name!r}: {_plain(str(ex))}. API keys come from the "
+                f"environment ({KEY_ENV_HINT}); other model settings go in -M key=value."
             ) from None
     return cache[name]
 
@@ -181,7 +186,7 @@ def run_suite(
         fail_on_error=False,
         log_dir_allow_dirty=True,
     )
-    frame = trials_frame([log.location for log in logs])
+    frame = trials_frame([_local_path(log.location) for log in logs])
     table = cells(frame)
     run = run_metadata(suite, model_args)
     summary_path = write_summary(table, log_dir / "summary.json", run=run)
@@ -191,6 +196,13 @@ def run_suite(
 
         report_path = write_report(frame, log_dir / "report.html", run=run)
     return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
+
+
+def _local_path(location: str) -> str:
+    # eval_set reports reused logs as file:// URIs and fresh ones as paths.
+    if location.startswith("file://"):
+        return url2pathname(urlparse(location).path)
+    return location
 
 
 def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -255,8 +255,10 @@ def gate(
         )
         sys.exit(2)
     result = evaluate_gate(frame, cfg, baseline=base_frame)
+    skipped = f", {len(logs.superseded)} superseded log(s) not counted" if logs.superseded else ""
     click.echo(
-        f"twice gate: {log_dir} ({len(logs.files)} log(s), {len(frame)} trial(s)) against {config}"
+        f"twice gate: {log_dir} ({len(logs.files)} log(s), {len(frame)} trial(s){skipped}) "
+        f"against {config}"
     )
     click.echo(format_gate(result))
     if junit:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inspect_ai.log import read_eval_log
 from inspect_ai.model import ChatMessageUser, ModelOutput, ModelUsage
 
 from evals import run_suite, suite_from_flags
@@ -191,3 +192,21 @@ def test_gate_cli_allow_errors_gates_the_scored_trials(
     assert result.exit_code == 0, result.output
     assert "0 of 2 trials duplicated" in result.stdout
     assert "1 errored trial(s) excluded" in result.stdout
+
+
+def test_gate_cli_exit_2_when_a_planned_cell_has_no_log(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    # A run killed before a cell started leaves that cell out of the logs entirely; the
+    # gate must not pass on the cells that happen to be there.
+    logs = tmp_path / "logs"
+    shutil.copytree(stub_logs, logs)
+    retry = next(
+        p
+        for p in logs.glob("*.eval")
+        if read_eval_log(str(p), header_only=True).eval.model == "stub/retry"
+    )
+    retry.unlink()
+    result = twice("gate", logs, "--config", gate_file(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "task refund on stub/retry" in result.stderr and "has no log" in result.stderr
