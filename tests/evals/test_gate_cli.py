@@ -210,3 +210,34 @@ def test_gate_cli_exit_2_when_a_planned_cell_has_no_log(
     result = twice("gate", logs, "--config", gate_file(tmp_path))
     assert result.exit_code == 2, result.output
     assert "task refund on stub/retry" in result.stderr and "has no log" in result.stderr
+
+
+@pytest.mark.slow
+def test_gate_cli_shipped_gate_passes_verify_and_fails_retry(twice: Twice, tmp_path: Path) -> None:
+    # The shipped thresholds are met by the control that verifies before retrying, with the
+    # trial count the gate file is written for (24 samples × 4 epochs), and not by the one
+    # that blindly retries.
+    log_dir = tmp_path / "logs"
+    run = twice(
+        "run", "--model", "stub/verify", "--model", "stub/retry", "--task", "refund",
+        "--epochs", "4", "--log-dir", log_dir, "--display", "none", "--no-report",
+    )  # fmt: skip
+    assert run.exit_code == 0, run.output
+    shipped = Path(__file__).parents[2] / "evals" / "gate.toml"
+    junit = tmp_path / "gate.xml"
+    result = twice("gate", log_dir, "--config", shipped, "--junit", junit)
+    assert result.exit_code == 1, result.output
+    failed = {
+        (c.get("classname"), c.get("name"))
+        for c in ET.parse(junit).getroot().iter("testcase")
+        if c.find("failure") is not None
+    }
+    # DESIGN.md's reference results: blind retries duplicate after a lost reply; after a
+    # timeout before commit the retry is what completes the job (one refund).
+    assert failed == {
+        (
+            "twice.rule.no duplicates after an unknown outcome",
+            "stub/retry / baseline / refund / lost_reply / bare",
+        )
+    }
+    assert "gate FAILED: 9 passed, 1 failed, 0 skipped" in result.stdout
