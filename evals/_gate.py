@@ -439,9 +439,10 @@ def evaluate_gate(
 
 
 def format_gate(result: GateResult) -> str:
-    """A human summary: one line per check, the failures spelled out with their numbers."""
+    """A human summary: one line per check, the failures last, spelled out with their numbers."""
     lines = []
-    for c in result.checks:
+    order = {"pass": 0, "skip": 1, "fail": 2}
+    for c in sorted(result.checks, key=lambda c: order[c.status]):
         tag = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}[c.status]
         head = f"{tag}  {c.group} {c.name!r} [{c.cell}]"
         lines.append(f"{head}\n      {c.message}" if c.status != "pass" else f"{head}: {c.message}")

@@ -241,3 +241,15 @@ def test_gate_cli_shipped_gate_passes_verify_and_fails_retry(twice: Twice, tmp_p
         )
     }
     assert "gate FAILED: 9 passed, 1 failed, 0 skipped" in result.stdout
+
+
+def test_gate_cli_exit_2_on_unreadable_baseline(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text('[baseline]\nmetrics = ["duplication_rate"]\n')
+    result = twice("gate", stub_logs, "--config", cfg, "--baseline", tmp_path / "old")
+    assert result.exit_code == 2
+    assert (
+        "Invalid value for --baseline" in result.stderr and "old' does not exist" in result.stderr
+    )

@@ -108,3 +108,13 @@ def test_report_cli_render_failure_keeps_the_existing_report(
         twice("report", logs)
     assert (logs / "report.html").read_text() == "previous report"
     assert not list(logs.glob(".report.html.*")), "the temporary file was left behind"
+
+
+def test_report_cli_unreadable_summary_is_a_warning(
+    twice: Twice, logs: Path, captured: list[dict[str, Any]]
+) -> None:
+    (logs / "summary.json").write_text("{not json")
+    result = twice("report", logs)
+    assert result.exit_code == 0, result.output
+    assert "warning: ignoring unreadable" in result.stderr
+    assert captured[0]["run"] is None
