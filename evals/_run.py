@@ -23,8 +23,14 @@ from tasks import get_task, load_prompt
 from ._logs import check_log_dir
 from ._suite import Cell, Suite, SuiteError
 
-CREDENTIAL_ARG = re.compile(r"api[_-]?key|token|secret|password|credential|auth|^aws_", re.I)
-"""Model-arg names that carry credentials: refused, because keys come from the environment."""
+CREDENTIAL_ARG = re.compile(
+    r"(^|_)(api_?key|key|token|secret|password|passwd|credentials?|auth|authorization|headers)"
+    r"($|_)|^aws_",
+    re.I,
+)
+"""Model-arg names that carry credentials (``api_key``, ``azure_ad_token``, ``client_secret``,
+``default_headers``...): refused, because keys come from the environment. Inspect drops only
+``api_key`` and ``aws_*`` from the model args it logs."""
 
 KEY_ENV_HINT = (
     "OPENAI_API_KEY for openai/, ANTHROPIC_API_KEY for anthropic/, "

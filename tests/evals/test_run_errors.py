@@ -83,12 +83,23 @@ def test_run_errors_credential_model_arg_is_refused(twice: Twice, tmp_path: Path
 
 @pytest.mark.parametrize(
     "key",
-    ["api_key", "API_KEY", "azure_ad_token", "client_secret", "aws_access_key_id", "password"],
-)
+    [
+        "api_key", "API_KEY", "apikey", "azure_ad_token", "client_secret", "aws_access_key_id",
+        "password", "default_headers", "auth", "access_key",
+    ],
+)  # fmt: skip
 def test_run_errors_check_model_args_names_credentials(key: str) -> None:
     with pytest.raises(SuiteError, match=f"model arg '{key}' looks like a credential"):
         check_model_args({key: "x"})
-    check_model_args({"responses_api": True, "base_url": "http://localhost:8000/v1", "attempts": 3})
+
+
+def test_run_errors_check_model_args_lets_settings_through() -> None:
+    check_model_args(
+        {
+            "responses_api": True, "base_url": "http://localhost:8000/v1", "attempts": 3,
+            "tokenizer": "x", "max_tokens": 10, "emulate_tools": True, "author": "me",
+        }
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
