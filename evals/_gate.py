@@ -34,8 +34,8 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
-import tempfile
 import tomllib
+import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -456,17 +456,20 @@ def format_gate(result: GateResult) -> str:
     return "\n".join(lines)
 
 
+def temp_beside(path: Path) -> Path:
+    """A fresh temporary name in ``path``'s directory (same filesystem, so renaming is atomic)."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     # Write beside the target and rename, so a crash never leaves a half-written file.
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = temp_beside(path)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        tmp.write_bytes(data)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def junit_xml(

@@ -283,9 +283,9 @@ def gate(
 )
 def report(log_dir: Path, output: Path | None, baseline_dir: Path | None) -> None:
     """Write the HTML report for LOG_DIR (replaces the file only once it is rendered)."""
-    import tempfile
-
     from reports import write_report
+
+    from ._gate import temp_beside
 
     _, frame = _trials(log_dir, "LOG_DIR")
     extra: dict[str, Any] = {}
@@ -302,9 +302,7 @@ def report(log_dir: Path, output: Path | None, baseline_dir: Path | None) -> Non
     out.parent.mkdir(parents=True, exist_ok=True)
     # Render beside the target, then rename: a failure never leaves a half-written report
     # or deletes the previous one.
-    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = temp_beside(out)
     try:
         write_report(frame, tmp, run=run, **extra)
         os.replace(tmp, out)

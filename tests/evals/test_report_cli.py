@@ -67,6 +67,9 @@ def test_report_cli_real_write_report_renders(twice: Twice, logs: Path) -> None:
     result = twice("report", logs, "-o", logs / "page.html")
     assert result.exit_code == 0, result.output
     assert "<html" in (logs / "page.html").read_text(encoding="utf-8").lower()
+    plain = logs / "plain.txt"
+    plain.write_text("x")  # the mode any new file gets under this umask
+    assert (logs / "page.html").stat().st_mode == plain.stat().st_mode
 
 
 def test_report_cli_corrupt_log_keeps_the_existing_report(
