@@ -74,7 +74,11 @@ def cli() -> None:
     help="Where logs, summary.json and report.html go; rerun with the same directory to resume.",
 )
 @click.option(
-    "-M", "model_arg", multiple=True, metavar="KEY=VALUE", help="Model argument (repeatable)."
+    "-M",
+    "model_arg",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Provider model argument (repeatable); API keys come from the environment, not -M.",
 )
 @click.option("--max-connections", type=click.IntRange(min=1), help="Concurrent model connections.")
 @click.option(
