@@ -2,21 +2,40 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import re
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import pandas as pd
 from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
 
-from reports import cells, trials_frame, write_summary
+from reports import LogReadError, cells, trials_frame, write_summary
 from tasks import get_task, load_prompt
 
+from ._logs import check_log_dir
 from ._suite import Cell, Suite, SuiteError
+
+CREDENTIAL_ARG = re.compile(
+    r"(^|_)(api_?key|key|token|secret|password|passwd|credentials?|auth|authorization|headers)"
+    r"($|_)|^aws_",
+    re.I,
+)
+"""Model-arg names that carry credentials (``api_key``, ``azure_ad_token``, ``client_secret``,
+``default_headers``...): refused, because keys come from the environment. Inspect drops only
+``api_key`` and ``aws_*`` from the model args it logs."""
+
+KEY_ENV_HINT = (
+    "OPENAI_API_KEY for openai/, ANTHROPIC_API_KEY for anthropic/, "
+    "<SERVICE>_API_KEY for openai-api/<service>/"
+)
 
 
 @dataclass
@@ -42,27 +61,82 @@ def default_log_dir() -> Path:
     return Path("logs") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
 
 
+def _providers() -> list[str]:
+    """Registered inspect model providers, for error messages (best effort: empty if unknown)."""
+    try:  # inspect has no public listing of model APIs; the registry is private
+        from inspect_ai._util.registry import registry_find, registry_info
+
+        objs = registry_find(lambda info: info.type == "modelapi")
+        return sorted({registry_info(o).name.split("/")[-1] for o in objs})
+    except Exception:
+        return []
+
+
+def _plain(text: str) -> str:
+    # inspect's provider errors carry rich markup ("[bold]OPENAI_API_KEY[/bold]").
+    from rich.text import Text
+
+    with contextlib.suppress(Exception):  # not markup after all: keep the text as it is
+        text = Text.from_markup(text).plain
+    return " ".join(text.replace("ERROR:", "").split()).rstrip(".")
+
+
+def check_model_args(model_args: dict[str, Any]) -> None:
+    """Refuse model args that carry credentials: API keys come from the environment only.
+
+    Raises:
+        SuiteError: naming the argument and the environment variables to use instead.
+    """
+    for key in model_args:
+        if CREDENTIAL_ARG.search(key):
+            raise SuiteError(
+                f"model arg {key!r} looks like a credential; twice takes API keys from the "
+                f"environment only (so they stay out of shell history, logs and reports): set "
+                f"{KEY_ENV_HINT}"
+            )
+
+
 def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
     if name not in cache:
         try:
             cache[name] = get_model(name, **model_args)
         except Exception as ex:  # providers raise many types: missing keys, unknown APIs
+            provider = name.split("/", 1)[0]
+            known = _providers()
+            if known and provider not in known:
+                raise SuiteError(
+                    f"unknown model provider {provider!r} in {name!r}; expected one of: "
+                    f"{', '.join(known)} (e.g. openai/gpt-5-mini, anthropic/claude-sonnet-4-5, "
+                    "openai-api/<service>/<model>, ollama/llama3, vllm/<model>, stub/retry)"
+                ) from None
             raise SuiteError(
-                f"could not load model {name!r}: {ex}. Model strings look like "
-                "'openai/gpt-5-mini', 'anthropic/claude-sonnet-4-5', "
-                "'openai-api/<service>/<model>', 'ollama/llama3', 'vllm/<model>' or 'stub/retry'; "
-                "API keys come from the provider's environment variable (e.g. OPENAI_API_KEY)."
+                f"could not load model {name!r}: {_plain(str(ex))}. API keys come from the "
+                f"environment ({KEY_ENV_HINT}); other model settings go in -M key=value."
             ) from None
     return cache[name]
 
 
 def build_tasks(suite: Suite, model_args: dict[str, Any] | None = None) -> list[Task]:
-    """One inspect Task per cell, with its model attached."""
+    """One inspect Task per cell, with its model attached.
+
+    ``eval_set`` pairs a task with its finished log by name, task args, model, model args and
+    version. The prompt is a task arg by *name or path*, so the task version carries the hash
+    of the prompt text: editing a prompt file makes its old logs stale instead of silently
+    reusing them on resume.
+    """
+    check_model_args(model_args or {})
     models: dict[str, Model] = {}
     out = []
     for cell in suite.cells():
         task = get_task(cell.task)(fault=cell.fault, protection=cell.protection, prompt=cell.prompt)
-        out.append(task_with(task, model=_model(cell.model, model_args or {}, models)))
+        sha = load_prompt(cell.prompt).sha256
+        out.append(
+            task_with(
+                task,
+                model=_model(cell.model, model_args or {}, models),
+                version=f"{task.version}+prompt.{sha[:12]}",
+            )
+        )
     return out
 
 
@@ -93,9 +167,18 @@ def run_suite(
 ) -> RunResult:
     """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
 
-    Re-running with the same ``log_dir`` resumes: finished evals are reused, not redone.
+    Re-running with the same ``log_dir`` resumes: finished evals are reused, not redone, and
+    the finished samples of an interrupted eval are kept.
+
+    Raises:
+        SuiteError: for a model that cannot be loaded, credential model args, or a log
+            directory holding a log that cannot be read (checked before anything runs).
     """
     tasks = build_tasks(suite, model_args)
+    try:
+        check_log_dir(log_dir)
+    except LogReadError as ex:
+        raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
     log_dir.mkdir(parents=True, exist_ok=True)
     _, logs = eval_set(
         tasks,
@@ -109,23 +192,31 @@ def run_suite(
         fail_on_error=False,
         log_dir_allow_dirty=True,
     )
-    frame = trials_frame([log.location for log in logs])
+    frame = trials_frame([_local_path(log.location) for log in logs])
     table = cells(frame)
-    summary_path = write_summary(
-        table,
-        log_dir / "summary.json",
-        run=run_metadata(suite),
-    )
+    run = run_metadata(suite, model_args)
+    summary_path = write_summary(table, log_dir / "summary.json", run=run)
     report_path = None
     if report:
         from reports import write_report
 
-        report_path = write_report(frame, log_dir / "report.html", run=run_metadata(suite))
+        report_path = write_report(frame, log_dir / "report.html", run=run)
     return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
 
 
-def run_metadata(suite: Suite) -> dict[str, Any]:
-    """What was run, for summary.json and the report: axes, prompt texts and hashes, versions."""
+def _local_path(location: str) -> str:
+    # eval_set reports reused logs as file:// URIs and fresh ones as paths.
+    if location.startswith("file://"):
+        return url2pathname(urlparse(location).path)
+    return location
+
+
+def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What was run, for summary.json and the report: axes, prompt texts and hashes, versions.
+
+    Model args are recorded minus anything credential-like (there should be none: see
+    :func:`check_model_args`), and only when they are plain data.
+    """
     cells_: list[Cell] = list(suite.cells())
     prompts = {}
     for name in dict.fromkeys(c.prompt for c in cells_):
@@ -133,6 +224,11 @@ def run_metadata(suite: Suite) -> dict[str, Any]:
         prompts[p.name] = {"source": p.source, "sha256": p.sha256, "text": p.text}
     return {
         "models": suite.models(),
+        "model_args": {
+            k: v
+            for k, v in (model_args or {}).items()
+            if not CREDENTIAL_ARG.search(k) and isinstance(v, (str, int, float, bool, type(None)))
+        },
         "prompts": prompts,
         "tasks": list(dict.fromkeys(c.task for c in cells_)),
         "faults": list(dict.fromkeys(c.fault for c in cells_)),

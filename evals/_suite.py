@@ -104,23 +104,35 @@ class Suite:
         Raises:
             SuiteError: naming the bad value and the accepted ones.
         """
+        seen: dict[str, tuple[str, str]] = {}
         for m in self.matrices:
             for axis in AXES:
                 if not getattr(m, axis):
-                    raise SuiteError(f"a [[matrix]] block in {self.source} has an empty {axis!r} list")
+                    raise SuiteError(
+                        f"a [[matrix]] block in {self.source} has an empty {axis!r} list"
+                    )
             _check(m.tasks, TASKS, "task")
             _check(m.faults, FAULTS, "fault")
             _check(m.protections, PROTECTIONS, "protection")
             for prompt in m.prompts:
                 try:
-                    load_prompt(prompt)
+                    p = load_prompt(prompt)
                 except ValueError as ex:
                     raise SuiteError(str(ex)) from None
+                # The report and summary.json name a prompt by its file stem: two different
+                # texts under one name would be merged into one row.
+                sha, source = seen.setdefault(p.name, (p.sha256, p.source))
+                if sha != p.sha256:
+                    raise SuiteError(
+                        f"two different prompts are both named {p.name!r} ({source} and "
+                        f"{p.source}); a prompt file is named by its stem, so rename one of them"
+                    )
             for model in m.models:
                 if "/" not in model:
                     raise SuiteError(
                         f"model {model!r} is not an inspect model string; expected "
-                        "'<provider>/<model>', e.g. openai/gpt-5-mini, anthropic/claude-sonnet-4-5, "
+                        "'<provider>/<model>', e.g. openai/gpt-5-mini, "
+                        "anthropic/claude-sonnet-4-5, "
                         f"or one of the stubs: {', '.join(STUB_NAMES)}"
                     )
                 if model.startswith("stub/") and model not in STUB_NAMES:
@@ -165,7 +177,8 @@ def load_suite(path: str | Path) -> Suite:
     unknown = set(data) - known_top
     if unknown:
         raise SuiteError(
-            f"{p}: unknown key(s) {', '.join(sorted(unknown))}; expected: {', '.join(sorted(known_top))}"
+            f"{p}: unknown key(s) {', '.join(sorted(unknown))}; "
+            f"expected: {', '.join(sorted(known_top))}"
         )
     blocks = data.get("matrix")
     if not isinstance(blocks, list) or not blocks:
@@ -175,7 +188,9 @@ def load_suite(path: str | Path) -> Suite:
         where = f"{p} [[matrix]] #{i}"
         extra = set(block) - set(AXES)
         if extra:
-            raise SuiteError(f"{where}: unknown key(s) {', '.join(sorted(extra))}; expected: {', '.join(AXES)}")
+            raise SuiteError(
+                f"{where}: unknown key(s) {', '.join(sorted(extra))}; expected: {', '.join(AXES)}"
+            )
         axes = {axis: _str_list(block, axis, where) for axis in AXES}
         if axes["models"] is None:
             raise SuiteError(f"{where}: needs 'models'")
@@ -204,7 +219,13 @@ def suite_from_flags(
     build one matrix (defaults: every task, faults none/lost_reply/timeout_before_commit,
     protection bare, prompt baseline); with no flags at all, the default suite runs.
     """
-    axes = {"models": models, "prompts": prompts, "tasks": tasks, "faults": faults, "protections": protections}
+    axes = {
+        "models": models,
+        "prompts": prompts,
+        "tasks": tasks,
+        "faults": faults,
+        "protections": protections,
+    }
     if config is not None:
         suite = load_suite(config).override(**axes)
     elif any(axes.values()):

@@ -1,11 +1,14 @@
-"""The ``twice`` command line: ``run``, ``list`` (``gate`` and ``report`` build on them).
+"""The ``twice`` command line: ``run``, ``list``, ``gate``, ``report``, ``trials``.
 
 Exit codes (DESIGN.md): ``run`` exits 0 when the evals ran (whatever the rates), 1 when an
-eval errored or a trial crashed, 2 on bad usage.
+eval errored or a trial crashed, 2 on bad usage. ``gate`` exits 0 pass, 1 fail, 2 bad usage
+or unreadable/errored logs. ``report`` exits 2 when the logs cannot be read.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,20 @@ def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
     return args
 
 
+def default_display() -> str:
+    """Inspect's progress display when ``--display`` is not given.
+
+    ``INSPECT_DISPLAY`` wins when set. On a terminal: ``rich`` (live progress that stays in
+    the scrollback above twice's table, unlike the full-screen ``full``). In CI or when output
+    is piped: ``plain`` (static lines a log file can hold: each cell's start and result).
+    """
+    if os.environ.get("INSPECT_DISPLAY"):
+        return os.environ["INSPECT_DISPLAY"].strip().lower()
+    if os.environ.get("CI") or not sys.stdout.isatty():
+        return "plain"
+    return "rich"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="twice")
 def cli() -> None:
@@ -34,18 +51,42 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--model", "models", multiple=True, help="Inspect model string (repeatable). Default: every stub model.")
-@click.option("--prompt", "prompts", multiple=True, help="Built-in prompt name or prompt file (repeatable).")
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    help="Inspect model string (repeatable). Default: every stub model.",
+)
+@click.option(
+    "--prompt", "prompts", multiple=True, help="Built-in prompt name or prompt file (repeatable)."
+)
 @click.option("--task", "tasks", multiple=True, help="Task name (repeatable). Default: every task.")
 @click.option("--fault", "faults", multiple=True, help="Fault name (repeatable).")
 @click.option("--protection", "protections", multiple=True, help="Protection name (repeatable).")
-@click.option("--config", type=click.Path(dir_okay=False), help="Suite TOML file; flags replace its axes.")
+@click.option(
+    "--config", type=click.Path(dir_okay=False), help="Suite TOML file; flags replace its axes."
+)
 @click.option("--epochs", type=click.IntRange(min=1), help="Epochs per sample.")
 @click.option("--limit", type=click.IntRange(min=1), help="Samples per task (first N).")
-@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), help="Where logs, summary.json and report.html go; rerun with the same directory to resume.")
-@click.option("-M", "model_arg", multiple=True, metavar="KEY=VALUE", help="Model argument (repeatable).")
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where logs, summary.json and report.html go; rerun with the same directory to resume.",
+)
+@click.option(
+    "-M",
+    "model_arg",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Provider model argument (repeatable); API keys come from the environment, not -M.",
+)
 @click.option("--max-connections", type=click.IntRange(min=1), help="Concurrent model connections.")
-@click.option("--display", default="none", show_default=True, type=click.Choice(["full", "rich", "plain", "log", "none"]), help="Inspect's progress display.")
+@click.option(
+    "--display",
+    type=click.Choice(["full", "rich", "plain", "log", "none"]),
+    help="Inspect's progress display. Default: $INSPECT_DISPLAY, else rich on a terminal, "
+    "plain in CI or a pipe.",
+)
 @click.option("--no-report", is_flag=True, help="Skip report.html.")
 def run(
     models: tuple[str, ...],
@@ -59,7 +100,7 @@ def run(
     log_dir: Path | None,
     model_arg: tuple[str, ...],
     max_connections: int | None,
-    display: str,
+    display: str | None,
     no_report: bool,
 ) -> None:
     """Run the suite: models × prompts × tasks × faults × protections × epochs.
@@ -87,7 +128,7 @@ def run(
             out,
             model_args=_model_args(model_arg),
             max_connections=max_connections,
-            display=display,
+            display=display or default_display(),
             report=not no_report,
         )
     except SuiteError as ex:
@@ -125,6 +166,175 @@ def list_() -> None:
     click.echo("stub models:")
     for name, doc in STUB_MODELS.items():
         click.echo(f"  stub/{name:<19} {doc}")
+
+
+def _trials(log_dir: Path, what: str) -> tuple[Any, Any]:
+    """Read a log directory for gate/report: (LogDir, trial frame); LogReadError → exit 2."""
+    from reports import LogReadError, trials_frame
+
+    from ._logs import read_log_dir
+
+    try:
+        logs = read_log_dir(log_dir)
+        return logs, trials_frame(logs.files)
+    except LogReadError as ex:
+        raise click.BadParameter(str(ex), param_hint=what) from None
+
+
+def _errored(logs: Any, frame: Any) -> list[str]:
+    problems: list[str] = list(logs.problems())
+    crashed = frame[(frame["error"] != "") | frame["completed"].isna()]
+    for row in crashed.itertuples():
+        first = str(row.error).strip().splitlines()[0] if row.error else "not scored"
+        problems.append(
+            f"trial {row.sample} epoch {row.epoch} of {row.model} / {row.prompt} / {row.task} / "
+            f"{row.fault} / {row.protection} errored: {first}"
+        )
+    return problems
+
+
+@cli.command()
+@click.argument("log_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--config",
+    "config",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Gate TOML file (rules, [baseline]).",
+)
+@click.option(
+    "--baseline",
+    "baseline_dir",
+    type=click.Path(path_type=Path),
+    help="Fail when a rate is significantly worse than in these logs.",
+)
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write JUnit XML here (one test case per rule × cell).",
+)
+@click.option(
+    "--allow-errors",
+    is_flag=True,
+    help="Gate on the scored trials even if some evals or trials errored.",
+)
+def gate(
+    log_dir: Path,
+    config: Path,
+    baseline_dir: Path | None,
+    junit: Path | None,
+    allow_errors: bool,
+) -> None:
+    """Decide a release from the rates in LOG_DIR.
+
+    Exits 0 when every rule passes, 1 when one fails, 2 on bad usage or when the logs are
+    unreadable or hold errored evals/trials (unless --allow-errors).
+    """
+    from ._gate import GateError, evaluate_gate, format_gate, load_gate, write_junit
+
+    try:
+        cfg = load_gate(config)
+    except GateError as ex:
+        raise click.UsageError(str(ex)) from None
+    if not cfg.rules and baseline_dir is None:
+        raise click.UsageError(
+            f"{config} has no [[rule]] blocks and no --baseline was given: nothing to check"
+        )
+    logs, frame = _trials(log_dir, "LOG_DIR")
+    base_frame = None
+    problems = _errored(logs, frame)
+    if baseline_dir is not None:
+        base_logs, base_frame = _trials(baseline_dir, "--baseline")
+        problems += [f"baseline: {p}" for p in _errored(base_logs, base_frame)]
+    if problems and not allow_errors:
+        if junit:
+            write_junit([], junit, errors=problems)
+        for line in problems:
+            click.echo(f"error: {line}", err=True)
+        click.echo(
+            f"twice gate: {len(problems)} errored log(s)/trial(s); a gate on partial results "
+            "could pass by accident. Rerun `twice run` with the same --log-dir to resume, or "
+            "pass --allow-errors to gate on the scored trials.",
+            err=True,
+        )
+        sys.exit(2)
+    result = evaluate_gate(frame, cfg, baseline=base_frame)
+    skipped = f", {len(logs.superseded)} superseded log(s) not counted" if logs.superseded else ""
+    click.echo(
+        f"twice gate: {log_dir} ({len(logs.files)} log(s), {len(frame)} trial(s){skipped}) "
+        f"against {config}"
+    )
+    click.echo(format_gate(result))
+    if junit:
+        write_junit(result.checks, junit)
+        click.echo(f"junit:  {junit}")
+    sys.exit(0 if result.passed else 1)
+
+
+@cli.command()
+@click.argument("log_dir", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the HTML. Default: LOG_DIR/report.html.",
+)
+@click.option(
+    "--baseline",
+    "baseline_dir",
+    type=click.Path(path_type=Path),
+    help="Compare against these logs.",
+)
+def report(log_dir: Path, output: Path | None, baseline_dir: Path | None) -> None:
+    """Write the HTML report for LOG_DIR (replaces the file only once it is rendered)."""
+    from reports import write_report
+
+    from ._gate import temp_beside
+
+    _, frame = _trials(log_dir, "LOG_DIR")
+    extra: dict[str, Any] = {}
+    if baseline_dir is not None:
+        extra["baseline"] = _trials(baseline_dir, "--baseline")[1]
+    run: dict[str, Any] | None = None
+    summary = log_dir / "summary.json"
+    if summary.is_file():
+        try:
+            run = json.loads(summary.read_text(encoding="utf-8")).get("run")
+        except (ValueError, AttributeError) as ex:
+            click.echo(f"warning: ignoring unreadable {summary}: {ex}", err=True)
+    out = output or log_dir / "report.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Render beside the target, then rename: a failure never leaves a half-written report
+    # or deletes the previous one.
+    tmp = temp_beside(out)
+    try:
+        write_report(frame, tmp, run=run, **extra)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    click.echo(f"report: {out}")
+
+
+@cli.command()
+@click.option(
+    "--rate",
+    "rates",
+    multiple=True,
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Bound to prove, e.g. 0.01 (repeatable). Default: 10%, 5%, 2%, 1%, 0.5%, 0.1%.",
+)
+@click.option(
+    "--confidence",
+    default=0.95,
+    show_default=True,
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Level of the Wilson interval.",
+)
+def trials(rates: tuple[float, ...], confidence: float) -> None:
+    """How many trials a bound like "duplication ≤ 1% at 95%" needs (Wilson upper bound)."""
+    from ._power import DEFAULT_RATES, trials_table
+
+    click.echo(trials_table(rates or DEFAULT_RATES, confidence))
 
 
 def main() -> None:

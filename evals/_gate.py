@@ -1,0 +1,524 @@
+"""The release gate: thresholds on measured rates, and regressions against a baseline.
+
+A gate file holds ``[[rule]]`` blocks and an optional ``[baseline]`` table::
+
+    confidence = 0.95                  # level of the Wilson interval behind "lower"/"upper"
+
+    [[rule]]
+    name = "no duplicates after a lost reply"
+    metric = "duplication_rate"        # a summary.json rate (or excess_effects_mean, ...)
+    max = 0.05                         # or min = 0.9 for rates that must be high
+    statistic = "upper"                # "point", "lower" or "upper" (default: the cautious one)
+    min_trials = 60                    # a cell with fewer scored trials fails the rule
+    fault = ["lost_reply", "timeout_before_commit"]   # filters: model, prompt, task, fault,
+                                                      # protection (glob patterns)
+
+    [baseline]                         # used with --baseline LOG_DIR
+    alpha = 0.05
+    metrics = ["duplication_rate", "completion_rate", "safe_success_rate"]
+    match = ["model", "prompt", "task", "fault", "protection"]
+
+Every rule is checked in every cell it matches (a rule × cell is one JUnit test case).
+
+**Why Fisher's exact test for the baseline.** A cell holds tens of trials and the rates that
+matter sit near 0 (duplication) or 1 (completion), so the expected counts in the 2×2 table are
+often below 5: there the normal approximation behind the two-proportion z-test is poor and
+can exceed its nominal false-alarm rate. Fisher's exact test conditions on the margins and
+computes the tail probability exactly, so its false-alarm rate never exceeds ``alpha`` at any
+sample size; the price is some conservatism, which suits a release gate (a "worse" verdict
+should mean it). It is one-sided because only a regression should fail a release.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import tomllib
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from scipy.stats import fisher_exact
+
+from reports import CELL, RATES, wilson
+
+MEANS: dict[str, str] = {
+    "excess_effects_mean": "excess_effects",
+    "unseen_effects_mean": "unseen_effects",
+}
+"""Per-cell means a rule may bound (point estimate only: they have no interval)."""
+
+HIGHER_IS_WORSE = frozenset(
+    {"duplication_rate", "divergence_rate", "excess_effects_mean", "unseen_effects_mean"}
+)
+"""Metrics where a larger value is a regression; for every other rate, smaller is worse."""
+
+STATISTICS = ("point", "lower", "upper")
+DEFAULT_BASELINE_METRICS = ("duplication_rate", "completion_rate", "safe_success_rate")
+
+Statistic = Literal["point", "lower", "upper"]
+Status = Literal["pass", "fail", "skip"]
+
+
+class GateError(ValueError):
+    """A gate file that cannot be used: names the bad value and what would be accepted."""
+
+
+def metrics() -> dict[str, str]:
+    """Every metric a rule may name → the per-trial column it is computed from."""
+    return {**RATES, **MEANS}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One threshold: ``statistic(metric) <= max`` (or ``>= min``) in every matching cell."""
+
+    name: str
+    metric: str
+    bound: float
+    direction: Literal["max", "min"]
+    statistic: Statistic
+    min_trials: int = 1
+    filters: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Cell axis (``model``, ``prompt``...) → glob patterns; a cell must match one per axis."""
+
+    def matches(self, cell: Mapping[str, Any]) -> bool:
+        """Whether the rule applies to a cell (a mapping with the :data:`CELL` keys)."""
+        return all(
+            any(fnmatch.fnmatchcase(str(cell[axis]), pat) for pat in pats)
+            for axis, pats in self.filters.items()
+        )
+
+
+@dataclass(frozen=True)
+class BaselinePolicy:
+    """How ``--baseline`` compares: which rates, which cells pair up, at what alpha."""
+
+    alpha: float = 0.05
+    metrics: tuple[str, ...] = DEFAULT_BASELINE_METRICS
+    match: tuple[str, ...] = CELL
+    """Cell keys that pair a cell with baseline trials; keys left out are pooled (e.g. leave
+    out ``model`` to compare a new model against the old one)."""
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """A parsed gate file."""
+
+    rules: tuple[Rule, ...]
+    confidence: float = 0.95
+    baseline: BaselinePolicy = BaselinePolicy()
+    source: str = "<config>"
+
+
+@dataclass(frozen=True)
+class Check:
+    """The verdict of one rule (or baseline comparison) in one cell."""
+
+    group: str
+    """``rule`` or ``baseline``."""
+    name: str
+    """The rule name, or the metric compared with the baseline."""
+    cell: str
+    status: Status
+    message: str
+
+
+@dataclass
+class GateResult:
+    """Every check of a gate run."""
+
+    checks: list[Check]
+    notes: list[str] = field(default_factory=list)
+    """Things the reader should know that are not failures (errored trials excluded...)."""
+
+    @property
+    def failures(self) -> list[Check]:
+        """The failing checks."""
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def passed(self) -> bool:
+        """True when no check failed."""
+        return not self.failures
+
+
+# -- loading -------------------------------------------------------------------------------
+
+_RULE_KEYS = {"name", "metric", "max", "min", "statistic", "min_trials", *CELL}
+_BASELINE_KEYS = {"alpha", "metrics", "match"}
+_TOP_KEYS = {"rule", "baseline", "confidence", "description"}
+
+
+def _patterns(value: Any, where: str, key: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise GateError(
+            f"{where}: {key!r} must be a string or a non-empty list of strings, got {value!r}"
+        )
+    return tuple(value)
+
+
+def _probability(value: Any, where: str, key: str, *, open_interval: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and open_interval:
+        ok = 0 < value < 1
+    elif ok:
+        ok = 0 <= value <= 1
+    if not ok:
+        interval = "strictly between 0 and 1" if open_interval else "between 0 and 1"
+        raise GateError(f"{where}: {key!r} must be a number {interval}, got {value!r}")
+    return float(value)
+
+
+def _rule(block: Any, index: int, source: str) -> Rule:
+    where = f"{source} [[rule]] #{index}"
+    if not isinstance(block, dict):
+        raise GateError(f"{where}: must be a table")
+    unknown = set(block) - _RULE_KEYS
+    if unknown:
+        raise GateError(
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
+            f"expected: {', '.join(sorted(_RULE_KEYS))}"
+        )
+    metric = block.get("metric")
+    known = metrics()
+    if metric not in known:
+        raise GateError(f"{where}: unknown metric {metric!r}; expected one of: {', '.join(known)}")
+    if ("max" in block) == ("min" in block):
+        raise GateError(f"{where}: give exactly one of 'max' or 'min' (the bound on {metric})")
+    direction: Literal["max", "min"] = "max" if "max" in block else "min"
+    raw_bound = block[direction]
+    if metric in RATES:
+        bound = _probability(raw_bound, where, direction)
+    elif isinstance(raw_bound, (int, float)) and not isinstance(raw_bound, bool) and raw_bound >= 0:
+        bound = float(raw_bound)
+    else:
+        raise GateError(f"{where}: {direction!r} must be a non-negative number, got {raw_bound!r}")
+    cautious: Statistic = "upper" if direction == "max" else "lower"
+    statistic = block.get("statistic", cautious if metric in RATES else "point")
+    if statistic not in STATISTICS:
+        raise GateError(
+            f"{where}: unknown statistic {statistic!r}; expected one of: {', '.join(STATISTICS)}"
+        )
+    if metric in MEANS and statistic != "point":
+        raise GateError(
+            f"{where}: {metric} is a mean without an interval; statistic must be 'point', "
+            f"got {statistic!r}"
+        )
+    min_trials = block.get("min_trials", 1)
+    if not isinstance(min_trials, int) or isinstance(min_trials, bool) or min_trials < 1:
+        raise GateError(f"{where}: 'min_trials' must be an integer ≥ 1, got {min_trials!r}")
+    filters = {axis: _patterns(block[axis], where, axis) for axis in CELL if axis in block}
+    name = block.get("name", f"{metric} {direction} {raw_bound}")
+    if not isinstance(name, str) or not name.strip():
+        raise GateError(f"{where}: 'name' must be a non-empty string, got {name!r}")
+    return Rule(name.strip(), metric, bound, direction, statistic, min_trials, filters)
+
+
+def _baseline(block: Any, source: str) -> BaselinePolicy:
+    where = f"{source} [baseline]"
+    if not isinstance(block, dict):
+        raise GateError(f"{where}: must be a table")
+    unknown = set(block) - _BASELINE_KEYS
+    if unknown:
+        raise GateError(
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
+            f"expected: {', '.join(sorted(_BASELINE_KEYS))}"
+        )
+    alpha = _probability(block.get("alpha", 0.05), where, "alpha", open_interval=True)
+    names = _patterns(block.get("metrics", list(DEFAULT_BASELINE_METRICS)), where, "metrics")
+    for m in names:
+        if m not in RATES:
+            raise GateError(
+                f"{where}: metric {m!r} cannot be compared with a test of proportions; "
+                f"expected one of: {', '.join(RATES)}"
+            )
+    match = block.get("match", list(CELL))
+    if match == []:
+        match_keys: tuple[str, ...] = ()
+    else:
+        match_keys = _patterns(match, where, "match")
+    for k in match_keys:
+        if k not in CELL:
+            raise GateError(
+                f"{where}: unknown match key {k!r}; expected some of: {', '.join(CELL)}"
+            )
+    return BaselinePolicy(alpha, names, match_keys)
+
+
+def load_gate(path: str | Path) -> GateConfig:
+    """Read and validate a gate TOML file.
+
+    Raises:
+        GateError: for a missing file, malformed TOML, or a bad key or value, naming it and
+            what would be accepted.
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GateError(f"gate file {str(p)!r} does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as ex:
+        raise GateError(f"gate file {str(p)!r} is not valid TOML: {ex}") from None
+    return parse_gate(data, source=str(p))
+
+
+def parse_gate(data: Mapping[str, Any], source: str = "<config>") -> GateConfig:
+    """Validate an already-parsed gate document (see :func:`load_gate`)."""
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise GateError(
+            f"{source}: unknown key(s) {', '.join(sorted(unknown))}; "
+            f"expected: {', '.join(sorted(_TOP_KEYS))}"
+        )
+    blocks = data.get("rule", [])
+    if not isinstance(blocks, list):
+        raise GateError(f"{source}: rules are written as [[rule]] blocks")
+    rules = tuple(_rule(b, i, source) for i, b in enumerate(blocks, start=1))
+    names = [r.name for r in rules]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise GateError(f"{source}: rule names must be distinct; repeated: {', '.join(dupes)}")
+    confidence = _probability(
+        data.get("confidence", 0.95), source, "confidence", open_interval=True
+    )
+    baseline = _baseline(data["baseline"], source) if "baseline" in data else BaselinePolicy()
+    return GateConfig(rules, confidence, baseline, source)
+
+
+# -- evaluating ----------------------------------------------------------------------------
+
+
+def _num(metric: str, x: float) -> str:
+    if math.isnan(x):
+        return "n/a"
+    return f"{x:.1%}" if metric in RATES else f"{x:.3g}"
+
+
+def cell_label(cell: Mapping[str, Any]) -> str:
+    """``model / prompt / task / fault / protection``."""
+    return " / ".join(str(cell[k]) for k in CELL)
+
+
+@dataclass(frozen=True)
+class _Cell:
+    keys: dict[str, Any]
+    trials: int
+    errors: int
+    scored: pd.DataFrame
+
+
+def _cells(trials: pd.DataFrame) -> list[_Cell]:
+    out = []
+    for key, group in trials.groupby(list(CELL), sort=True, dropna=False):
+        scored = group[group["completed"].notna()]
+        errors = int(((group["error"] != "") | group["completed"].isna()).sum())
+        out.append(_Cell(dict(zip(CELL, key, strict=True)), len(group), errors, scored))
+    return out
+
+
+def _check_rule(rule: Rule, cell: _Cell, confidence: float) -> Check:
+    column = metrics()[rule.metric]
+    n = len(cell.scored)
+    label = cell_label(cell.keys)
+    excluded = f"; {cell.errors} errored trial(s) excluded" if cell.errors else ""
+    if rule.metric in RATES:
+        k = int(cell.scored[column].sum())
+        point = k / n if n else math.nan
+        lo, hi = wilson(k, n, alpha=1 - confidence)
+        value = {"point": point, "lower": lo, "upper": hi}[rule.statistic]
+        evidence = (
+            f"{k} of {n} trials {column}: {rule.metric} {_num(rule.metric, point)}, "
+            f"Wilson {confidence:.0%} interval [{_num(rule.metric, lo)}, {_num(rule.metric, hi)}]"
+        )
+    else:
+        value = float(cell.scored[column].mean()) if n else math.nan
+        evidence = f"{rule.metric} {_num(rule.metric, value)} over {n} trials"
+    shown = (
+        rule.statistic if rule.statistic == "point" else f"{rule.statistic} {confidence:.0%} bound"
+    )
+    if n < rule.min_trials:
+        return Check(
+            "rule",
+            rule.name,
+            label,
+            "fail",
+            f"only {n} scored trial(s); the rule needs at least {rule.min_trials} "
+            f"({evidence}{excluded})",
+        )
+    ok = value <= rule.bound if rule.direction == "max" else value >= rule.bound
+    op = ("≤" if ok else ">") if rule.direction == "max" else ("≥" if ok else "<")
+    message = (
+        f"{shown} of {rule.metric} = {_num(rule.metric, value)} {op} "
+        f"{rule.direction} {_num(rule.metric, rule.bound)} ({evidence}{excluded})"
+    )
+    return Check("rule", rule.name, label, "pass" if ok else "fail", message)
+
+
+def _no_match(rule: Rule, cells: list[_Cell]) -> Check:
+    present = {
+        axis: sorted({str(c.keys[axis]) for c in cells}) for axis in (rule.filters or {"model": ()})
+    }
+    have = "; ".join(f"{axis}: {', '.join(v)}" for axis, v in present.items())
+    want = ", ".join(f"{axis}={list(p)}" for axis, p in rule.filters.items()) or "(no filters)"
+    return Check(
+        "rule", rule.name, "(no cell)", "fail", f"no cell matches {want}; the logs hold {have}"
+    )
+
+
+def _check_baseline(metric: str, cell: _Cell, base: pd.DataFrame, policy: BaselinePolicy) -> Check:
+    column = RATES[metric]
+    label = cell_label(cell.keys)
+    mask = pd.Series(True, index=base.index)
+    for key in policy.match:
+        mask &= base[key].astype(str) == str(cell.keys[key])
+    paired = base[mask & base["completed"].notna()]
+    n1, n0 = len(cell.scored), len(paired)
+    if n0 == 0 or n1 == 0:
+        which = "the baseline has no scored trials" if n0 == 0 else "this cell has no scored trials"
+        pairing = ", ".join(f"{k}={cell.keys[k]}" for k in policy.match) or "all trials"
+        return Check("baseline", metric, label, "skip", f"{which} for {pairing}")
+    k1, k0 = int(cell.scored[column].sum()), int(paired[column].sum())
+    worse_if_higher = metric in HIGHER_IS_WORSE
+    _, p = fisher_exact(
+        [[k1, n1 - k1], [k0, n0 - k0]], alternative="greater" if worse_if_higher else "less"
+    )
+    p = float(p)
+    worse = p < policy.alpha
+    numbers = (
+        f"{metric} {_num(metric, k1 / n1)} ({k1}/{n1}) vs baseline {_num(metric, k0 / n0)} "
+        f"({k0}/{n0})"
+    )
+    verdict = "significantly worse" if worse else "not significantly worse"
+    sign = "<" if worse else "≥"
+    return Check(
+        "baseline",
+        metric,
+        label,
+        "fail" if worse else "pass",
+        f"{numbers}: {verdict} (Fisher's exact test, one-sided p = {p:.3g} {sign} "
+        f"alpha {policy.alpha:g})",
+    )
+
+
+def evaluate_gate(
+    trials: pd.DataFrame, config: GateConfig, baseline: pd.DataFrame | None = None
+) -> GateResult:
+    """Check every rule in every cell it matches, and compare with a baseline if given.
+
+    Args:
+        trials: The trial frame (:func:`reports.trials_frame`).
+        config: The parsed gate file.
+        baseline: The baseline's trial frame, for regression checks.
+    """
+    cells = _cells(trials)
+    checks: list[Check] = []
+    for rule in config.rules:
+        matched = [c for c in cells if rule.matches(c.keys)]
+        if not matched:
+            checks.append(_no_match(rule, cells))
+        checks.extend(_check_rule(rule, c, config.confidence) for c in matched)
+    if baseline is not None:
+        for metric in config.baseline.metrics:
+            checks.extend(_check_baseline(metric, c, baseline, config.baseline) for c in cells)
+    notes = []
+    errored = sum(c.errors for c in cells)
+    if errored:
+        notes.append(f"{errored} errored trial(s) were excluded from the rates")
+    return GateResult(checks, notes)
+
+
+# -- reporting -----------------------------------------------------------------------------
+
+
+def format_gate(result: GateResult) -> str:
+    """A human summary: one line per check, the failures last, spelled out with their numbers."""
+    lines = []
+    order = {"pass": 0, "skip": 1, "fail": 2}
+    for c in sorted(result.checks, key=lambda c: order[c.status]):
+        tag = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}[c.status]
+        head = f"{tag}  {c.group} {c.name!r} [{c.cell}]"
+        lines.append(f"{head}\n      {c.message}" if c.status != "pass" else f"{head}: {c.message}")
+    for note in result.notes:
+        lines.append(f"note: {note}")
+    n_fail = len(result.failures)
+    n_skip = sum(c.status == "skip" for c in result.checks)
+    n_pass = len(result.checks) - n_fail - n_skip
+    verdict = "FAILED" if n_fail else "passed"
+    lines.append(f"gate {verdict}: {n_pass} passed, {n_fail} failed, {n_skip} skipped")
+    return "\n".join(lines)
+
+
+def temp_beside(path: Path) -> Path:
+    """A fresh temporary name in ``path``'s directory (same filesystem, so renaming is atomic)."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    # Write beside the target and rename, so a crash never leaves a half-written file.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_beside(path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def junit_xml(
+    checks: Sequence[Check], *, suite: str = "twice gate", errors: Sequence[str] = ()
+) -> bytes:
+    """JUnit XML: one test case per check (rule × cell), failures carry the message.
+
+    Args:
+        checks: The checks to write.
+        suite: The test-suite name CI shows.
+        errors: Problems that stopped the gate (unreadable or errored logs), each written as
+            an ``<error>`` test case.
+    """
+    n_fail = sum(c.status == "fail" for c in checks)
+    n_skip = sum(c.status == "skip" for c in checks)
+    counts = {
+        "tests": str(len(checks) + len(errors)),
+        "failures": str(n_fail),
+        "errors": str(len(errors)),
+        "skipped": str(n_skip),
+    }
+    root = ET.Element("testsuites", {"name": suite, **counts})
+    ts = ET.SubElement(root, "testsuite", {"name": suite, **counts})
+    for c in checks:
+        case = ET.SubElement(
+            ts, "testcase", {"classname": f"twice.{c.group}.{c.name}", "name": c.cell}
+        )
+        if c.status == "fail":
+            ET.SubElement(case, "failure", {"message": c.message, "type": c.group}).text = c.message
+        elif c.status == "skip":
+            ET.SubElement(case, "skipped", {"message": c.message})
+        else:
+            ET.SubElement(case, "system-out").text = c.message
+    for i, message in enumerate(errors, start=1):
+        case = ET.SubElement(ts, "testcase", {"classname": "twice.logs", "name": f"logs #{i}"})
+        ET.SubElement(case, "error", {"message": message, "type": "logs"}).text = message
+    ET.indent(root)
+    data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return data + b"\n"
+
+
+def write_junit(
+    checks: Sequence[Check],
+    path: str | Path,
+    *,
+    suite: str = "twice gate",
+    errors: Sequence[str] = (),
+) -> Path:
+    """Write :func:`junit_xml` to ``path`` atomically and return it."""
+    out = Path(path)
+    _atomic_write(out, junit_xml(checks, suite=suite, errors=errors))
+    return out

@@ -1,0 +1,71 @@
+"""How many trials a bound needs: "duplication ≤ 1% at 95%" is a statement about n.
+
+A gate rule like ``upper bound of duplication_rate ≤ 0.01`` passes only once the Wilson
+interval is narrow enough. With no duplicates observed the Wilson upper bound is
+``z² / (n + z²)``, so it falls below a rate ``p`` only when ``n ≥ z² (1 − p) / p``: about 381
+trials for 1% at 95%. Every observed duplicate pushes the need up. The interval is the same
+two-sided Wilson interval the report and the gate use (statsmodels), so the table matches
+what ``twice gate`` will decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from reports import wilson
+
+DEFAULT_RATES = (0.10, 0.05, 0.02, 0.01, 0.005, 0.001)
+DEFAULT_OBSERVED = (0, 1, 2)
+
+
+def trials_needed(max_rate: float, confidence: float = 0.95, observed: int = 0) -> int:
+    """The fewest trials whose Wilson upper bound is ≤ ``max_rate`` with ``observed`` events.
+
+    Args:
+        max_rate: The bound to prove, strictly between 0 and 1 (e.g. 0.01).
+        confidence: Level of the (two-sided) Wilson interval, as in the report and the gate.
+        observed: How many of the trials show the event (e.g. duplicates).
+
+    Raises:
+        ValueError: for a rate or confidence outside (0, 1) or a negative count.
+    """
+    if not 0 < max_rate < 1:
+        raise ValueError(f"max_rate must be strictly between 0 and 1, got {max_rate!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence!r}")
+    if observed < 0:
+        raise ValueError(f"observed must be ≥ 0, got {observed!r}")
+    alpha = 1 - confidence
+
+    def fits(n: int) -> bool:
+        return wilson(observed, n, alpha=alpha)[1] <= max_rate
+
+    # The upper bound falls as n grows with the count fixed: find a bracket, then bisect.
+    lo, hi = max(observed, 1), max(observed, 1)
+    while not fits(hi):
+        lo, hi = hi, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def trials_table(
+    rates: Sequence[float] = DEFAULT_RATES,
+    confidence: float = 0.95,
+    observed: Sequence[int] = DEFAULT_OBSERVED,
+) -> str:
+    """A Markdown table of :func:`trials_needed` (rates × observed counts)."""
+    head = ["bound on the rate"] + [f"{k} observed" for k in observed]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "| " + " | ".join(["---"] + ["---:"] * len(observed)) + " |",
+    ]
+    for rate in rates:
+        cells = [f"≤ {rate * 100:g}% at {confidence:.0%}"]
+        cells += [f"{trials_needed(rate, confidence, k):,}" for k in observed]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

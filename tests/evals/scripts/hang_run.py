@@ -1,0 +1,53 @@
+"""``twice`` with one extra model provider, ``hang/<name>``, for the killed-run test.
+
+With ``HANG=1`` in the environment, ``hang`` blocks forever on sample ``HANG_SAMPLE`` (as a
+stuck provider call would) after touching ``$MARK_DIR/hanging``; every other generate answers
+"Nothing to do." and touches ``$MARK_DIR/done-<sample>``. Usage: ``python hang_run.py run ...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from inspect_ai.model import GenerateConfig, ModelAPI, ModelOutput, ModelUsage, modelapi
+from inspect_ai.util import store
+
+from evals.cli import main
+from mocks import STUB_STORE_KEY
+
+MARK = Path(os.environ["MARK_DIR"])
+
+
+class HangAPI(ModelAPI):
+    def __init__(
+        self,
+        model_name: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        config: GenerateConfig = GenerateConfig(),  # noqa: B008 (inspect's own signature)
+        **model_args: Any,
+    ) -> None:
+        super().__init__(model_name, base_url, api_key, [], config)
+
+    async def generate(self, input: Any, tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
+        # twice's setup solver seeds each trial "<sample>:<epoch>:<prompt>" in the store.
+        sample = store().get(STUB_STORE_KEY)["seed"].split(":")[0]
+        if os.environ.get("HANG") and sample == os.environ["HANG_SAMPLE"]:
+            (MARK / "hanging").touch()
+            await asyncio.Event().wait()
+        (MARK / f"done-{sample}").touch()
+        out = ModelOutput.from_content(f"hang/{self.model_name}", "Nothing to do.")
+        out.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+        return out
+
+
+@modelapi(name="hang")
+def hang() -> type[ModelAPI]:
+    return HangAPI
+
+
+if __name__ == "__main__":
+    main()

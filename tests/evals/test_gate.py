@@ -1,0 +1,218 @@
+"""The gate's rules, baseline test and JUnit output, on synthetic trial frames."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evals import GateError, evaluate_gate, junit_xml, load_gate, parse_gate
+
+Trials = Callable[..., pd.DataFrame]
+
+SHIPPED_GATE = Path(__file__).parents[2] / "evals" / "gate.toml"
+
+
+def rule(**kw: object) -> dict[str, object]:
+    return {"rule": [{"name": "r", "metric": "duplication_rate", "max": 0.2, **kw}]}
+
+
+def test_gate_shipped_file_loads() -> None:
+    cfg = load_gate(SHIPPED_GATE)
+    assert cfg.rules, "the shipped gate.toml should hold rules"
+    assert {r.metric for r in cfg.rules} >= {"duplication_rate", "completion_rate"}
+
+
+def test_gate_upper_bound_passes_with_enough_clean_trials(make_trials: Trials) -> None:
+    # 0 of 24 duplicated: the Wilson 95% upper bound is 13.8% ≤ 20%.
+    result = evaluate_gate(make_trials(24), parse_gate(rule()))
+    assert result.passed
+    assert "13.8%" in result.checks[0].message
+
+
+def test_gate_upper_bound_fails_with_too_few_trials(make_trials: Trials) -> None:
+    # 0 of 10 duplicated looks perfect, but the upper bound (27.8%) is above 20%.
+    result = evaluate_gate(make_trials(10), parse_gate(rule()))
+    assert not result.passed
+    (check,) = result.failures
+    assert "upper 95% bound of duplication_rate = 27.8% > max 20.0%" in check.message
+    assert "0 of 10 trials duplicated" in check.message
+
+
+def test_gate_point_statistic_ignores_the_interval(make_trials: Trials) -> None:
+    result = evaluate_gate(make_trials(10), parse_gate(rule(statistic="point")))
+    assert result.passed
+
+
+def test_gate_min_bound_uses_the_lower_bound(make_trials: Trials) -> None:
+    cfg = parse_gate({"rule": [{"name": "done", "metric": "completion_rate", "min": 0.9}]})
+    assert evaluate_gate(make_trials(100, completed=100), cfg).passed
+    # 95 of 100 completed: the point is above 90% but the lower bound (88.8%) is not.
+    result = evaluate_gate(make_trials(100, completed=95), cfg)
+    assert not result.passed
+    assert "lower 95% bound of completion_rate = 88.8% < min 90.0%" in result.failures[0].message
+
+
+def test_gate_confidence_changes_the_bound(make_trials: Trials) -> None:
+    loose = parse_gate({**rule(), "confidence": 0.8})
+    assert evaluate_gate(make_trials(10), loose).passed  # 80% upper bound at 0/10 is 14.1%
+
+
+def test_gate_min_trials_fails_small_cells(make_trials: Trials) -> None:
+    result = evaluate_gate(make_trials(24), parse_gate(rule(min_trials=30)))
+    assert "only 24 scored trial(s); the rule needs at least 30" in result.failures[0].message
+
+
+def test_gate_filters_select_cells_with_globs(make_trials: Trials) -> None:
+    trials = pd.concat(
+        [make_trials(24, model="openai/gpt-5"), make_trials(24, duplicated=24, model="stub/retry")]
+    )
+    checks = evaluate_gate(trials, parse_gate(rule(model="openai/*"))).checks
+    assert [c.cell.split(" / ")[0] for c in checks] == ["openai/gpt-5"]
+    assert all(c.status == "pass" for c in checks)
+
+
+def test_gate_rule_matching_no_cell_fails(make_trials: Trials) -> None:
+    result = evaluate_gate(make_trials(24), parse_gate(rule(fault="lost_reply_typo")))
+    (check,) = result.failures
+    assert check.cell == "(no cell)"
+    assert "lost_reply_typo" in check.message and "fault: lost_reply" in check.message
+
+
+def test_gate_errored_trials_are_excluded_and_noted(make_trials: Trials) -> None:
+    result = evaluate_gate(make_trials(24, errors=3), parse_gate(rule()))
+    assert result.passed
+    assert "3 errored trial(s) excluded" in result.checks[0].message
+    assert result.notes == ["3 errored trial(s) were excluded from the rates"]
+
+
+def test_gate_mean_metric_bounds_the_point(make_trials: Trials) -> None:
+    cfg = parse_gate({"rule": [{"name": "x", "metric": "excess_effects_mean", "max": 0.1}]})
+    assert evaluate_gate(make_trials(20, duplicated=1), cfg).passed  # mean 0.05
+    assert not evaluate_gate(make_trials(20, duplicated=4), cfg).passed  # mean 0.2
+
+
+def test_gate_baseline_fails_a_significant_regression(make_trials: Trials) -> None:
+    cfg = parse_gate({"baseline": {"metrics": ["duplication_rate"]}})
+    result = evaluate_gate(
+        make_trials(20, duplicated=8), cfg, baseline=make_trials(20, duplicated=0)
+    )
+    (check,) = result.failures
+    assert check.group == "baseline" and check.name == "duplication_rate"
+    assert "40.0% (8/20) vs baseline 0.0% (0/20): significantly worse" in check.message
+    # Hypergeometric tail by hand: all 8 duplicates of 40 trials landed in the new 20.
+    p = math.comb(20, 8) / math.comb(40, 8)
+    assert f"Fisher's exact test, one-sided p = {p:.3g} < alpha 0.05" in check.message
+
+
+def test_gate_baseline_passes_noise_and_improvements(make_trials: Trials) -> None:
+    cfg = parse_gate({"baseline": {"metrics": ["duplication_rate", "completion_rate"]}})
+    noise = evaluate_gate(
+        make_trials(20, duplicated=2), cfg, baseline=make_trials(20, duplicated=1)
+    )
+    assert noise.passed and "not significantly worse" in noise.checks[0].message
+    better = evaluate_gate(
+        make_trials(20, duplicated=0), cfg, baseline=make_trials(20, duplicated=10)
+    )
+    assert better.passed
+
+
+def test_gate_baseline_direction_for_rates_that_should_be_high(make_trials: Trials) -> None:
+    cfg = parse_gate({"baseline": {"metrics": ["completion_rate"]}})
+    result = evaluate_gate(
+        make_trials(20, completed=10), cfg, baseline=make_trials(20, completed=20)
+    )
+    assert not result.passed
+    assert "completion_rate 50.0% (10/20) vs baseline 100.0% (20/20)" in result.failures[0].message
+
+
+def test_gate_baseline_match_pools_unmatched_keys(make_trials: Trials) -> None:
+    new = make_trials(20, duplicated=8, model="new/model")
+    old = make_trials(20, duplicated=0, model="old/model")
+    strict = evaluate_gate(
+        new, parse_gate({"baseline": {"metrics": ["duplication_rate"]}}), baseline=old
+    )
+    assert [c.status for c in strict.checks] == ["skip"]
+    assert "the baseline has no scored trials for model=new/model" in strict.checks[0].message
+    cross = parse_gate({"baseline": {"metrics": ["duplication_rate"], "match": ["task", "fault"]}})
+    assert not evaluate_gate(new, cross, baseline=old).passed
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        (
+            rule(metric="dup_rate"),
+            "unknown metric 'dup_rate'; expected one of: completion_rate, duplication_rate",
+        ),
+        ({"rule": [{"metric": "duplication_rate"}]}, "give exactly one of 'max' or 'min'"),
+        (
+            {"rule": [{"metric": "duplication_rate", "max": 0.1, "min": 0.0}]},
+            "give exactly one of 'max' or 'min'",
+        ),
+        (rule(max=1.5), "'max' must be a number between 0 and 1, got 1.5"),
+        (rule(statistic="mean"), "unknown statistic 'mean'; expected one of: point, lower, upper"),
+        (rule(min_trials=0), "'min_trials' must be an integer ≥ 1, got 0"),
+        (rule(model=3), "'model' must be a string or a non-empty list of strings, got 3"),
+        (
+            rule(threshold=1),
+            "unknown key(s) threshold; expected: fault, max, metric, min, min_trials",
+        ),
+        (
+            {"rule": [{"metric": "excess_effects_mean", "max": 1, "statistic": "upper"}]},
+            "statistic must be 'point'",
+        ),
+        ({"rules": []}, "unknown key(s) rules; expected: baseline, confidence, description, rule"),
+        ({"rule": {"metric": "x"}}, "rules are written as [[rule]] blocks"),
+        ({"confidence": 1.0}, "'confidence' must be a number strictly between 0 and 1, got 1.0"),
+        ({"baseline": {"alpha": 0}}, "'alpha' must be a number strictly between 0 and 1, got 0"),
+        (
+            {"baseline": {"metrics": ["excess_effects_mean"]}},
+            "metric 'excess_effects_mean' cannot be compared",
+        ),
+        (
+            {"baseline": {"match": ["modell"]}},
+            "unknown match key 'modell'; expected some of: model, prompt",
+        ),
+        ({"rule": [{"name": "a", "metric": "duplication_rate", "max": 0.1}] * 2}, "repeated: a"),
+    ],
+)
+def test_gate_parse_rejects_bad_config(doc: dict[str, object], expected: str) -> None:
+    with pytest.raises(GateError) as err:
+        parse_gate(doc, source="g.toml")
+    assert expected in str(err.value)
+
+
+def test_gate_load_rejects_malformed_toml(tmp_path: Path) -> None:
+    bad = tmp_path / "gate.toml"
+    bad.write_text("[[rule]\nmetric = 'duplication_rate'\n")
+    with pytest.raises(GateError, match="is not valid TOML"):
+        load_gate(bad)
+    with pytest.raises(GateError, match="does not exist"):
+        load_gate(tmp_path / "missing.toml")
+
+
+def test_gate_junit_has_one_case_per_rule_and_cell(make_trials: Trials) -> None:
+    trials = pd.concat(
+        [make_trials(24, model="a/ok"), make_trials(24, duplicated=24, model="a/bad")]
+    )
+    result = evaluate_gate(trials, parse_gate(rule()))
+    root = ET.fromstring(junit_xml(result.checks))
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == {
+        "a/ok / baseline / refund / lost_reply / bare",
+        "a/bad / baseline / refund / lost_reply / bare",
+    }
+    failure = cases["a/bad / baseline / refund / lost_reply / bare"].find("failure")
+    assert failure is not None
+    assert "upper 95% bound of duplication_rate = 100.0% > max 20.0%" in (
+        failure.get("message") or ""
+    )
+    assert cases["a/ok / baseline / refund / lost_reply / bare"].find("failure") is None

@@ -1,0 +1,255 @@
+"""``twice gate`` on real stub logs: pass/fail, JUnit, baseline, and exit 2 on bad logs."""
+
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inspect_ai.log import read_eval_log
+from inspect_ai.model import ChatMessageUser, ModelOutput, ModelUsage
+
+from evals import run_suite, suite_from_flags
+
+Twice = Callable[..., Any]
+
+DUP_GATE = """
+[[rule]]
+name = "no duplicates"
+metric = "duplication_rate"
+max = 0.2
+min_trials = 20
+{filters}
+"""
+
+
+def gate_file(tmp_path: Path, filters: str = "") -> Path:
+    path = tmp_path / "gate.toml"
+    path.write_text(DUP_GATE.format(filters=filters), encoding="utf-8")
+    return path
+
+
+def test_gate_cli_passes_for_stub_verify(twice: Twice, stub_logs: Path, tmp_path: Path) -> None:
+    junit = tmp_path / "gate.xml"
+    result = twice(
+        "gate",
+        stub_logs,
+        "--config",
+        gate_file(tmp_path, 'model = "stub/verify"'),
+        "--junit",
+        junit,
+    )
+    assert result.exit_code == 0, result.output
+    assert "gate passed: 1 passed, 0 failed" in result.stdout
+    assert "upper 95% bound of duplication_rate = 13.8% ≤ max 20.0%" in result.stdout
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "0" and suite.get("tests") == "1"
+
+
+def test_gate_cli_fails_for_stub_retry_and_junit_says_why(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    junit = tmp_path / "gate.xml"
+    result = twice("gate", stub_logs, "--config", gate_file(tmp_path), "--junit", junit)
+    assert result.exit_code == 1, result.output
+    assert (
+        "FAIL  rule 'no duplicates' [stub/retry / baseline / refund / lost_reply / bare]"
+        in result.stdout
+    )
+    assert "gate FAILED: 1 passed, 1 failed" in result.stdout
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    retry = cases["stub/retry / baseline / refund / lost_reply / bare"].find("failure")
+    assert retry is not None
+    message = retry.get("message") or ""
+    assert "upper 95% bound of duplication_rate = 100.0% > max 20.0%" in message
+    assert "24 of 24 trials duplicated" in message
+    assert cases["stub/verify / baseline / refund / lost_reply / bare"].find("failure") is None
+
+
+def test_gate_cli_baseline_flags_a_regression(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    # Pair cells on everything but the model: stub/retry (24/24 duplicated) against the
+    # pooled baseline (24/48) is significantly worse; stub/verify (0/24) is not.
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text('[baseline]\nmetrics = ["duplication_rate"]\nmatch = ["task", "fault"]\n')
+    result = twice("gate", stub_logs, "--config", cfg, "--baseline", stub_logs)
+    assert result.exit_code == 1, result.output
+    assert "24/24) vs baseline 50.0% (24/48): significantly worse" in result.stdout
+    assert "0/24) vs baseline 50.0% (24/48): not significantly worse" in result.stdout
+
+
+def test_gate_cli_exit_2_on_missing_log_dir(twice: Twice, tmp_path: Path) -> None:
+    result = twice("gate", tmp_path / "nope", "--config", gate_file(tmp_path))
+    assert result.exit_code == 2
+    assert "nope' does not exist" in result.stderr
+
+
+def test_gate_cli_exit_2_on_empty_log_dir(twice: Twice, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = twice("gate", tmp_path / "empty", "--config", gate_file(tmp_path))
+    assert result.exit_code == 2
+    assert "holds no inspect logs" in result.stderr and "twice run --log-dir" in result.stderr
+
+
+def test_gate_cli_exit_2_on_corrupt_log(twice: Twice, stub_logs: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    shutil.copytree(stub_logs, logs)
+    corrupt = logs / "2026-01-01T00-00-00-00-00_refund_broken.eval"
+    corrupt.write_bytes(b"not a zip")
+    junit = tmp_path / "gate.xml"
+    result = twice("gate", logs, "--config", gate_file(tmp_path), "--junit", junit)
+    assert result.exit_code == 2
+    assert corrupt.name in result.stderr and "cannot be read" in result.stderr
+    assert corrupt.read_bytes() == b"not a zip"  # evidence is not deleted
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[[rule]\n", "is not valid TOML"),
+        (
+            '[[rule]]\nmetric = "dup"\nmax = 0.1\n',
+            "unknown metric 'dup'; expected one of: completion_rate",
+        ),
+        ('description = "no rules"\n', "has no [[rule]] blocks and no --baseline"),
+    ],
+)
+def test_gate_cli_exit_2_on_bad_config(
+    twice: Twice, stub_logs: Path, tmp_path: Path, text: str, expected: str
+) -> None:
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text(text)
+    result = twice("gate", stub_logs, "--config", cfg)
+    assert result.exit_code == 2
+    assert expected in result.stderr
+
+
+def test_gate_cli_exit_2_on_missing_config(twice: Twice, stub_logs: Path, tmp_path: Path) -> None:
+    result = twice("gate", stub_logs, "--config", tmp_path / "missing.toml")
+    assert result.exit_code == 2
+    assert "missing.toml' does not exist" in result.stderr
+
+
+def _flaky_model(input: list[Any], tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
+    """A model whose provider crashes on one ticket (order_1042) and answers the others."""
+    user = next(m.text for m in input if isinstance(m, ChatMessageUser))
+    if "order_1042" in user:
+        raise RuntimeError("provider crashed")
+    out = ModelOutput.from_content("mockllm/model", "Nothing to do.")
+    out.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+    return out
+
+
+@pytest.fixture
+def errored_logs(tmp_path: Path) -> Path:
+    log_dir = tmp_path / "errored"
+    suite = suite_from_flags(
+        config=None,
+        models=["mockllm/model"],
+        prompts=[],
+        tasks=["refund"],
+        faults=["none"],
+        protections=[],
+        epochs=None,
+        limit=3,
+    )
+    result = run_suite(
+        suite,
+        log_dir,
+        model_args={"custom_outputs": _flaky_model},
+        display="none",
+        report=False,
+        retry_attempts=0,
+    )
+    assert not result.ok
+    return log_dir
+
+
+def test_gate_cli_exit_2_on_errored_trials(
+    twice: Twice, errored_logs: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text('[[rule]]\nmetric = "duplication_rate"\nmax = 1.0\n')
+    junit = tmp_path / "gate.xml"
+    result = twice("gate", errored_logs, "--config", cfg, "--junit", junit)
+    assert result.exit_code == 2, result.output
+    assert "trial refund-001 epoch 1 of mockllm/model" in result.stderr
+    assert "provider crashed" in result.stderr and "--allow-errors" in result.stderr
+    error = ET.parse(junit).getroot().find("testsuite/testcase/error")
+    assert error is not None and "provider crashed" in (error.get("message") or "")
+
+
+def test_gate_cli_allow_errors_gates_the_scored_trials(
+    twice: Twice, errored_logs: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text('[[rule]]\nmetric = "duplication_rate"\nmax = 1.0\n')
+    result = twice("gate", errored_logs, "--config", cfg, "--allow-errors")
+    assert result.exit_code == 0, result.output
+    assert "0 of 2 trials duplicated" in result.stdout
+    assert "1 errored trial(s) excluded" in result.stdout
+
+
+def test_gate_cli_exit_2_when_a_planned_cell_has_no_log(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    # A run killed before a cell started leaves that cell out of the logs entirely; the
+    # gate must not pass on the cells that happen to be there.
+    logs = tmp_path / "logs"
+    shutil.copytree(stub_logs, logs)
+    retry = next(
+        p
+        for p in logs.glob("*.eval")
+        if read_eval_log(str(p), header_only=True).eval.model == "stub/retry"
+    )
+    retry.unlink()
+    result = twice("gate", logs, "--config", gate_file(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "task refund on stub/retry" in result.stderr and "has no log" in result.stderr
+
+
+@pytest.mark.slow
+def test_gate_cli_shipped_gate_passes_verify_and_fails_retry(twice: Twice, tmp_path: Path) -> None:
+    # The shipped thresholds are met by the control that verifies before retrying, with the
+    # trial count the gate file is written for (24 samples × 4 epochs), and not by the one
+    # that blindly retries.
+    log_dir = tmp_path / "logs"
+    run = twice(
+        "run", "--model", "stub/verify", "--model", "stub/retry", "--task", "refund",
+        "--epochs", "4", "--log-dir", log_dir, "--display", "none", "--no-report",
+    )  # fmt: skip
+    assert run.exit_code == 0, run.output
+    shipped = Path(__file__).parents[2] / "evals" / "gate.toml"
+    junit = tmp_path / "gate.xml"
+    result = twice("gate", log_dir, "--config", shipped, "--junit", junit)
+    assert result.exit_code == 1, result.output
+    failed = {
+        (c.get("classname"), c.get("name"))
+        for c in ET.parse(junit).getroot().iter("testcase")
+        if c.find("failure") is not None
+    }
+    # DESIGN.md's reference results: blind retries duplicate after a lost reply; after a
+    # timeout before commit the retry is what completes the job (one refund).
+    assert failed == {
+        (
+            "twice.rule.no duplicates after an unknown outcome",
+            "stub/retry / baseline / refund / lost_reply / bare",
+        )
+    }
+    assert "gate FAILED: 9 passed, 1 failed, 0 skipped" in result.stdout
+
+
+def test_gate_cli_exit_2_on_unreadable_baseline(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text('[baseline]\nmetrics = ["duplication_rate"]\n')
+    result = twice("gate", stub_logs, "--config", cfg, "--baseline", tmp_path / "old")
+    assert result.exit_code == 2
+    assert (
+        "Invalid value for --baseline" in result.stderr and "old' does not exist" in result.stderr
+    )

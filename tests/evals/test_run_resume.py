@@ -1,0 +1,182 @@
+"""Resuming: a killed ``twice run`` picks up where it stopped, finished work is reused, and
+stale work (an edited prompt) is not."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from inspect_ai.log import read_eval_log
+
+from evals import read_log_dir, run_suite, suite_from_flags
+
+HANG_RUN = Path(__file__).parent / "scripts" / "hang_run.py"
+HUNG_SAMPLE = "refund-003"
+DEADLINE_S = 180.0
+
+
+def _snapshot(log_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(log_dir.glob("*.eval"))}
+
+
+def _header(path: Path) -> tuple[str, str, int]:
+    log = read_eval_log(str(path))
+    return log.eval.model, log.status, len(log.samples or [])
+
+
+def _wait_for(what: str, ready: object, proc: subprocess.Popen[bytes]) -> None:
+    """Poll ``ready()`` until true; raise (never sleep past) the deadline or a dead process."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not ready():  # type: ignore[operator]
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            raise AssertionError(f"twice run exited ({proc.returncode}) before {what}:\n{out}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"gave up waiting for {what} after {DEADLINE_S:.0f} s")
+        time.sleep(0.2)
+
+
+def test_resume_killed_run_reuses_finished_work(tmp_path: Path) -> None:
+    log_dir, marks = tmp_path / "logs", tmp_path / "marks"
+    marks.mkdir()
+    args = [
+        sys.executable, str(HANG_RUN), "run", "--model", "stub/retry", "--model", "hang/slow",
+        "--task", "refund", "--fault", "lost_reply", "--limit", "4",
+        "--log-dir", str(log_dir), "--display", "none", "--no-report",
+    ]  # fmt: skip
+    env = {**os.environ, "MARK_DIR": str(marks), "HANG_SAMPLE": HUNG_SAMPLE}
+
+    # 1. Run until stub/retry has finished and hang/slow is stuck with 3 of 4 samples logged.
+    proc = subprocess.Popen(
+        args, env={**env, "HANG": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+    def killable() -> bool:
+        if not (marks / "hanging").exists():
+            return False
+        try:
+            headers = [_header(p) for p in log_dir.glob("*.eval")]
+        except Exception:  # a log being written can be momentarily unreadable
+            return False
+        return ("stub/retry", "success", 4) in headers and ("hang/slow", "started", 3) in headers
+
+    _wait_for("a finished cell and a stuck one", killable, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = _snapshot(log_dir)
+    assert sorted(_header(log_dir / n)[:2] for n in before) == [
+        ("hang/slow", "started"),
+        ("stub/retry", "success"),
+    ]
+    for mark in marks.glob("done-*"):
+        mark.unlink()
+
+    # 2. Rerun the same command: only the missing trial is generated again.
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=DEADLINE_S)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert sorted(p.name for p in marks.glob("done-*")) == [f"done-{HUNG_SAMPLE}"]
+    after = _snapshot(log_dir)
+    assert {n: after[n] for n in before} == before, "finished logs were rewritten"
+    (new,) = set(after) - set(before)
+    assert _header(log_dir / new) == ("hang/slow", "success", 4)
+
+    # 3. Everything downstream counts each trial once.
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert sorted((c["model"], c["trials"]) for c in summary["cells"]) == [
+        ("hang/slow", 4),
+        ("stub/retry", 4),
+    ]
+    logs = read_log_dir(log_dir)
+    assert sorted(e.model for e in logs.current) == ["hang/slow", "stub/retry"]
+    assert [(e.model, e.status) for e in logs.superseded] == [("hang/slow", "started")]
+    assert logs.problems() == []
+
+
+def _suite(*prompts: str) -> object:
+    return suite_from_flags(
+        config=None, models=["stub/verify"], prompts=list(prompts), tasks=["refund"],
+        faults=["none"], protections=[], epochs=None, limit=1,
+    )  # fmt: skip
+
+
+def test_resume_same_cells_are_not_rerun(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    suite = suite_from_flags(
+        config=None, models=["stub/retry", "stub/verify"], prompts=["baseline", "cautious"],
+        tasks=["refund"], faults=["lost_reply"], protections=["bare", "intent-key"],
+        epochs=None, limit=1,
+    )  # fmt: skip
+    first = run_suite(suite, log_dir, display="none", report=False)
+    before = _snapshot(log_dir)
+    plan = json.loads((log_dir / "eval-set.json").read_text())["tasks"]
+    assert len(before) == 8 == len(plan)
+
+    second = run_suite(suite, log_dir, display="none", report=False)
+    assert _snapshot(log_dir) == before
+    assert json.loads((log_dir / "eval-set.json").read_text())["tasks"] == plan
+    names = sorted(Path(log.location).name for log in second.logs)
+    assert names == sorted(Path(log.location).name for log in first.logs) == sorted(before)
+    assert second.table["trials"].tolist() == [1] * 8
+
+
+def test_resume_edited_prompt_file_is_rerun(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    prompt = tmp_path / "terse.md"
+    prompt.write_text("Be terse. Refund exactly what the ticket asks.")
+    run_suite(_suite("baseline", str(prompt)), log_dir, display="none", report=False)  # type: ignore[arg-type]
+    before = _snapshot(log_dir)
+    assert len(before) == 2
+
+    prompt.write_text("Be terse. Check for an existing refund before retrying.")
+    run_suite(_suite("baseline", str(prompt)), log_dir, display="none", report=False)  # type: ignore[arg-type]
+    after = _snapshot(log_dir)
+    assert len(after) == 3, "the edited prompt's cell should run again, the other be reused"
+    assert {n: after[n] for n in before} == before
+
+    summary = json.loads((log_dir / "summary.json").read_text())
+    sha = hashlib.sha256(prompt.read_text().encode()).hexdigest()
+    assert summary["run"]["prompts"]["terse"]["sha256"] == sha
+    assert sorted(c["prompt"] for c in summary["cells"]) == ["baseline", "terse"]
+    # The gate and the report see the new prompt's trials only.
+    logs = read_log_dir(log_dir)
+    assert len(logs.current) == 2 and len(logs.superseded) == 1
+    current = {
+        read_eval_log(str(e.path)).eval.metadata["twice"]["prompt_sha256"] for e in logs.current
+    }  # type: ignore[index]
+    assert sha in current
+
+
+@pytest.mark.parametrize("given", ["relative", "absolute"])
+def test_resume_prompt_file_is_named_by_stem_and_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    prompt = tmp_path / "prompts" / "my_prompt.md"
+    text = "You refund orders. Never refund twice."
+    prompt.write_text(text + "\n")
+    name = "prompts/my_prompt.md" if given == "relative" else str(prompt)
+    log_dir = tmp_path / "logs"
+    run_suite(_suite("baseline", name), log_dir, display="none", report=False)  # type: ignore[arg-type]
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert sorted(c["prompt"] for c in summary["cells"]) == ["baseline", "my_prompt"]
+    recorded = summary["run"]["prompts"]["my_prompt"]
+    assert recorded == {
+        "source": name,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "text": text,
+    }
+    assert summary["run"]["prompts"]["baseline"]["source"] == "builtin"
+    # The log itself carries the same record, so `twice report` on bare logs can name it too.
+    metas = [read_eval_log(str(p), header_only=True).eval.metadata for p in log_dir.glob("*.eval")]
+    by_prompt = {m["twice"]["prompt"]: m["twice"] for m in metas if m}
+    assert by_prompt["my_prompt"]["prompt_sha256"] == recorded["sha256"]
+    assert by_prompt["my_prompt"]["prompt_text"] == text

@@ -1,0 +1,76 @@
+"""How many trials a bound needs: the function, the CLI table and the README's copy of it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from statsmodels.stats.proportion import proportion_confint
+
+from evals import trials_needed, trials_table
+
+README = Path(__file__).parents[2] / "README.md"
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+
+
+@pytest.mark.parametrize(
+    ("rate", "expected"),
+    [(0.10, 35), (0.05, 73), (0.02, 189), (0.01, 381), (0.005, 765), (0.001, 3838)],
+)
+def test_trials_needed_matches_the_closed_form_at_zero_events(rate: float, expected: int) -> None:
+    # Wilson upper bound at 0 events is z²/(n+z²) ≤ p  ⇔  n ≥ z²(1−p)/p.
+    assert math.ceil(Z95**2 * (1 - rate) / rate) == expected
+    assert trials_needed(rate) == expected
+
+
+@pytest.mark.parametrize("observed", [0, 1, 2, 5])
+@pytest.mark.parametrize("rate", [0.05, 0.01])
+def test_trials_needed_is_the_smallest_n_that_fits(rate: float, observed: int) -> None:
+    n = trials_needed(rate, observed=observed)
+
+    def upper(k: int, n: int) -> float:
+        return float(proportion_confint(k, n, alpha=0.05, method="wilson")[1])
+
+    assert upper(observed, n) <= rate < upper(observed, n - 1)
+
+
+def test_trials_needed_grows_with_confidence() -> None:
+    assert (
+        trials_needed(0.01, confidence=0.99)
+        > trials_needed(0.01)
+        > trials_needed(0.01, confidence=0.9)
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_rate": 0.0}, "max_rate"),
+        ({"max_rate": 0.01, "confidence": 1.0}, "confidence"),
+        ({"max_rate": 0.01, "observed": -1}, "observed"),
+    ],
+)
+def test_trials_needed_rejects_bad_arguments(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        trials_needed(**kwargs)  # type: ignore[arg-type]
+
+
+def test_trials_table_row_for_one_percent() -> None:
+    assert "| ≤ 1% at 95% | 381 | 563 | 726 |" in trials_table().splitlines()
+
+
+def test_trials_cli_prints_the_table(twice: Callable[..., Any]) -> None:
+    result = twice("trials")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == trials_table()
+    one = twice("trials", "--rate", "0.01", "--confidence", "0.99")
+    assert f"| ≤ 1% at 99% | {trials_needed(0.01, 0.99):,} |" in one.stdout
+
+
+def test_trials_table_in_readme_is_current() -> None:
+    assert trials_table() in README.read_text(encoding="utf-8"), (
+        "README.md's trials table is stale: paste the output of `twice trials`"
+    )
