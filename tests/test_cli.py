@@ -35,7 +35,7 @@ def test_cli_list_shows_everything() -> None:
         (["--model", "gpt-5"], "model 'gpt-5' is not an inspect model string"),
         (
             ["--model", "nosuchprovider/x", "--limit", "1"],
-            "could not load model 'nosuchprovider/x'",
+            "unknown model provider 'nosuchprovider'",
         ),
         (["--config", "missing.toml"], "suite file 'missing.toml' does not exist"),
     ],
