@@ -120,13 +120,19 @@ def archive_record_tools(ctx: TrialContext) -> list[Tool]:
 
 
 @task
-def archive_record(fault: str = "none", protection: str = "bare", prompt: str = "baseline") -> Task:
+def archive_record(
+    fault: str = "none",
+    protection: str = "bare",
+    prompt: str = "baseline",
+    action_log: bool | None = None,
+) -> Task:
     """Archive one record through an API where "already archived" is success.
 
     Args:
         fault: What the records API does wrong (``twice list`` shows the faults).
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
+        action_log: Keep a durable action log (None: as the protection says).
     """
     return twice_task(
         name="archive_record",
@@ -136,5 +142,6 @@ def archive_record(fault: str = "none", protection: str = "bare", prompt: str = 
         fault=fault,
         protection=protection,
         prompt=prompt,
+        action_log=action_log,
         end_state=archive_end_state,
     )

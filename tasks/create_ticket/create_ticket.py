@@ -128,13 +128,19 @@ def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
 
 
 @task
-def create_ticket(fault: str = "none", protection: str = "bare", prompt: str = "baseline") -> Task:
+def create_ticket(
+    fault: str = "none",
+    protection: str = "bare",
+    prompt: str = "baseline",
+    action_log: bool | None = None,
+) -> Task:
     """Open one support ticket for a complaint through a helpdesk API with key support.
 
     Args:
         fault: What the helpdesk API does wrong (``twice list`` shows the faults).
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
+        action_log: Keep a durable action log (None: as the protection says).
     """
     return twice_task(
         name="create_ticket",
@@ -144,4 +150,5 @@ def create_ticket(fault: str = "none", protection: str = "bare", prompt: str = "
         fault=fault,
         protection=protection,
         prompt=prompt,
+        action_log=action_log,
     )

@@ -130,13 +130,19 @@ def place_order_tools(
 
 
 @task
-def place_order(fault: str = "none", protection: str = "bare", prompt: str = "baseline") -> Task:
+def place_order(
+    fault: str = "none",
+    protection: str = "bare",
+    prompt: str = "baseline",
+    action_log: bool | None = None,
+) -> Task:
     """Place one or two orders through an orders API with key support.
 
     Args:
         fault: What the orders API does wrong (``twice list`` shows the faults).
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
+        action_log: Keep a durable action log (None: as the protection says).
     """
     return twice_task(
         name="place_order",
@@ -146,4 +152,5 @@ def place_order(fault: str = "none", protection: str = "bare", prompt: str = "ba
         fault=fault,
         protection=protection,
         prompt=prompt,
+        action_log=action_log,
     )

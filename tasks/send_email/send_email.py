@@ -102,13 +102,19 @@ def send_email_tools(ctx: TrialContext) -> list[Tool]:
 
 
 @task
-def send_email(fault: str = "none", protection: str = "bare", prompt: str = "baseline") -> Task:
+def send_email(
+    fault: str = "none",
+    protection: str = "bare",
+    prompt: str = "baseline",
+    action_log: bool | None = None,
+) -> Task:
     """Send one email through an email API with no idempotency keys (sent folder searchable).
 
     Args:
         fault: What the email API does wrong (``twice list`` shows the faults).
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
+        action_log: Keep a durable action log (None: as the protection says).
     """
     return twice_task(
         name="send_email",
@@ -118,4 +124,5 @@ def send_email(fault: str = "none", protection: str = "bare", prompt: str = "bas
         fault=fault,
         protection=protection,
         prompt=prompt,
+        action_log=action_log,
     )
