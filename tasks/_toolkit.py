@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
-from inspect_ai.tool import Tool, ToolDef, ToolError
+from inspect_ai.tool import Tool, ToolDef, ToolError, ToolParams
 from inspect_ai.util import store
 
 from mocks import (
@@ -253,13 +253,46 @@ def make_tool(
         except ToolError as err:
             ctx.observe(err.message)
             raise
+        else:
+            ctx.observe(text)
+            return text
         finally:
             ctx.sync()
-        ctx.observe(text)
-        ctx.sync()
-        return text
 
     options: dict[str, object] = {
         "twice": {"mutating": idempotency is not None, "idempotency": idempotency or "read"}
     }
-    return ToolDef(execute, name=fn.__name__, parallel=parallel, options=options).as_tool()
+    description, parameters = _schema(fn, execute)
+    return ToolDef(
+        execute,
+        name=fn.__name__,
+        description=description,
+        parameters=parameters,
+        parallel=parallel,
+        options=options,
+    ).as_tool()
+
+
+_SCHEMAS: dict[tuple[object, ...], tuple[str, ToolParams]] = {}
+
+
+def _schema(fn: Callable[..., Any], execute: Callable[..., Any]) -> tuple[str, ToolParams]:
+    """The tool description and parameters parsed from ``fn``'s docstring and signature.
+
+    Tools are closures made afresh for every trial, so inspect's own cache (by function
+    identity) never hits; parsing the docstring again is most of a trial's setup. The same
+    code, name, docstring, defaults and annotations give the same schema, so parse once.
+    """
+    key = (
+        fn.__code__,
+        fn.__name__,
+        fn.__doc__,
+        repr(fn.__defaults__),
+        repr(fn.__kwdefaults__),
+        repr(fn.__annotations__),
+    )
+    cached = _SCHEMAS.get(key)
+    if cached is None:
+        parsed = ToolDef(execute, name=fn.__name__)
+        cached = _SCHEMAS[key] = (parsed.description, parsed.parameters)
+    return cached
