@@ -55,6 +55,12 @@ def _tokens(sample: Any) -> int:
     return sum(u.total_tokens for u in (sample.model_usage or {}).values())
 
 
+CHUNK_LOGS = 16
+"""Logs read per ``samples_df`` call. inspect holds every sample summary of one call in
+memory at once (1.7 GB for 100k trials); reading a few logs at a time keeps the peak to one
+chunk plus the compact trial frame."""
+
+
 class LogReadError(Exception):
     """A log directory that is missing, empty, or holds a log that cannot be read."""
 
@@ -108,16 +114,37 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
         LogReadError: when there are no logs or one cannot be read.
     """
     paths = log_files(logs) if isinstance(logs, (str, Path)) else [Path(p) for p in logs]
-    try:
-        raw = samples_df([str(p) for p in paths], columns=_COLUMNS, quiet=True, strict=True)
-    except Exception as ex:  # inspect raises several types for unreadable logs
-        raise LogReadError(f"could not read inspect logs: {type(ex).__name__}: {ex}") from None
-    return tidy(raw)
+    frames: list[pd.DataFrame] = []
+    ids: list[pd.Series] = []
+    raw = pd.DataFrame()
+    for start in range(0, max(len(paths), 1), CHUNK_LOGS):
+        chunk = paths[start : start + CHUNK_LOGS]
+        try:
+            raw = samples_df([str(p) for p in chunk], columns=_COLUMNS, quiet=True, strict=True)
+        except Exception as ex:  # inspect raises several types for unreadable logs
+            raise LogReadError(f"could not read inspect logs: {type(ex).__name__}: {ex}") from None
+        if len(raw):
+            frames.append(tidy(raw))
+            ids.append(raw["sample_id"])
+    if not frames:
+        return tidy(raw)
+    if len(frames) == 1:
+        return frames[0]
+    # samples_df drops repeated samples (same uuid) within one call; do the same across calls.
+    keep = ~pd.concat(ids, ignore_index=True).duplicated(keep="first").to_numpy()
+    return pd.concat(frames, ignore_index=True)[keep].reset_index(drop=True)
 
 
 def tidy(raw: pd.DataFrame) -> pd.DataFrame:
     """Shape a raw ``samples_df`` frame (with twice's columns) into the trial frame."""
-    meta = raw["eval_metadata"].map(_twice_meta) if len(raw) else pd.Series([], dtype=object)
+    meta: list[dict[str, Any]] = []
+    if len(raw):
+        # Every row of an eval carries the same metadata (a JSON string): parse it once per eval.
+        by_eval: dict[Any, dict[str, Any]] = {}
+        for eval_id, value in zip(raw["eval_id"], raw["eval_metadata"], strict=True):
+            if eval_id not in by_eval:
+                by_eval[eval_id] = _twice_meta(value)
+            meta.append(by_eval[eval_id])
     frame = pd.DataFrame(
         {
             "model": raw["model"].astype(str),
