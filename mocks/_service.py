@@ -13,6 +13,8 @@ handler (which commits effects), save the keyed response, run the fault's ``afte
 from __future__ import annotations
 
 import asyncio
+import collections
+import inspect
 import json
 import re
 from collections.abc import Callable, Generator, Iterable
@@ -131,6 +133,16 @@ def _params(request: httpx.Request, path_params: dict[str, str]) -> dict[str, An
     return params
 
 
+def _side_effect_signature(request: httpx.Request, **path_params: str) -> None:
+    """The signature of every route side effect below."""
+
+
+# respx reads a side effect's signature on every call (to see whether it wants ``route``);
+# computed from source each time, that was a tenth of an attempt. Side effects carry it
+# ready-made instead (inspect.signature returns ``__signature__`` when it is set).
+_SIDE_EFFECT_SIGNATURE = inspect.signature(_side_effect_signature)
+
+
 class Services:
     """The mock services of one trial, their shared ledger and fault, and an httpx client.
 
@@ -156,6 +168,9 @@ class Services:
             self.services[service.name] = service
         self.router = self._build_router(sync=False)
         self._sync_router: respx.Router | None = None
+        # Mutating attempts so far, in total (key None) and per route: a fault's schedule
+        # counts them on every attempt, and a trial's ledger only grows.
+        self._mutating: collections.Counter[str | None] = collections.Counter()
 
     def __getitem__(self, name: str) -> Service:
         return self.services[name]
@@ -205,6 +220,7 @@ class Services:
                 except StopIteration as done:
                     return done.value  # type: ignore[no-any-return]
 
+            run_sync.__signature__ = _SIDE_EFFECT_SIGNATURE  # type: ignore[attr-defined]
             return run_sync
 
         async def run_async(request: httpx.Request, **path_params: str) -> httpx.Response:
@@ -218,6 +234,7 @@ class Services:
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
 
+        run_async.__signature__ = _SIDE_EFFECT_SIGNATURE  # type: ignore[attr-defined]
         return run_async
 
     def _unmatched(self, request: httpx.Request) -> httpx.Response:
@@ -256,6 +273,9 @@ class Services:
             backoff=float(request.headers.get(BACKOFF_HEADER, 0) or 0),
         )
         self.ledger.attempts.append(attempt)
+        if mutating:
+            self._mutating[None] += 1
+            self._mutating[route] += 1
         return attempt
 
     @staticmethod
@@ -268,11 +288,8 @@ class Services:
         schedule = self.fault.schedule
         if isinstance(self.fault, NoFault) or not attempt.mutating:
             return None
-        nth = sum(
-            1
-            for a in self.ledger.attempts
-            if a.mutating and (schedule.route is None or a.route == schedule.route)
-        )
+        # The attempt is already recorded, so the count includes it.
+        nth = self._mutating[schedule.route]
         return self.fault if schedule.hits(attempt, nth) else None
 
     def _pipeline(

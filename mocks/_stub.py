@@ -31,6 +31,7 @@ fails is retried like a forward call by ``retry``/``drift``; the others report i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
@@ -123,7 +124,8 @@ class StubAPI(ModelAPI):
     """The ``stub`` model provider. ``model_name`` is the behaviour (``retry``, ``verify``...).
 
     Model args (``-M``): ``attempts`` (most calls of one action for retry/drift, default 3),
-    ``p`` (override ``stub/noisy``'s retry probability).
+    ``p`` (override ``stub/noisy``'s retry probability), ``delay`` (seconds each turn waits,
+    like a real model's latency; default 0, used by the concurrency benchmark).
     """
 
     def __init__(
@@ -134,6 +136,7 @@ class StubAPI(ModelAPI):
         config: GenerateConfig = GenerateConfig(),
         attempts: int = 3,
         p: float | None = None,
+        delay: float = 0.0,
         **model_args: Any,
     ) -> None:
         super().__init__(model_name, base_url, api_key, [], config)
@@ -145,11 +148,14 @@ class StubAPI(ModelAPI):
         if model_args:
             raise ValueError(
                 f"unknown model args for stub/{model_name}: {', '.join(model_args)}; "
-                "accepted: attempts, p"
+                "accepted: attempts, p, delay"
             )
+        if float(delay) < 0:
+            raise ValueError(f"delay for stub/{model_name} must be >= 0 seconds, got {delay!r}")
         self.behaviour = model_name
         self.attempts = int(attempts)
         self.p = None if p is None else float(p)
+        self.delay = float(delay)
 
     def max_connections(self) -> int:
         return 64
@@ -170,6 +176,9 @@ class StubAPI(ModelAPI):
                 f"stub/{self.behaviour} needs a gold plan in the sample store ({STUB_STORE_KEY!r}); "
                 "stub models only run twice tasks"
             )
+        if self.delay:
+            # A turn's latency, awaited like a network call so other trials run meanwhile.
+            await asyncio.sleep(self.delay)
         plan: list[dict[str, Any]] = cfg["plan"]
         turn = _last_turn(input)
         if turn is None:

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
 import httpx
-from inspect_ai.tool import Tool, ToolDef, ToolError
+from inspect_ai.tool import Tool, ToolDef, ToolError, ToolParams
 from inspect_ai.util import store
 
 from mocks import (
@@ -578,17 +578,17 @@ def make_tool(
         token = _CALL.set(frame)
         try:
             text = await fn(*args, **kwargs)
+            for undo in frame.undos:
+                text = f"{text} To undo it: {undo.describe()}."
         except ToolError as err:
             ctx.observe(err.message)
             raise
+        else:
+            ctx.observe(text)
+            return text
         finally:
             _CALL.reset(token)
             ctx.sync()
-        for undo in frame.undos:
-            text = f"{text} To undo it: {undo.describe()}."
-        ctx.observe(text)
-        ctx.sync()
-        return text
 
     twice: dict[str, object] = {
         "mutating": idempotency is not None,
@@ -599,4 +599,37 @@ def make_tool(
     if verify_with is not None:
         twice["verify_with"] = verify_with
     options: dict[str, object] = {"twice": twice}
-    return ToolDef(execute, name=fn.__name__, parallel=parallel, options=options).as_tool()
+    description, parameters = _schema(fn, execute)
+    return ToolDef(
+        execute,
+        name=fn.__name__,
+        description=description,
+        parameters=parameters,
+        parallel=parallel,
+        options=options,
+    ).as_tool()
+
+
+_SCHEMAS: dict[tuple[object, ...], tuple[str, ToolParams]] = {}
+
+
+def _schema(fn: Callable[..., Any], execute: Callable[..., Any]) -> tuple[str, ToolParams]:
+    """The tool description and parameters parsed from ``fn``'s docstring and signature.
+
+    Tools are closures made afresh for every trial, so inspect's own cache (by function
+    identity) never hits; parsing the docstring again is most of a trial's setup. The same
+    code, name, docstring, defaults and annotations give the same schema, so parse once.
+    """
+    key = (
+        fn.__code__,
+        fn.__name__,
+        fn.__doc__,
+        repr(fn.__defaults__),
+        repr(fn.__kwdefaults__),
+        repr(fn.__annotations__),
+    )
+    cached = _SCHEMAS.get(key)
+    if cached is None:
+        parsed = ToolDef(execute, name=fn.__name__)
+        cached = _SCHEMAS[key] = (parsed.description, parsed.parameters)
+    return cached

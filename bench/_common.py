@@ -1,0 +1,119 @@
+"""Shared helpers of the benchmarks: paired timing, medians, and what machine ran them.
+
+Ratios are measured side by side in one process: each repetition runs the baseline and the
+subject back to back (alternating which goes first), and the figure is the median of the
+per-repetition ratios. On a machine shared with other work, absolute times drift; a ratio of
+two runs a few hundred milliseconds apart drifts much less.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+LIBRARIES = (
+    "twice",
+    "inspect_ai",
+    "httpx",
+    "respx",
+    "pandas",
+    "pyarrow",
+    "numpy",
+    "pydantic",
+    "statsmodels",
+    "jinja2",
+)
+
+
+@dataclass
+class Sample:
+    """One timed run: wall and CPU seconds of this process."""
+
+    wall: float
+    cpu: float
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Sample, Any]:
+    """Run ``fn`` once; its wall time and this process's CPU time (all threads).
+
+    A full garbage collection first, untimed, so no run pays for the garbage of the one
+    before it.
+    """
+    gc.collect()
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return Sample(time.perf_counter() - w0, time.process_time() - c0), out
+
+
+@dataclass
+class Paired:
+    """Interleaved runs of a baseline and a subject."""
+
+    baseline: list[Sample] = field(default_factory=list)
+    subject: list[Sample] = field(default_factory=list)
+
+    def ratio(self, clock: str = "cpu") -> float:
+        """Median over repetitions of subject / baseline on ``clock`` (``cpu`` or ``wall``)."""
+        return statistics.median(
+            float(getattr(s, clock)) / float(getattr(b, clock))
+            for b, s in zip(self.baseline, self.subject, strict=True)
+        )
+
+    def median(self, which: str, clock: str = "cpu") -> float:
+        """Median seconds of ``which`` (``baseline`` or ``subject``) on ``clock``."""
+        return statistics.median(float(getattr(s, clock)) for s in getattr(self, which))
+
+
+def paired(
+    baseline: Callable[[], Any],
+    subject: Callable[[], Any],
+    reps: int,
+    warmup: int = 1,
+    self_timed: bool = False,
+) -> Paired:
+    """Run both ``warmup`` times untimed, then ``reps`` timed pairs in alternating order.
+
+    With ``self_timed`` the callables time themselves and return a :class:`Sample` (for
+    work whose setup must stay outside the clock).
+    """
+    for _ in range(warmup):
+        baseline()
+        subject()
+    out = Paired()
+    for i in range(reps):
+        order = ((baseline, out.baseline), (subject, out.subject))
+        for fn, sink in order if i % 2 == 0 else reversed(order):
+            if self_timed:
+                gc.collect()
+                sink.append(fn())
+            else:
+                sink.append(timed(fn)[0])
+    return out
+
+
+def machine_info(mode: str) -> dict[str, Any]:
+    """Cores, Python, library versions and load: what the figures depend on."""
+    libs: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            libs[name] = version(name)
+        except PackageNotFoundError:
+            libs[name] = None
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "libraries": libs,
+        "load_average_at_start": list(os.getloadavg()),
+        "mode": mode,
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+    }

@@ -1,0 +1,38 @@
+"""The default offline ``twice run``, as a user runs it: a fresh process and log directory."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def demo(work: Path, extra: list[str]) -> dict[str, Any]:
+    """Wall seconds of ``twice run`` (interpreter start to exit) and the CPU seconds it used.
+
+    Runs ``python -m evals.cli`` (the ``twice`` console script's entry point) with this
+    interpreter from the repository root, so the code measured is the code checked out.
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="demo-", dir=work) as logs:
+        cmd = [sys.executable, "-m", "evals.cli", "run", "--log-dir", logs, *extra]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        w0 = time.perf_counter()
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        wall = time.perf_counter() - w0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"`{' '.join(cmd)}` exited {done.returncode}:\n{done.stderr[-2000:]}"
+            )
+        summary = json.loads((Path(logs) / "summary.json").read_text(encoding="utf-8"))
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    trials = sum(cell["trials"] for cell in summary["cells"])
+    return {"seconds": wall, "cpu_seconds": cpu, "trials": trials, "command": " ".join(cmd[1:])}

@@ -1,0 +1,237 @@
+"""Whole trials through inspect: twice vs a bare inspect trial, a fault vs none, concurrency.
+
+The bare trial is the floor twice stands on: the same dataset inputs and system prompt, the
+same turns (the model calls one tool, then answers), trivial tools that return a string (with
+the refund task's three signatures, so the model is offered the same schemas),
+mockllm with scripted outputs (usage set, so no tokenizer download) and a trivial scorer.
+The twice trial is the refund task under a stub model: services, ledger, protections, the
+setup solver and the side-effects scorer are what the ratio prices.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from _common import Paired, paired, timed
+from inspect_ai import Task, eval
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.log import EvalLog
+from inspect_ai.model import (
+    ChatMessage,
+    ChatMessageTool,
+    GenerateConfig,
+    Model,
+    ModelOutput,
+    ModelUsage,
+    get_model,
+)
+from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
+from inspect_ai.solver import TaskState, generate, system_message, use_tools
+from inspect_ai.tool import Tool, ToolChoice, ToolInfo, tool
+
+from evals._run import cache_distribution_scan, eval_options
+from tasks import load_prompt, load_records, refund
+from tasks.refund.refund import DATASET
+
+_USAGE = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=15)
+_ARGS = {"order_id": "order_1042", "amount": 4.99, "reason": "arrived cracked"}
+
+
+@tool
+def issue_refund() -> Tool:
+    """The trivial tool of the bare trial: returns what twice's tool returns, does nothing."""
+
+    async def execute(order_id: str, amount: float, reason: str = "") -> str:
+        """Refund money to the customer for an order. This moves real money.
+
+        Args:
+            order_id: The order to refund, e.g. "order_1042".
+            amount: Amount to refund in US dollars, e.g. 4.99.
+            reason: Short reason for the refund, shown to the customer.
+        """
+        return f"Created refund re_1 of ${amount:.2f} on order {order_id} (status succeeded)."
+
+    return execute
+
+
+@tool
+def find_refunds() -> Tool:
+    """A trivial read tool with the signature of twice's (offered, never called)."""
+
+    async def execute(order_id: str) -> str:
+        """List the refunds already made on an order. Read-only and safe to call any time.
+
+        Args:
+            order_id: The order to look up, e.g. "order_1042".
+        """
+        return f"No refunds found for order {order_id}."
+
+    return execute
+
+
+@tool
+def get_order() -> Tool:
+    """A trivial read tool with the signature of twice's (offered, never called)."""
+
+    async def execute(order_id: str) -> str:
+        """Look up an order: customer, amount paid, items, and how much was refunded so far.
+
+        Args:
+            order_id: The order to look up, e.g. "order_1042".
+        """
+        return f"Order {order_id}."
+
+    return execute
+
+
+def _scripted(
+    input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice, config: GenerateConfig
+) -> ModelOutput:
+    """One tool call, then an answer: the turns of a twice trial under no fault."""
+    if isinstance(input[-1], ChatMessageTool):
+        out = ModelOutput.from_content("mockllm/model", f"Done. {input[-1].text}")
+    else:
+        out = ModelOutput.for_tool_call(
+            "mockllm/model", "issue_refund", dict(_ARGS), tool_call_id="call_1", content=""
+        )
+    out.usage = _USAGE
+    return out
+
+
+@scorer(metrics=[mean()])
+def _done() -> Scorer:
+    async def score(state: TaskState, target: Target) -> Score:
+        return Score(value=1.0 if state.output.completion.startswith("Done") else 0.0)
+
+    return score
+
+
+def bare_task() -> Task:
+    """The bare inspect trial: refund's inputs, prompt and tool signatures; no twice code."""
+    samples = [Sample(id=r.id, input=r.input) for r in load_records(DATASET)]
+    return Task(
+        name="bare",
+        dataset=MemoryDataset(samples, name="bare"),
+        solver=[
+            system_message(load_prompt("baseline").text),
+            use_tools(issue_refund(), find_refunds(), get_order()),
+            generate(),
+        ],
+        scorer=_done(),
+        message_limit=30,
+    )
+
+
+def bare_model() -> Model:
+    """mockllm with the scripted policy above."""
+    return get_model("mockllm/model", custom_outputs=_scripted)
+
+
+@contextmanager
+def scratch_dir(root: Path, name: str) -> Iterator[Path]:
+    """A fresh directory under ``root`` for logs, removed afterwards."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _runner(
+    task: Callable[[], Task], model: Model, epochs: int, log_dir: Path, twice: bool, **extra: Any
+) -> Callable[[], EvalLog]:
+    options = {**eval_options("none"), **extra}
+
+    def run() -> EvalLog:
+        def go() -> EvalLog:
+            log = eval(
+                task(),
+                model=model,
+                epochs=epochs,
+                log_dir=str(log_dir),
+                display="none",
+                **options,
+            )[0]
+            if log.status != "success":
+                raise RuntimeError(
+                    f"benchmark eval {log.eval.task} ended {log.status}: {log.error}"
+                )
+            return log
+
+        if twice:
+            # twice runs its tasks inside run_suite's inspect settings; measure them the same way.
+            with cache_distribution_scan():
+                return go()
+        return go()
+
+    return run
+
+
+def overhead(work: Path, epochs: int, reps: int) -> tuple[float, Paired]:
+    """A twice refund trial (stub/retry, fault none) vs the bare trial, per eval of equal size."""
+    with scratch_dir(work, "overhead") as logs:
+        base = _runner(bare_task, bare_model(), epochs, logs, twice=False)
+        subject = _runner(
+            lambda: refund(fault="none", protection="bare"),
+            get_model("stub/retry"),
+            epochs,
+            logs,
+            twice=True,
+        )
+        result = paired(base, subject, reps)
+    return result.ratio(), result
+
+
+def fault_cost(work: Path, epochs: int, reps: int) -> tuple[float, Paired]:
+    """The refund task under ``lost_reply`` vs ``none``, same model.
+
+    stub/no-retry makes the same turns under both (one call, then an answer), so the ratio
+    prices the fault itself; a retrying model does more turns under a fault by design.
+    """
+    model = get_model("stub/no-retry")
+    with scratch_dir(work, "fault") as logs:
+        none = _runner(lambda: refund(fault="none"), model, epochs, logs, twice=True)
+        lost = _runner(lambda: refund(fault="lost_reply"), model, epochs, logs, twice=True)
+        result = paired(none, lost, reps)
+    return result.ratio(), result
+
+
+def concurrency(
+    work: Path, epochs: int, connections: int, delay: float
+) -> tuple[float, dict[str, float]]:
+    """Achieved / ideal trials per second with a stub that waits ``delay`` per turn.
+
+    Ideal: every connection busy all the time, so ``connections / (turns × delay)`` trials per
+    second. stub/retry under no fault makes 2 turns per trial.
+    """
+    turns = 2
+    model = get_model("stub/retry", delay=delay)
+    with scratch_dir(work, "concurrency") as logs:
+        run = _runner(
+            lambda: refund(fault="none"),
+            model,
+            epochs,
+            logs,
+            twice=True,
+            max_connections=connections,
+        )
+        sample, log = timed(run)
+    trials = log.results.completed_samples if log.results else 0
+    achieved = trials / sample.wall
+    ideal = connections / (turns * delay)
+    # The CPU-bound ceiling: one Python thread can finish at most 1 / (CPU s per trial) trials/s.
+    cpu_per_trial = sample.cpu / trials
+    return achieved / ideal, {
+        "trials": trials,
+        "wall_seconds": sample.wall,
+        "achieved_per_second": achieved,
+        "ideal_per_second": ideal,
+        "cpu_ms_per_trial": cpu_per_trial * 1000,
+        "cpu_bound_ceiling": min(1.0, (1 / cpu_per_trial) / ideal),
+    }

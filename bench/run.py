@@ -1,0 +1,281 @@
+"""twice's benchmarks: what twice costs over the floor it stands on, and how it scales.
+
+Run with ``make bench`` (or ``python bench/run.py``); ``--quick`` runs everything at toy sizes
+(seconds, for the smoke test). Prints a table and writes ``bench/results.json``. See
+``docs/BENCHMARKS.md`` for what each figure means, the targets and the last results.
+
+Ratios are measured side by side in this process (interleaved repetitions, median of the
+per-repetition ratios, on process CPU time so that other work on a shared machine disturbs
+them less). Absolute seconds are wall-clock and move with the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each benchmark is."""
+
+    epochs: int  # trial benchmarks: epochs of the 24-sample refund dataset per eval
+    reps: int  # interleaved repetitions for a ratio
+    attempts: int  # service attempts per repetition
+    storm: int  # concurrent attempts with one key
+    report_small: int  # trials in the "10k" report benchmark
+    report_large: int  # trials in the "100k" report benchmark
+    per_log: int  # trials per synthetic log
+    report_reps: int
+    connections: int
+    delay: float  # seconds the stub waits per turn
+    concurrency_epochs: int
+    demo_args: tuple[str, ...]  # extra `twice run` arguments (none: the default suite)
+
+
+FULL = Sizes(
+    epochs=4,
+    reps=7,
+    attempts=1000,
+    storm=1000,
+    report_small=10_000,
+    report_large=100_000,
+    per_log=250,
+    report_reps=3,
+    connections=64,
+    delay=0.2,
+    concurrency_epochs=11,
+    demo_args=(),
+)
+QUICK = Sizes(
+    epochs=1,
+    reps=1,
+    attempts=50,
+    storm=1000,
+    report_small=100,
+    report_large=400,
+    per_log=50,
+    report_reps=1,
+    connections=8,
+    delay=0.05,
+    concurrency_epochs=1,
+    demo_args=("--model", "stub/retry", "--fault", "none", "--limit", "2", "--no-report"),
+)
+
+TARGETS: dict[str, tuple[str, float]] = {
+    "overhead_ratio": ("<=", 1.10),
+    "fault_ratio": ("<=", 1.05),
+    "attempt_ratio": ("<=", 2.0),
+    "report_vs_read_ratio": ("<=", 1.5),
+    "report_peak_mb_100k": ("<=", 1024.0),
+    "concurrency_efficiency_64": (">=", 0.9),
+    "demo_seconds": ("<=", 60.0),
+}
+
+
+def _verdict(key: str, value: float) -> str:
+    if key not in TARGETS:
+        return ""
+    op, target = TARGETS[key]
+    ok = value <= target if op == "<=" else value >= target
+    return f"{op} {target:g}  {'ok' if ok else 'MISSED'}"
+
+
+def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, Any], list[str]]:
+    """Every benchmark; returns the results document and the table's detail lines."""
+    import _reports
+    import _service
+    import _synthetic
+    import _trials
+    from _demo import demo
+
+    results: dict[str, Any] = {}
+    notes: list[str] = []
+
+    def want(name: str) -> bool:
+        return only is None or name in only
+
+    def log(message: str) -> None:
+        print(f"bench: {message}", file=sys.stderr, flush=True)
+
+    if want("overhead"):
+        log("overhead_ratio: twice trial vs bare inspect trial")
+        ratio, p = _trials.overhead(work, sizes.epochs, sizes.reps)
+        results["overhead_ratio"] = ratio
+        trials = 24 * sizes.epochs
+        notes.append(
+            f"overhead: bare {p.median('baseline') / trials * 1e3:.1f} ms CPU/trial, "
+            f"twice {p.median('subject') / trials * 1e3:.1f} ms CPU/trial "
+            f"({trials} trials/eval, {sizes.reps} pairs; wall ratio {p.ratio('wall'):.2f})"
+        )
+    if want("fault"):
+        log("fault_ratio: lost_reply vs none")
+        ratio, p = _trials.fault_cost(work, sizes.epochs, sizes.reps)
+        results["fault_ratio"] = ratio
+        trials = 24 * sizes.epochs
+        notes.append(
+            f"fault: none {p.median('baseline') / trials * 1e3:.1f} ms CPU/trial, "
+            f"lost_reply {p.median('subject') / trials * 1e3:.1f} ms CPU/trial "
+            f"(stub/no-retry; wall ratio {p.ratio('wall'):.2f})"
+        )
+    if want("attempt"):
+        log("attempt_ratio: Services attempt vs bare MockTransport round trip")
+        ratio, p = _service.attempt_cost(sizes.attempts, sizes.reps)
+        results["attempt_ratio"] = ratio
+        n = max(1, sizes.attempts // _service.PER_TRIAL) * _service.PER_TRIAL
+        notes.append(
+            f"attempt: bare {p.median('baseline') / n * 1e6:.0f} µs, "
+            f"Services {p.median('subject') / n * 1e6:.0f} µs CPU per keyed POST"
+        )
+    if want("storm"):
+        log(f"concurrent_same_key: {sizes.storm} concurrent attempts, one key")
+        storm = _service.concurrent_same_key(sizes.storm)
+        results["concurrent_same_key"] = {
+            "effects": storm["effects"],
+            "attempts_per_second": storm["attempts_per_second"],
+        }
+        notes.append(
+            f"concurrent_same_key: {storm['attempts']} attempts in {storm['seconds']:.2f} s, "
+            f"statuses {storm['statuses']}"
+        )
+    if want("report"):
+        log(f"report: synthetic logs of {sizes.report_small} and {sizes.report_large} trials")
+        small = _synthetic.synthetic_logs(work, sizes.report_small, sizes.per_log)
+        large = _synthetic.synthetic_logs(work, sizes.report_large, sizes.per_log)
+        ratio, p = _reports.report_vs_read(small, sizes.report_reps)
+        results["report_seconds_10k"] = p.median("subject", "wall")
+        results["report_vs_read_ratio"] = ratio
+        log("report: large set in fresh processes (report, then samples_df)")
+        big = _reports.child("report", large)
+        read = _reports.child("read", large)
+        results["report_seconds_100k"] = big["seconds"]
+        results["report_peak_mb_100k"] = big["peak_mb"]
+        notes.append(
+            f"report {sizes.report_small}: build {p.median('subject', 'wall'):.2f} s, "
+            f"samples_df {p.median('baseline', 'wall'):.2f} s (wall medians)"
+        )
+        notes.append(
+            f"report {sizes.report_large}: build {big['seconds']:.1f} s, "
+            f"peak {big['peak_mb']:.0f} MB "
+            f"(process after imports {big['base_mb']:.0f} MB); samples_df alone "
+            f"{read['seconds']:.1f} s, peak {read['peak_mb']:.0f} MB"
+        )
+    if want("concurrency"):
+        log(f"concurrency: stub waits {sizes.delay} s/turn, {sizes.connections} connections")
+        eff, c = _trials.concurrency(work, sizes.concurrency_epochs, sizes.connections, sizes.delay)
+        results["concurrency_efficiency_64"] = eff
+        notes.append(
+            f"concurrency: {c['trials']} trials in {c['wall_seconds']:.1f} s = "
+            f"{c['achieved_per_second']:.1f}/s of ideal {c['ideal_per_second']:.0f}/s; "
+            f"{c['cpu_ms_per_trial']:.1f} ms CPU/trial caps one process at "
+            f"{c['cpu_bound_ceiling']:.2f} of ideal"
+        )
+    if want("demo"):
+        log(f"demo: twice run {' '.join(sizes.demo_args) or '(default suite)'}")
+        d = demo(work, list(sizes.demo_args))
+        results["demo_seconds"] = d["seconds"]
+        notes.append(
+            f"demo: {d['trials']} trials in {d['seconds']:.1f} s wall, "
+            f"{d['cpu_seconds']:.1f} s CPU "
+            f"({d['command']})"
+        )
+    return results, notes
+
+
+def table(results: dict[str, Any]) -> str:
+    """The printed table: figure, value, target and whether it was met."""
+    rows = []
+    for key, value in results.items():
+        if key == "machine":
+            continue
+        if isinstance(value, dict):
+            shown = ", ".join(
+                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
+            )
+        else:
+            shown = f"{value:.3f}" if isinstance(value, float) else str(value)
+        rows.append((key, shown, _verdict(key, value) if isinstance(value, float) else ""))
+    if "concurrent_same_key" in results:
+        effects = results["concurrent_same_key"]["effects"]
+        rows = [
+            (
+                k,
+                v,
+                ("== 1  ok" if effects == 1 else "== 1  MISSED")
+                if k == "concurrent_same_key"
+                else t,
+            )
+            for k, v, t in rows
+        ]
+    width = max(len(r[0]) for r in rows) if rows else 0
+    vwidth = max(len(r[1]) for r in rows) if rows else 0
+    return "\n".join(f"{k:<{width}}  {v:>{vwidth}}  {t}" for k, v, t in rows)
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: _round(v) for k, v in value.items()}
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="toy sizes (the smoke test)")
+    parser.add_argument("--out", type=Path, default=HERE / "results.json", help="results file")
+    parser.add_argument("--work", type=Path, default=HERE / "out", help="scratch and cached logs")
+    parser.add_argument(
+        "--only",
+        help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,demo",
+    )
+    parser.add_argument("--child", nargs=2, metavar=("KIND", "LOG_DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child:
+        import _reports
+
+        _reports.child_main(*args.child)
+        return 0
+
+    from _common import machine_info
+
+    os.environ.setdefault("INSPECT_DISPLAY", "none")
+    mode = "quick" if args.quick else "full"
+    sizes = QUICK if args.quick else FULL
+    machine = machine_info(mode)
+    machine["sizes"] = {k: v for k, v in vars(sizes).items() if k != "demo_args"}
+    w0 = time.perf_counter()
+    only = set(args.only.split(",")) if args.only else None
+    results, notes = run_all(sizes, args.work.resolve(), only)
+    machine["load_average_at_end"] = list(os.getloadavg())
+    machine["bench_seconds"] = time.perf_counter() - w0
+    results["machine"] = machine
+
+    print(table(results))
+    print()
+    for line in notes:
+        print(f"  {line}")
+    print(
+        f"\n{machine['cores']} cores, Python {machine['python']}, inspect_ai "
+        f"{machine['libraries']['inspect_ai']}; "
+        f"load average {machine['load_average_at_start'][0]:.1f} "
+        f"at start, {machine['load_average_at_end'][0]:.1f} at end; {mode} mode, "
+        f"{machine['bench_seconds']:.0f} s"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(_round(results), indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
