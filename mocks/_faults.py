@@ -193,6 +193,4 @@ def get_fault(name: str) -> Fault:
     try:
         return FAULTS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown fault {name!r}; expected one of: {', '.join(FAULTS)}"
-        ) from None
+        raise ValueError(f"unknown fault {name!r}; expected one of: {', '.join(FAULTS)}") from None

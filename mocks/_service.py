@@ -37,7 +37,9 @@ BACKOFF_HEADER = "X-Twice-Backoff"
 KEY_HEADER = "Idempotency-Key"
 
 
-def error_response(status: int, message: str, type: str = "invalid_request_error") -> httpx.Response:
+def error_response(
+    status: int, message: str, type: str = "invalid_request_error"
+) -> httpx.Response:
     """A JSON error body in the Stripe shape: ``{"error": {"type", "message"}}``."""
     return httpx.Response(status, json={"error": {"type": type, "message": message}})
 
@@ -143,6 +145,28 @@ def _side_effect_signature(request: httpx.Request, **path_params: str) -> None:
 _SIDE_EFFECT_SIGNATURE = inspect.signature(_side_effect_signature)
 
 
+def _key_rejection(kind: str, key: str) -> httpx.Response:
+    """The response to a keyed request that must not run (Stripe v1 / IETF rules)."""
+    if kind == "too_long":
+        return error_response(
+            400, f"Idempotency-Key is {len(key)} characters; at most {MAX_KEY_LENGTH} allowed"
+        )
+    if kind == "conflict":
+        return error_response(
+            422,
+            "Keys for idempotent requests can only be used with the same parameters they were "
+            f"first used with. Key {key!r} was used with different parameters.",
+            type="idempotency_error",
+        )
+    # In flight: not saved, so a retry with the same key gets the first request's response.
+    return error_response(
+        409,
+        f"A request with key {key!r} is already in progress; it has not finished yet. "
+        "Do not repeat it: retry with the same key shortly.",
+        type="idempotency_error",
+    )
+
+
 class Services:
     """The mock services of one trial, their shared ledger and fault, and an httpx client.
 
@@ -177,9 +201,7 @@ class Services:
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An async httpx client whose transport is this trial's router."""
-        return httpx.AsyncClient(
-            transport=httpx.MockTransport(self.router.async_handler), **kwargs
-        )
+        return httpx.AsyncClient(transport=httpx.MockTransport(self.router.async_handler), **kwargs)
 
     def sync_client(self, **kwargs: Any) -> httpx.Client:
         """A blocking httpx client on the same services (no in-flight window)."""
@@ -238,9 +260,7 @@ class Services:
         return run_async
 
     def _unmatched(self, request: httpx.Request) -> httpx.Response:
-        attempt = self._record(
-            request, service="unknown", route=None, mutating=False, params={}
-        )
+        attempt = self._record(request, service="unknown", route=None, mutating=False, params={})
         response = error_response(
             404, f"no such endpoint: {request.method} {request.url}", type="not_found"
         )
@@ -311,24 +331,7 @@ class Services:
         if key is not None:
             decision = service.keys.begin(key, fingerprint(request.method, route.path, params))
             if decision.kind != "new" and decision.kind != "replay":
-                response = {
-                    "too_long": lambda: error_response(
-                        400,
-                        f"Idempotency-Key is {len(key)} characters; at most {MAX_KEY_LENGTH} allowed",
-                    ),
-                    "conflict": lambda: error_response(
-                        422,
-                        f"Keys for idempotent requests can only be used with the same parameters "
-                        f"they were first used with. Key {key!r} was used with different parameters.",
-                        type="idempotency_error",
-                    ),
-                    "in_flight": lambda: error_response(
-                        409,
-                        f"A request with key {key!r} is already in progress; it has not "
-                        "finished yet. Do not repeat it: retry with the same key shortly.",
-                        type="idempotency_error",
-                    ),
-                }[decision.kind]()
+                response = _key_rejection(decision.kind, key)
                 self._finish(attempt, response)
                 return response
             if decision.kind == "replay":

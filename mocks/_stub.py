@@ -101,7 +101,9 @@ def _last_turn(messages: list[ChatMessage]) -> _Turn | None:
                 return None
             ids = {c.id for c in msg.tool_calls}
             results = [
-                r for r in messages[i + 1 :] if isinstance(r, ChatMessageTool) and r.tool_call_id in ids
+                r
+                for r in messages[i + 1 :]
+                if isinstance(r, ChatMessageTool) and r.tool_call_id in ids
             ]
             return _Turn(int(m["step"]), m["kind"], int(m["n"]), results)
     return None
@@ -133,7 +135,7 @@ class StubAPI(ModelAPI):
         model_name: str,
         base_url: str | None = None,
         api_key: str | None = None,
-        config: GenerateConfig = GenerateConfig(),
+        config: GenerateConfig = GenerateConfig(),  # noqa: B008 (inspect's ModelAPI signature)
         attempts: int = 3,
         p: float | None = None,
         delay: float = 0.0,
@@ -173,8 +175,8 @@ class StubAPI(ModelAPI):
         cfg = store().get(STUB_STORE_KEY)
         if not cfg:
             raise RuntimeError(
-                f"stub/{self.behaviour} needs a gold plan in the sample store ({STUB_STORE_KEY!r}); "
-                "stub models only run twice tasks"
+                f"stub/{self.behaviour} needs a gold plan in the sample store "
+                f"({STUB_STORE_KEY!r}); stub models only run twice tasks"
             )
         if self.delay:
             # A turn's latency, awaited like a network call so other trials run meanwhile.
@@ -339,11 +341,15 @@ class StubAPI(ModelAPI):
             args.update(spec.get("drift") or {})
         if self.behaviour == "parallel":
             calls = [
-                ToolCall(id=f"stub_s{step}_a{n}p{i}", function=spec["call"]["tool"], arguments=dict(args))
+                ToolCall(
+                    id=f"stub_s{step}_a{n}p{i}", function=spec["call"]["tool"], arguments=dict(args)
+                )
                 for i in (1, 2)
             ]
         else:
-            calls = [ToolCall(id=f"stub_s{step}_a{n}", function=spec["call"]["tool"], arguments=args)]
+            calls = [
+                ToolCall(id=f"stub_s{step}_a{n}", function=spec["call"]["tool"], arguments=args)
+            ]
         return self._calls(input, calls)
 
     def _verify(

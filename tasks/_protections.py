@@ -52,7 +52,9 @@ PROTECTIONS: dict[str, Protection] = {
         Protection(
             "retry-randomkey", 2, "random", False, "2 retries, a fresh random key per attempt (bug)"
         ),
-        Protection("retry-stepkey", 2, "step", False, "2 retries, key run_id:step made once per call"),
+        Protection(
+            "retry-stepkey", 2, "step", False, "2 retries, key run_id:step made once per call"
+        ),
         Protection("intent-key", 0, "intent", False, "no retries, key from run + intent identity"),
         Protection("lookup", 2, "none", True, "2 retries, looks the effect up before each retry"),
         Protection(

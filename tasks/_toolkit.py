@@ -503,12 +503,13 @@ async def mutate(
     made = f"{n} attempt{'s' if n != 1 else ''}"
     raise ToolError(
         f"{last_problem[0].upper()}{last_problem[1:]} after {made}; "
-        f"the {noun} {UNKNOWN_OUTCOME} made. The outcome is unknown."
-        + _unknown_advice(p, spec)
+        f"the {noun} {UNKNOWN_OUTCOME} made. The outcome is unknown." + _unknown_advice(p, spec)
     )
 
 
-async def read(ctx: TrialContext, url: str, *, api: str, params: dict[str, Any] | None = None) -> Any:
+async def read(
+    ctx: TrialContext, url: str, *, api: str, params: dict[str, Any] | None = None
+) -> Any:
     """GET a resource; a failure becomes a ToolError the model can read."""
     try:
         response = await ctx.client.get(url, params=params)

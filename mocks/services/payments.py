@@ -34,9 +34,16 @@ class PaymentsService(Service):
     def routes(self) -> list[Route]:
         return [
             Route("GET", r"/v1/orders/(?P<order_id>[^/?]+)", "payments.order.get", self.get_order),
-            Route("POST", r"/v1/refunds", "payments.refund.create", self.create_refund, mutating=True),
+            Route(
+                "POST", r"/v1/refunds", "payments.refund.create", self.create_refund, mutating=True
+            ),
             Route("GET", r"/v1/refunds", "payments.refund.list", self.list_refunds),
-            Route("GET", r"/v1/refunds/(?P<refund_id>re_[0-9]+)", "payments.refund.get", self.get_refund),
+            Route(
+                "GET",
+                r"/v1/refunds/(?P<refund_id>re_[0-9]+)",
+                "payments.refund.get",
+                self.get_refund,
+            ),
         ]
 
     def refunded(self, order_id: str) -> int:
@@ -58,7 +65,9 @@ class PaymentsService(Service):
             return error_response(404, f"No such order: {p.get('order_id')!r}")
         amount = p.get("amount")
         if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
-            return error_response(400, f"amount must be a positive integer of cents, got {amount!r}")
+            return error_response(
+                400, f"amount must be a positive integer of cents, got {amount!r}"
+            )
         remaining = order["amount"] - self.refunded(order["order_id"])
         if amount > remaining:
             return error_response(
