@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import gc
 import importlib.metadata
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -84,6 +85,28 @@ def cache_distribution_scan() -> Iterator[None]:
         package.packages_distributions = original  # type: ignore[attr-defined]
 
 
+GC_THRESHOLDS = (50_000, 20, 20)
+"""Garbage-collector thresholds for a suite run (Python's defaults are 700, 10, 10)."""
+
+
+@contextmanager
+def gc_for_trials() -> Iterator[None]:
+    """Collect garbage less often while trials run, then restore the thresholds.
+
+    A trial allocates thousands of short-lived objects. At Python's default thresholds the
+    youngest generation is collected every 700 allocations, so a trial's objects survive into
+    the oldest generation and trigger full collections (each a walk over every live object:
+    ~0.3 s with inspect loaded). Fewer young collections let them die young: the default
+    suite's CPU time drops by a fifth. Memory grows by at most the uncollected young cycles.
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def default_log_dir() -> Path:
     """``logs/run-YYYYmmdd-HHMMSS`` under the current directory."""
     return Path("logs") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
@@ -144,7 +167,7 @@ def run_suite(
     """
     tasks = build_tasks(suite, model_args)
     log_dir.mkdir(parents=True, exist_ok=True)
-    with cache_distribution_scan():
+    with cache_distribution_scan(), gc_for_trials():
         _, logs = eval_set(
             tasks,
             log_dir=str(log_dir),
@@ -158,7 +181,8 @@ def run_suite(
             log_dir_allow_dirty=True,
             **eval_options(display),
         )
-    frame = trials_frame([log.location for log in logs])
+    with gc_for_trials():
+        frame = trials_frame([log.location for log in logs])
     table = cells(frame)
     summary_path = write_summary(
         table,
