@@ -1,14 +1,13 @@
 """Shared helpers of the benchmarks: paired timing, medians, and what machine ran them.
 
 Ratios are measured side by side in one process: each repetition runs the baseline and the
-subject back to back (alternating which goes first), and the figure is the median of the
-per-repetition ratios. On a machine shared with other work, absolute times drift; a ratio of
-two runs a few hundred milliseconds apart drifts much less.
+subject back to back (alternating which goes first), on this process's CPU time, and the
+figure is total subject time over total baseline time. On a machine shared with other work,
+absolute times drift; CPU time of interleaved runs drifts much less than wall time.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import platform
 import statistics
@@ -42,12 +41,7 @@ class Sample:
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Sample, Any]:
-    """Run ``fn`` once; its wall time and this process's CPU time (all threads).
-
-    A full garbage collection first, untimed, so no run pays for the garbage of the one
-    before it.
-    """
-    gc.collect()
+    """Run ``fn`` once; its wall time and this process's CPU time (all threads)."""
     w0, c0 = time.perf_counter(), time.process_time()
     out = fn()
     return Sample(time.perf_counter() - w0, time.process_time() - c0), out
@@ -61,11 +55,22 @@ class Paired:
     subject: list[Sample] = field(default_factory=list)
 
     def ratio(self, clock: str = "cpu") -> float:
-        """Median over repetitions of subject / baseline on ``clock`` (``cpu`` or ``wall``)."""
-        return statistics.median(
+        """Subject / baseline seconds on ``clock`` (``cpu`` or ``wall``), summed over repetitions.
+
+        Sums, not a median of per-pair ratios: the garbage collector's full collections come
+        every so many allocations, so one run pays for several runs' garbage. Summed over
+        interleaved repetitions, each side pays its share.
+        """
+        base = sum(float(getattr(b, clock)) for b in self.baseline)
+        subject = sum(float(getattr(s, clock)) for s in self.subject)
+        return subject / base
+
+    def pair_ratios(self, clock: str = "cpu") -> list[float]:
+        """Subject / baseline per repetition (their spread shows the noise)."""
+        return [
             float(getattr(s, clock)) / float(getattr(b, clock))
             for b, s in zip(self.baseline, self.subject, strict=True)
-        )
+        ]
 
     def median(self, which: str, clock: str = "cpu") -> float:
         """Median seconds of ``which`` (``baseline`` or ``subject``) on ``clock``."""
@@ -92,7 +97,6 @@ def paired(
         order = ((baseline, out.baseline), (subject, out.subject))
         for fn, sink in order if i % 2 == 0 else reversed(order):
             if self_timed:
-                gc.collect()
                 sink.append(fn())
             else:
                 sink.append(timed(fn)[0])

@@ -48,8 +48,8 @@ def report_vs_read(log_dir: Path, reps: int) -> tuple[float, Paired]:
 def child(kind: str, log_dir: Path) -> dict[str, Any]:
     """Run one of the two in a fresh process: seconds and peak resident memory.
 
-    Peak memory is the process's maximum resident set (``ru_maxrss``), interpreter and
-    imported libraries included; ``base_mb`` is that figure before the work starts.
+    Peak memory is the process's maximum resident set, interpreter and imported libraries
+    included; ``base_mb`` is that figure before the work starts.
     """
     out = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("run.py")), "--child", kind, str(log_dir)],
@@ -60,9 +60,24 @@ def child(kind: str, log_dir: Path) -> dict[str, Any]:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def peak_mb() -> float:
+    """This process's peak resident memory so far, in MiB.
+
+    Linux's ``VmHWM`` starts afresh at exec; ``ru_maxrss`` does not (a child started from a
+    big parent inherits the parent's figure), so it is only the fallback.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child_main(kind: str, log_dir: str) -> None:
     """The body of :func:`child`, run by ``run.py --child``."""
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base = peak_mb()
     w0 = time.perf_counter()
     if kind == "report":
         with tempfile.TemporaryDirectory() as out:
@@ -72,5 +87,5 @@ def child_main(kind: str, log_dir: str) -> None:
     else:
         raise ValueError(f"unknown child benchmark {kind!r}; expected report or read")
     seconds = time.perf_counter() - w0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_mb()
     print(json.dumps({"trials": trials, "seconds": seconds, "peak_mb": peak, "base_mb": base}))

@@ -10,9 +10,10 @@ setup solver and the side-effects scorer are what the ratio prices.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
 from inspect_ai.solver import TaskState, generate, system_message, use_tools
 from inspect_ai.tool import Tool, ToolChoice, ToolInfo, tool
 
-from evals._run import cache_distribution_scan, eval_options
+from evals._run import cache_distribution_scan, eval_options, gc_for_trials
 from tasks import load_prompt, load_records, refund
 from tasks.refund.refund import DATASET
 
@@ -174,8 +175,12 @@ def _runner(
 
 
 def overhead(work: Path, epochs: int, reps: int) -> tuple[float, Paired]:
-    """A twice refund trial (stub/retry, fault none) vs the bare trial, per eval of equal size."""
-    with scratch_dir(work, "overhead") as logs:
+    """A twice refund trial (stub/retry, fault none) vs the bare trial, per eval of equal size.
+
+    Both run under the garbage-collector thresholds ``twice run`` sets (a process setting any
+    inspect user could make), so the ratio prices twice's work, not the setting.
+    """
+    with scratch_dir(work, "overhead") as logs, gc_for_trials():
         base = _runner(bare_task, bare_model(), epochs, logs, twice=False)
         subject = _runner(
             lambda: refund(fault="none", protection="bare"),
@@ -195,43 +200,81 @@ def fault_cost(work: Path, epochs: int, reps: int) -> tuple[float, Paired]:
     prices the fault itself; a retrying model does more turns under a fault by design.
     """
     model = get_model("stub/no-retry")
-    with scratch_dir(work, "fault") as logs:
+    with scratch_dir(work, "fault") as logs, gc_for_trials():
         none = _runner(lambda: refund(fault="none"), model, epochs, logs, twice=True)
         lost = _runner(lambda: refund(fault="lost_reply"), model, epochs, logs, twice=True)
         result = paired(none, lost, reps)
     return result.ratio(), result
 
 
-def concurrency(
-    work: Path, epochs: int, connections: int, delay: float
-) -> tuple[float, dict[str, float]]:
-    """Achieved / ideal trials per second with a stub that waits ``delay`` per turn.
+def _sleepy(delay: float) -> Callable[..., Awaitable[ModelOutput]]:
+    async def policy(
+        input: list[ChatMessage],
+        tools: list[ToolInfo],
+        tool_choice: ToolChoice,
+        config: GenerateConfig,
+    ) -> ModelOutput:
+        await asyncio.sleep(delay)
+        return _scripted(input, tools, tool_choice, config)
 
-    Ideal: every connection busy all the time, so ``connections / (turns × delay)`` trials per
-    second. stub/retry under no fault makes 2 turns per trial.
-    """
-    turns = 2
-    model = get_model("stub/retry", delay=delay)
-    with scratch_dir(work, "concurrency") as logs:
-        run = _runner(
-            lambda: refund(fault="none"),
-            model,
-            epochs,
-            logs,
-            twice=True,
-            max_connections=connections,
-        )
-        sample, log = timed(run)
+    return policy
+
+
+def _throughput(
+    run: Callable[[], EvalLog], connections: int, turns: int, delay: float
+) -> dict[str, float]:
+    sample, log = timed(run)
     trials = log.results.completed_samples if log.results else 0
     achieved = trials / sample.wall
     ideal = connections / (turns * delay)
-    # The CPU-bound ceiling: one Python thread can finish at most 1 / (CPU s per trial) trials/s.
+    # One Python thread finishes at most 1 / (CPU seconds per trial) trials a second.
     cpu_per_trial = sample.cpu / trials
-    return achieved / ideal, {
+    return {
         "trials": trials,
         "wall_seconds": sample.wall,
         "achieved_per_second": achieved,
         "ideal_per_second": ideal,
+        "efficiency": achieved / ideal,
         "cpu_ms_per_trial": cpu_per_trial * 1000,
         "cpu_bound_ceiling": min(1.0, (1 / cpu_per_trial) / ideal),
     }
+
+
+def concurrency(
+    work: Path, epochs: int, connections: int, delay: float
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Achieved / ideal trials per second with a model that waits ``delay`` per turn.
+
+    Ideal: every connection busy all the time, ``connections / (turns × delay)`` trials per
+    second; stub/retry under no fault makes 2 turns per trial. The bare trial with a
+    mockllm that waits as long is measured the same way, for the floor.
+    """
+    turns = 2
+    with scratch_dir(work, "concurrency") as logs, gc_for_trials():
+        twice = _throughput(
+            _runner(
+                lambda: refund(fault="none"),
+                get_model("stub/retry", delay=delay),
+                epochs,
+                logs,
+                twice=True,
+                max_connections=connections,
+            ),
+            connections,
+            turns,
+            delay,
+        )
+        bare = _throughput(
+            _runner(
+                bare_task,
+                get_model("mockllm/model", custom_outputs=_sleepy(delay)),
+                epochs,
+                logs,
+                twice=False,
+                max_connections=connections,
+            ),
+            connections,
+            turns,
+            delay,
+        )
+    return twice["efficiency"], twice, bare

@@ -170,14 +170,17 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
         )
     if want("concurrency"):
         log(f"concurrency: stub waits {sizes.delay} s/turn, {sizes.connections} connections")
-        eff, c = _trials.concurrency(work, sizes.concurrency_epochs, sizes.connections, sizes.delay)
-        results["concurrency_efficiency_64"] = eff
-        notes.append(
-            f"concurrency: {c['trials']} trials in {c['wall_seconds']:.1f} s = "
-            f"{c['achieved_per_second']:.1f}/s of ideal {c['ideal_per_second']:.0f}/s; "
-            f"{c['cpu_ms_per_trial']:.1f} ms CPU/trial caps one process at "
-            f"{c['cpu_bound_ceiling']:.2f} of ideal"
+        eff, c, b = _trials.concurrency(
+            work, sizes.concurrency_epochs, sizes.connections, sizes.delay
         )
+        results["concurrency_efficiency_64"] = eff
+        for name, x in (("twice", c), ("bare inspect", b)):
+            notes.append(
+                f"concurrency, {name}: {x['trials']} trials in {x['wall_seconds']:.1f} s = "
+                f"{x['achieved_per_second']:.1f}/s of ideal {x['ideal_per_second']:.0f}/s "
+                f"({x['efficiency']:.2f}); {x['cpu_ms_per_trial']:.1f} ms CPU/trial caps one "
+                f"process at {x['cpu_bound_ceiling']:.2f} of ideal"
+            )
     if want("demo"):
         log(f"demo: twice run {' '.join(sizes.demo_args) or '(default suite)'}")
         d = demo(work, list(sizes.demo_args))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import gc
 import importlib.metadata
 import re
 from collections.abc import Iterator, Mapping
@@ -101,6 +102,28 @@ def cache_distribution_scan() -> Iterator[None]:
         yield
     finally:
         package.packages_distributions = original  # type: ignore[attr-defined]
+
+
+GC_THRESHOLDS = (50_000, 20, 20)
+"""Garbage-collector thresholds for a suite run (Python's defaults are 700, 10, 10)."""
+
+
+@contextmanager
+def gc_for_trials() -> Iterator[None]:
+    """Collect garbage less often while trials run, then restore the thresholds.
+
+    A trial allocates thousands of short-lived objects. At Python's default thresholds the
+    youngest generation is collected every 700 allocations, so a trial's objects survive into
+    the oldest generation and trigger full collections (each a walk over every live object:
+    ~0.3 s with inspect loaded). Fewer young collections let them die young: the default
+    suite's CPU time drops by a fifth. Memory grows by at most the uncollected young cycles.
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def default_log_dir() -> Path:
@@ -227,7 +250,7 @@ def run_suite(
     except LogReadError as ex:
         raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
     log_dir.mkdir(parents=True, exist_ok=True)
-    with cache_distribution_scan():
+    with cache_distribution_scan(), gc_for_trials():
         _, logs = eval_set(
             tasks,
             log_dir=str(log_dir),
@@ -241,7 +264,8 @@ def run_suite(
             log_dir_allow_dirty=True,
             **eval_options(display),
         )
-    frame = trials_frame([_local_path(log.location) for log in logs])
+    with gc_for_trials():
+        frame = trials_frame([_local_path(log.location) for log in logs])
     table = cells(frame)
     run = run_metadata(suite, model_args)
     summary_path = write_summary(table, log_dir / "summary.json", run=run)
