@@ -1,13 +1,19 @@
-"""Shared helpers of the benchmarks: paired timing, medians, and what machine ran them.
+"""Shared helpers of the benchmarks: paired timing with garbage accounting, and the machine.
 
 Ratios are measured side by side in one process: each repetition runs the baseline and the
 subject back to back (alternating which goes first), on this process's CPU time, and the
-figure is total subject time over total baseline time. On a machine shared with other work,
-absolute times drift; CPU time of interleaved runs drifts much less than wall time.
+figure is total subject time over total baseline time.
+
+The garbage collector makes single runs lumpy: a full collection walks every live object
+(~0.5 s with inspect loaded) and lands in whichever run happens to cross the threshold. So,
+after the warm-up, everything alive is frozen out of the collector's reach (``gc.freeze``),
+and every timed run ends with a collection that is timed with it: each run pays for
+collecting its own garbage, and nothing else's.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import statistics
@@ -40,10 +46,15 @@ class Sample:
     cpu: float
 
 
-def timed(fn: Callable[[], Any]) -> tuple[Sample, Any]:
-    """Run ``fn`` once; its wall time and this process's CPU time (all threads)."""
+def timed(fn: Callable[[], Any], collect: bool = False) -> tuple[Sample, Any]:
+    """Run ``fn`` once; its wall time and this process's CPU time (all threads).
+
+    With ``collect``, a garbage collection after ``fn`` is part of the time.
+    """
     w0, c0 = time.perf_counter(), time.process_time()
     out = fn()
+    if collect:
+        gc.collect()
     return Sample(time.perf_counter() - w0, time.process_time() - c0), out
 
 
@@ -57,9 +68,8 @@ class Paired:
     def ratio(self, clock: str = "cpu") -> float:
         """Subject / baseline seconds on ``clock`` (``cpu`` or ``wall``), summed over repetitions.
 
-        Sums, not a median of per-pair ratios: the garbage collector's full collections come
-        every so many allocations, so one run pays for several runs' garbage. Summed over
-        interleaved repetitions, each side pays its share.
+        Sums rather than a median of per-pair ratios, so that a slow repetition counts for
+        what it cost.
         """
         base = sum(float(getattr(b, clock)) for b in self.baseline)
         subject = sum(float(getattr(s, clock)) for s in self.subject)
@@ -86,20 +96,28 @@ def paired(
 ) -> Paired:
     """Run both ``warmup`` times untimed, then ``reps`` timed pairs in alternating order.
 
-    With ``self_timed`` the callables time themselves and return a :class:`Sample` (for
-    work whose setup must stay outside the clock).
+    Each timed run includes collecting its garbage, with everything alive before the timed
+    runs frozen out of the collector (see the module docstring). With ``self_timed`` the
+    callables time themselves and return a :class:`Sample` (for work whose setup must stay
+    outside the clock); their garbage is still collected before the next run.
     """
     for _ in range(warmup):
         baseline()
         subject()
+    gc.collect()
+    gc.freeze()
     out = Paired()
-    for i in range(reps):
-        order = ((baseline, out.baseline), (subject, out.subject))
-        for fn, sink in order if i % 2 == 0 else reversed(order):
-            if self_timed:
-                sink.append(fn())
-            else:
-                sink.append(timed(fn)[0])
+    try:
+        for i in range(reps):
+            order = ((baseline, out.baseline), (subject, out.subject))
+            for fn, sink in order if i % 2 == 0 else reversed(order):
+                if self_timed:
+                    sink.append(fn())
+                    gc.collect()
+                else:
+                    sink.append(timed(fn, collect=True)[0])
+    finally:
+        gc.unfreeze()
     return out
 
 

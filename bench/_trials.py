@@ -237,6 +237,8 @@ def _throughput(
         "efficiency": achieved / ideal,
         "cpu_ms_per_trial": cpu_per_trial * 1000,
         "cpu_bound_ceiling": min(1.0, (1 / cpu_per_trial) / ideal),
+        # The per-turn latency above which one process keeps 90% of the connections busy.
+        "break_even_delay": connections * cpu_per_trial / (turns * 0.9),
     }
 
 

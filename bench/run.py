@@ -114,7 +114,8 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
         notes.append(
             f"overhead: bare {p.median('baseline') / trials * 1e3:.1f} ms CPU/trial, "
             f"twice {p.median('subject') / trials * 1e3:.1f} ms CPU/trial "
-            f"({trials} trials/eval, {sizes.reps} pairs; wall ratio {p.ratio('wall'):.2f})"
+            f"({trials} trials/eval, {sizes.reps} pairs, per-pair {_spread(p)}; "
+            f"wall ratio {p.ratio('wall'):.2f})"
         )
     if want("fault"):
         log("fault_ratio: lost_reply vs none")
@@ -124,7 +125,7 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
         notes.append(
             f"fault: none {p.median('baseline') / trials * 1e3:.1f} ms CPU/trial, "
             f"lost_reply {p.median('subject') / trials * 1e3:.1f} ms CPU/trial "
-            f"(stub/no-retry; wall ratio {p.ratio('wall'):.2f})"
+            f"(stub/no-retry; per-pair {_spread(p)}; wall ratio {p.ratio('wall'):.2f})"
         )
     if want("attempt"):
         log("attempt_ratio: Services attempt vs bare MockTransport round trip")
@@ -179,7 +180,8 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
                 f"concurrency, {name}: {x['trials']} trials in {x['wall_seconds']:.1f} s = "
                 f"{x['achieved_per_second']:.1f}/s of ideal {x['ideal_per_second']:.0f}/s "
                 f"({x['efficiency']:.2f}); {x['cpu_ms_per_trial']:.1f} ms CPU/trial caps one "
-                f"process at {x['cpu_bound_ceiling']:.2f} of ideal"
+                f"process at {x['cpu_bound_ceiling']:.2f} of ideal; 0.9 needs a model slower "
+                f"than {x['break_even_delay']:.2f} s/turn"
             )
     if want("demo"):
         log(f"demo: twice run {' '.join(sizes.demo_args) or '(default suite)'}")
@@ -191,6 +193,11 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
             f"({d['command']})"
         )
     return results, notes
+
+
+def _spread(p: Any) -> str:
+    ratios = p.pair_ratios()
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
 
 
 def table(results: dict[str, Any]) -> str:

@@ -1,0 +1,125 @@
+"""The speed fixes of issue 7 keep behaviour: caches hit only when they should, settings are
+restored, the fault schedule still counts, chunked log reading drops the same repeats.
+
+No test here is timed; the timings are in bench/ and docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from inspect_ai import eval
+from inspect_ai.model import get_model
+from inspect_ai.tool import ToolDef
+
+import reports._frame as frame_module
+from evals._run import GC_THRESHOLDS, cache_distribution_scan, gc_for_trials
+from mocks import KEY_HEADER, LostReply, PaymentsService, Schedule, Services, StubAPI
+from reports import trials_frame
+from tasks import TrialContext, get_protection, make_tool, refund
+
+ORDER = {"order_id": "order_1", "customer": "Ann", "amount": 10_000, "currency": "usd"}
+REFUNDS = f"{PaymentsService.default_base_url}/v1/refunds"
+
+
+def _context() -> TrialContext:
+    return TrialContext(Services([PaymentsService(orders=[ORDER])]), get_protection("bare"))
+
+
+def _tool_factory(doc: str) -> Callable[[str], Awaitable[str]]:
+    async def lookup(order_id: str) -> str:
+        return order_id
+
+    lookup.__doc__ = doc
+    return lookup
+
+
+def test_make_tool_parses_a_schema_once_for_every_trial() -> None:
+    doc = "Look an order up.\n\nArgs:\n    order_id: The order.\n"
+    first = ToolDef(make_tool(_context(), _tool_factory(doc)))
+    second = ToolDef(make_tool(_context(), _tool_factory(doc)))
+    fresh = ToolDef(_tool_factory(doc))
+    assert first.parameters == second.parameters == fresh.parameters
+    assert first.description == second.description == fresh.description == "Look an order up."
+
+
+def test_make_tool_schema_cache_tells_docstrings_apart() -> None:
+    a = ToolDef(make_tool(_context(), _tool_factory("Refund A.\n\nArgs:\n    order_id: A.\n")))
+    b = ToolDef(make_tool(_context(), _tool_factory("Refund B.\n\nArgs:\n    order_id: B.\n")))
+    assert (a.description, b.description) == ("Refund A.", "Refund B.")
+    assert a.parameters.properties["order_id"].description == "A."
+    assert b.parameters.properties["order_id"].description == "B."
+
+
+def test_fault_schedule_counts_mutating_attempts_on_its_route() -> None:
+    fault = LostReply(schedule=Schedule(attempts=(2,), route="payments.refund.create"))
+    services = Services([PaymentsService(orders=[ORDER])], fault=fault)
+    with services.sync_client() as client:
+        client.get(REFUNDS)  # not mutating: not counted
+        first = client.post(REFUNDS, json={"order_id": "order_1", "amount": 100})
+        with pytest.raises(httpx.ReadTimeout):
+            client.post(REFUNDS, json={"order_id": "order_1", "amount": 200})
+        third = client.post(REFUNDS, json={"order_id": "order_1", "amount": 300})
+    assert (first.status_code, third.status_code) == (200, 200)
+    assert [a.fault for a in services.ledger.attempts] == [None, None, "lost_reply", None]
+    assert len(services.ledger.effects) == 3
+
+
+def test_fault_schedule_ignores_other_routes() -> None:
+    fault = LostReply(schedule=Schedule(attempts=(1,), route="payments.other.create"))
+    services = Services([PaymentsService(orders=[ORDER])], fault=fault)
+    with services.sync_client() as client:
+        response = client.post(
+            REFUNDS, json={"order_id": "order_1", "amount": 100}, headers={KEY_HEADER: "k"}
+        )
+    assert response.status_code == 200
+    assert services.ledger.faults_fired() == []
+
+
+def test_cache_distribution_scan_restores_inspect_function() -> None:
+    from inspect_ai._util import package
+
+    original = package.packages_distributions  # type: ignore[attr-defined]
+    with cache_distribution_scan():
+        cached = package.packages_distributions  # type: ignore[attr-defined]
+        assert cached is not original
+        assert cached() == original()
+    assert package.packages_distributions is original  # type: ignore[attr-defined]
+
+
+def test_gc_for_trials_restores_thresholds() -> None:
+    before = gc.get_threshold()
+    with gc_for_trials():
+        assert gc.get_threshold() == GC_THRESHOLDS
+    assert gc.get_threshold() == before
+
+
+def test_stub_rejects_a_negative_delay() -> None:
+    with pytest.raises(ValueError, match=r"delay for stub/retry must be >= 0 seconds, got -1"):
+        StubAPI("retry", delay=-1)
+
+
+def test_trials_frame_drops_repeated_samples_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = eval(
+        refund(fault="lost_reply"),
+        model=get_model("stub/retry"),
+        limit=3,
+        log_dir=str(tmp_path / "logs"),
+        display="none",
+    )[0]
+    assert log.status == "success"
+    copy = tmp_path / "again" / Path(log.location).name
+    copy.parent.mkdir()
+    shutil.copy(log.location, copy)
+    once = trials_frame([log.location])
+    monkeypatch.setattr(frame_module, "CHUNK_LOGS", 1)
+    twice = trials_frame([log.location, str(copy)])
+    assert len(once) == 3
+    assert twice.drop(columns="log").equals(once.drop(columns="log"))
