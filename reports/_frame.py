@@ -135,9 +135,10 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
         paths = [Path(local_path(str(p))) for p in logs]
     rows: list[dict[str, Any]] = []
     counts: list[dict[str, float]] = []
+    seen: set[str] = set()
     for path in paths:
         try:
-            _read_log(path, rows, counts)
+            _read_log(path, rows, counts, seen)
         except LogReadError:
             raise
         except Exception as ex:  # inspect and zipfile raise several types for unreadable logs
@@ -150,7 +151,9 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     return pd.concat([frame, extra], axis=1)
 
 
-def _read_log(path: Path, rows: list[dict[str, Any]], counts: list[dict[str, float]]) -> None:
+def _read_log(
+    path: Path, rows: list[dict[str, Any]], counts: list[dict[str, float]], seen: set[str]
+) -> None:
     # One pass per log: the header through inspect, then every sample's JSON once for both
     # the summary columns and the ledger (samples_df plus a ledger pass read everything
     # twice: 10k trials took ~4x longer).
@@ -164,6 +167,13 @@ def _read_log(path: Path, rows: list[dict[str, Any]], counts: list[dict[str, flo
         "log": path.resolve().as_uri(),
     }
     for sample in sample_records(path):
+        # A sample found twice (a copied log, a directory read twice) is one trial, as in
+        # samples_df: keep the first.
+        uuid = sample.get("uuid")
+        if uuid:
+            if uuid in seen:
+                continue
+            seen.add(uuid)
         score = (sample.get("scores") or {}).get(SCORER)
         error = sample.get("error")
         limit = sample.get("limit")

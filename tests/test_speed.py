@@ -17,7 +17,6 @@ from inspect_ai import eval
 from inspect_ai.model import get_model
 from inspect_ai.tool import ToolDef
 
-import reports._frame as frame_module
 from evals._run import GC_THRESHOLDS, cache_distribution_scan, gc_for_trials
 from mocks import KEY_HEADER, LostReply, PaymentsService, Schedule, Services, StubAPI
 from reports import trials_frame
@@ -104,7 +103,7 @@ def test_stub_rejects_a_negative_delay() -> None:
         StubAPI("retry", delay=-1)
 
 
-def test_trials_frame_drops_repeated_samples_across_chunks(
+def test_trials_frame_drops_repeated_samples_across_logs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = eval(
@@ -119,7 +118,6 @@ def test_trials_frame_drops_repeated_samples_across_chunks(
     copy.parent.mkdir()
     shutil.copy(log.location, copy)
     once = trials_frame([log.location])
-    monkeypatch.setattr(frame_module, "CHUNK_LOGS", 1)
     twice = trials_frame([log.location, str(copy)])
     assert len(once) == 3
     assert twice.drop(columns="log").equals(once.drop(columns="log"))
