@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 import pandas as pd
 from inspect_ai import Task, eval_set, task_with
@@ -265,7 +263,7 @@ def run_suite(
             **eval_options(display),
         )
     with gc_for_trials():
-        frame = trials_frame([_local_path(log.location) for log in logs])
+        frame = trials_frame([log.location for log in logs])
     table = cells(frame)
     run = run_metadata(suite, model_args)
     summary_path = write_summary(table, log_dir / "summary.json", run=run)
@@ -275,13 +273,6 @@ def run_suite(
 
         report_path = write_report(frame, log_dir / "report.html", run=run)
     return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
-
-
-def _local_path(location: str) -> str:
-    # eval_set reports reused logs as file:// URIs and fresh ones as paths.
-    if location.startswith("file://"):
-        return url2pathname(urlparse(location).path)
-    return location
 
 
 def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict[str, Any]:
