@@ -29,6 +29,8 @@ test: setup
 check: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@mkdir -p build/typecheck/twice
+	@for p in mocks tasks assertions evals reports; do ln -sfn ../../../$$p build/typecheck/twice/$$p; done
 	$(BIN)/mypy
 
 ## Benchmarks: prints a table and writes bench/results.json.

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from mocks import Effect, Ledger
+from twice.mocks import Effect, Ledger
 
 from ._verdict import Verdict, attempts_behind, format_failures
 

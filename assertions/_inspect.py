@@ -9,8 +9,7 @@ from typing import Any
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
 from inspect_ai.solver import TaskState
 from inspect_ai.util import store
-
-from mocks import LEDGER_STORE_KEY, Ledger
+from twice.mocks import LEDGER_STORE_KEY, Ledger
 
 from ._checks import Assertion, check_all, parse_assertions
 from ._metrics import Intent, trial_metrics

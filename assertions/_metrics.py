@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mocks import Effect, Ledger
+from twice.mocks import Effect, Ledger
 
 METRICS: tuple[str, ...] = (
     "completed",

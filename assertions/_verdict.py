@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mocks import Attempt, Effect, Ledger
+from twice.mocks import Attempt, Effect, Ledger
 
 _KEY_SHOWN = 32
 

@@ -3,7 +3,7 @@
 Load it explicitly; it is not auto-loaded into every pytest run::
 
     # conftest.py at the root of your tests
-    pytest_plugins = ["assertions.pytest_plugin"]
+    pytest_plugins = ["twice.assertions.pytest_plugin"]
 
 or ``pytest -p assertions.pytest_plugin``.
 
@@ -32,8 +32,7 @@ from typing import Any
 
 import pytest
 import respx
-
-from mocks import Fault, Ledger, NoFault, PaymentsService, Service, Services, get_fault
+from twice.mocks import Fault, Ledger, NoFault, PaymentsService, Service, Services, get_fault
 
 from ._checks import Assertion, assert_side_effects
 from ._verdict import Verdict

@@ -22,7 +22,7 @@ def demo(work: Path, extra: list[str]) -> dict[str, Any]:
     """
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="demo-", dir=work) as logs:
-        cmd = [sys.executable, "-m", "evals.cli", "run", "--log-dir", logs, *extra]
+        cmd = [sys.executable, "-m", "twice.evals.cli", "run", "--log-dir", logs, *extra]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         w0 = time.perf_counter()
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

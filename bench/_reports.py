@@ -18,10 +18,9 @@ from typing import Any
 
 from _common import Paired, paired
 from inspect_ai.analysis import samples_df
-
-from evals._run import run_metadata
-from evals._suite import DEFAULT_SUITE, load_suite
-from reports import cells, trials_frame, write_report, write_summary
+from twice.evals._run import run_metadata
+from twice.evals._suite import DEFAULT_SUITE, load_suite
+from twice.reports import cells, trials_frame, write_report, write_summary
 
 
 def build_report(log_dir: Path, out: Path) -> int:

@@ -10,8 +10,14 @@ from typing import Any
 
 import httpx
 from _common import Paired, Sample, paired
-
-from mocks import BACKOFF_HEADER, CALL_HEADER, KEY_HEADER, SOURCE_HEADER, PaymentsService, Services
+from twice.mocks import (
+    BACKOFF_HEADER,
+    CALL_HEADER,
+    KEY_HEADER,
+    SOURCE_HEADER,
+    PaymentsService,
+    Services,
+)
 
 BASE = PaymentsService.default_base_url
 URL = f"{BASE}/v1/refunds"

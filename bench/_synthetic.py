@@ -26,10 +26,9 @@ import shortuuid
 from inspect_ai import eval
 from inspect_ai.log import read_eval_log, write_eval_log
 from inspect_ai.model import get_model
-
-from evals._run import cache_distribution_scan, eval_options
-from mocks import FAULTS, STUB_MODELS
-from tasks import PROTECTIONS, builtin_prompts, refund
+from twice.evals._run import eval_options
+from twice.mocks import FAULTS, STUB_MODELS
+from twice.tasks import PROTECTIONS, builtin_prompts, refund
 
 # Python < 3.14: zipfile_zstd (an inspect dependency there) teaches zipfile the zstd entries
 # inspect writes; Python 3.14 reads and writes them itself.
@@ -54,14 +53,13 @@ def template(work: Path, per_log: int) -> Path:
         return path
     work.mkdir(parents=True, exist_ok=True)
     scratch = work / "template-run"
-    with cache_distribution_scan():
-        log = eval(
-            refund(fault="lost_reply"),
-            model=get_model("stub/noisy"),
-            log_dir=str(scratch),
-            display="none",
-            **eval_options("none"),
-        )[0]
+    log = eval(
+        refund(fault="lost_reply"),
+        model=get_model("stub/noisy"),
+        log_dir=str(scratch),
+        display="none",
+        **eval_options("none"),
+    )[0]
     if log.status != "success":
         raise RuntimeError(f"template eval ended {log.status}: {log.error}")
     log = read_eval_log(log.location)

@@ -34,10 +34,9 @@ from inspect_ai.model import (
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
 from inspect_ai.solver import TaskState, generate, system_message, use_tools
 from inspect_ai.tool import Tool, ToolChoice, ToolInfo, tool
-
-from evals._run import cache_distribution_scan, eval_options, gc_for_trials
-from tasks import load_prompt, load_records, refund
-from tasks.refund.refund import DATASET
+from twice.evals._run import eval_options, gc_for_trials
+from twice.tasks import load_prompt, load_records, refund
+from twice.tasks.refund.refund import DATASET
 
 _USAGE = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=15)
 _ARGS = {"order_id": "order_1042", "amount": 4.99, "reason": "arrived cracked"}
@@ -165,10 +164,6 @@ def _runner(
                 )
             return log
 
-        if twice:
-            # twice runs its tasks inside run_suite's inspect settings; measure them the same way.
-            with cache_distribution_scan():
-                return go()
         return go()
 
     return run

@@ -44,8 +44,7 @@ from typing import Any, Literal
 
 import pandas as pd
 from scipy.stats import fisher_exact
-
-from reports import CELL, RATES, wilson
+from twice.reports import CELL, RATES, wilson
 
 MEANS: dict[str, str] = {
     "excess_effects_mean": "excess_effects",

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspect_ai.log import read_eval_log
-
-from reports import LogReadError, log_files
+from twice.reports import LogReadError, log_files
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reports import wilson
+from twice.reports import wilson
 
 DEFAULT_RATES = (0.10, 0.05, 0.02, 0.01, 0.005, 0.001)
 DEFAULT_OBSERVED = (0, 1, 2)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import gc
-import importlib.metadata
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -19,9 +17,8 @@ import pandas as pd
 from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
-
-from reports import LogReadError, cells, trials_frame, write_summary
-from tasks import get_task, load_prompt
+from twice.reports import LogReadError, cells, trials_frame, write_summary
+from twice.tasks import get_task, load_prompt
 
 from ._logs import check_log_dir
 from ._suite import Cell, Suite, SuiteError
@@ -68,38 +65,6 @@ def eval_options(display: str | None) -> dict[str, Any]:
     when something displays it: inspect recomputes every metric as samples finish.
     """
     return {"log_realtime": False, "score_display": display not in (None, "none")}
-
-
-@functools.cache
-def _packages_distributions() -> Mapping[str, list[str]]:
-    return importlib.metadata.packages_distributions()
-
-
-@contextmanager
-def cache_distribution_scan() -> Iterator[None]:
-    """Scan the installed distributions once per process instead of once per eval.
-
-    For every eval, inspect records which installed distribution ships the task. twice's
-    import names (``tasks``, ``mocks``) differ from its distribution name (``twice``), so
-    inspect falls back to ``importlib.metadata.packages_distributions()``: a scan of every
-    installed distribution's file list, ~0.25 s on each of the default suite's 45 evals.
-    Nothing is installed mid-run, so the scan is done once; the recorded distribution is the
-    same.
-    """
-    try:
-        from inspect_ai._util import package
-    except ImportError:  # a later inspect moved it: run unpatched rather than fail
-        yield
-        return
-    original = getattr(package, "packages_distributions", None)
-    if original is None:
-        yield
-        return
-    package.packages_distributions = _packages_distributions  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        package.packages_distributions = original  # type: ignore[attr-defined]
 
 
 GC_THRESHOLDS = (50_000, 20, 20)
@@ -248,7 +213,7 @@ def run_suite(
     except LogReadError as ex:
         raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
     log_dir.mkdir(parents=True, exist_ok=True)
-    with cache_distribution_scan(), gc_for_trials():
+    with gc_for_trials():
         _, logs = eval_set(
             tasks,
             log_dir=str(log_dir),
@@ -269,7 +234,7 @@ def run_suite(
     summary_path = write_summary(table, log_dir / "summary.json", run=run)
     report_path = None
     if report:
-        from reports import write_report
+        from twice.reports import write_report
 
         report_path = write_report(frame, log_dir / "report.html", run=run)
     return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mocks import FAULTS, STUB_MODELS
-from tasks import PROTECTIONS, TASKS, load_prompt
+from twice.mocks import FAULTS, STUB_MODELS
+from twice.tasks import PROTECTIONS, TASKS, load_prompt
 
 DEFAULT_SUITE = Path(__file__).parent / "default.toml"
 """The suite ``twice run`` runs with no flags: every stub model, offline."""

@@ -146,8 +146,8 @@ def run(
 @cli.command("list")
 def list_() -> None:
     """List tasks, prompts, faults, protections and stub models."""
-    from mocks import FAULTS, STUB_MODELS, noisy_retry_rate
-    from tasks import PROTECTIONS, TASKS, builtin_prompts
+    from twice.mocks import FAULTS, STUB_MODELS, noisy_retry_rate
+    from twice.tasks import PROTECTIONS, TASKS, builtin_prompts
 
     click.echo("tasks:")
     for name, fn in TASKS.items():
@@ -170,7 +170,7 @@ def list_() -> None:
 
 def _trials(log_dir: Path, what: str) -> tuple[Any, Any]:
     """Read a log directory for gate/report: (LogDir, trial frame); LogReadError → exit 2."""
-    from reports import LogReadError, trials_frame
+    from twice.reports import LogReadError, trials_frame
 
     from ._logs import read_log_dir
 
@@ -287,7 +287,7 @@ def gate(
 )
 def report(log_dir: Path, output: Path | None, baseline_dir: Path | None) -> None:
     """Write the HTML report for LOG_DIR (replaces the file only once it is rendered)."""
-    from reports import write_report
+    from twice.reports import write_report
 
     from ._gate import temp_beside
 

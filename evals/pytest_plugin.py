@@ -1,6 +1,6 @@
 """Gate in pytest: run a twice eval inside a test and assert on its rates.
 
-Load it explicitly (``pytest_plugins = ["evals.pytest_plugin"]`` in your root conftest.py, or
+Load it explicitly (``pytest_plugins = ["twice.evals.pytest_plugin"]`` in your root conftest.py, or
 ``pytest -p evals.pytest_plugin``). It also loads ``assertions.pytest_plugin``, so one line
 gives the mock-service fixtures too.
 
@@ -26,7 +26,7 @@ import pytest
 
 from ._rates import EvalRates, eval_rates
 
-pytest_plugins = ["assertions.pytest_plugin"]
+pytest_plugins = ["twice.assertions.pytest_plugin"]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from ._drill import WORST_N, clip, drill_down
 from ._frame import CELL, RETRY_SOURCES, local_path
 
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("reports", "templates"),
+    loader=jinja2.PackageLoader(__package__ or "twice.reports", "templates"),
     autoescape=True,  # model-controlled text (prompts, tool args, outputs, errors) is untrusted
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,

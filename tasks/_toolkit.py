@@ -38,8 +38,7 @@ from typing import Any, Literal, get_args
 import httpx
 from inspect_ai.tool import Tool, ToolDef, ToolError, ToolParams
 from inspect_ai.util import store
-
-from mocks import (
+from twice.mocks import (
     BACKOFF_HEADER,
     CALL_HEADER,
     CRASH_HEADER,

@@ -12,9 +12,8 @@ from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import Tool
 from inspect_ai.util import store
-
-from assertions import EndStateCheck, side_effects
-from mocks import STUB_STORE_KEY, Service, Services, get_fault
+from twice.assertions import EndStateCheck, side_effects
+from twice.mocks import STUB_STORE_KEY, Service, Services, get_fault
 
 from ._prompts import load_prompt
 from ._protections import get_protection

@@ -9,10 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-
-from evals._run import RunResult, run_suite
-from evals._suite import Matrix, Suite
-from mocks import SOURCE_HEADER, Ledger, PaymentsService, Services, get_fault
+from twice.evals._run import RunResult, run_suite
+from twice.evals._suite import Matrix, Suite
+from twice.mocks import SOURCE_HEADER, Ledger, PaymentsService, Services, get_fault
 
 pytest_plugins = ["pytester"]
 
@@ -123,8 +122,7 @@ def reference_summary(reference_run: RunResult) -> dict[str, Any]:
 def trial_ledgers(reference_run: RunResult) -> Any:
     """``trial_ledgers(model, fault, protection)`` → the ledgers of that cell's trials."""
     from inspect_ai.log import read_eval_log
-
-    from mocks import LEDGER_STORE_KEY, Ledger
+    from twice.mocks import LEDGER_STORE_KEY, Ledger
 
     def find(model: str, fault: str, protection: str) -> list[Ledger]:
         for log in reference_run.logs:

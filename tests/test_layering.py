@@ -1,4 +1,9 @@
-"""Dependencies point one way: mocks ← assertions ← tasks ← evals; reports reads only logs."""
+"""Dependencies point one way: mocks ← assertions ← tasks ← evals; reports reads only logs.
+
+The one layering test for the whole tree. Packages import each other only as ``twice.<name>``
+(the installed names): a bare ``import tasks`` would load a second copy of the package from the
+repository root, or a user's own ``tasks/``.
+"""
 
 from __future__ import annotations
 
@@ -15,31 +20,47 @@ ALLOWED = {
     "tasks": {"mocks", "assertions"},
     "evals": {"mocks", "assertions", "tasks", "reports"},
     "reports": set(),
+    # The benchmarks sit above everything; they only have to use the installed names.
+    "bench": set(PACKAGES),
 }
+BARE = "bare"
 
 
-def imported_packages(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def imported_packages(source: str) -> set[str]:
+    """twice packages a module imports (``twice.tasks`` → ``tasks``); a bare name → ``bare``."""
     found: set[str] = set()
-    for node in ast.walk(tree):
+    modules: list[str] = []
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            modules.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-    return found & set(PACKAGES)
+            if node.module == "twice":
+                found.update(alias.name for alias in node.names if alias.name in PACKAGES)
+            else:
+                modules.append(node.module)
+    for module in modules:
+        parts = module.split(".")
+        if parts[0] == "twice" and len(parts) > 1 and parts[1] in PACKAGES:
+            found.add(parts[1])
+        elif parts[0] in PACKAGES:
+            found.add(BARE)
+    return found
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", ALLOWED)
 def test_layering_imports_point_one_way(package: str) -> None:
     bad = {}
     for path in (ROOT / package).rglob("*.py"):
-        wrong = imported_packages(path) - ALLOWED[package] - {package}
+        wrong = imported_packages(path.read_text(encoding="utf-8")) - ALLOWED[package] - {package}
         if wrong:
             bad[str(path.relative_to(ROOT))] = sorted(wrong)
-    assert not bad, f"{package} may import only {sorted(ALLOWED[package])}: {bad}"
+    assert not bad, f"{package} may import only twice.{sorted(ALLOWED[package])}: {bad}"
 
 
-def test_layering_check_catches_a_violation(tmp_path: Path) -> None:
-    sneaky = tmp_path / "x.py"
-    sneaky.write_text("from tasks import refund\nimport evals.cli\n")
-    assert imported_packages(sneaky) == {"tasks", "evals"}
+def test_layering_check_catches_a_violation() -> None:
+    source = "from twice.tasks import refund\nimport twice.evals.cli\nfrom twice import reports\n"
+    assert imported_packages(source) == {"tasks", "evals", "reports"}
+
+
+def test_layering_check_catches_a_bare_import() -> None:
+    assert imported_packages("import mocks\nfrom . import x\n") == {BARE}

@@ -47,7 +47,7 @@ def _isort_key(name: str) -> tuple[int, str]:
 
 
 def test_assertions_all_is_pinned() -> None:
-    import assertions
+    from twice import assertions
 
     assert assertions.__all__ == ASSERTIONS_ALL
 

@@ -16,11 +16,10 @@ import pytest
 from inspect_ai import eval
 from inspect_ai.model import get_model
 from inspect_ai.tool import ToolDef
-
-from evals._run import GC_THRESHOLDS, cache_distribution_scan, gc_for_trials
-from mocks import KEY_HEADER, LostReply, PaymentsService, Schedule, Services, StubAPI
-from reports import trials_frame
-from tasks import TrialContext, get_protection, make_tool, refund
+from twice.evals._run import GC_THRESHOLDS, gc_for_trials
+from twice.mocks import KEY_HEADER, LostReply, PaymentsService, Schedule, Services, StubAPI
+from twice.reports import trials_frame
+from twice.tasks import TrialContext, get_protection, make_tool, refund
 
 ORDER = {"order_id": "order_1", "customer": "Ann", "amount": 10_000, "currency": "usd"}
 REFUNDS = f"{PaymentsService.default_base_url}/v1/refunds"
@@ -78,17 +77,6 @@ def test_fault_schedule_ignores_other_routes() -> None:
         )
     assert response.status_code == 200
     assert services.ledger.faults_fired() == []
-
-
-def test_cache_distribution_scan_restores_inspect_function() -> None:
-    from inspect_ai._util import package
-
-    original = package.packages_distributions  # type: ignore[attr-defined]
-    with cache_distribution_scan():
-        cached = package.packages_distributions  # type: ignore[attr-defined]
-        assert cached is not original
-        assert cached() == original()
-    assert package.packages_distributions is original  # type: ignore[attr-defined]
 
 
 def test_gc_for_trials_restores_thresholds() -> None:

@@ -3,9 +3,8 @@
 from dataclasses import dataclass
 
 import httpx
-
-from assertions import Verdict, assert_side_effects, exactly
-from mocks import Ledger, LostReply, PaymentsService, Services
+from twice.assertions import Verdict, assert_side_effects, exactly
+from twice.mocks import Ledger, LostReply, PaymentsService, Services
 
 
 @dataclass(frozen=True)

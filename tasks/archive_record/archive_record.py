@@ -15,11 +15,10 @@ from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool
-
-from mocks import Attempt, Ledger, RecordsService, Service
-from tasks._dataset import load_dataset
-from tasks._toolkit import TrialContext, make_tool, mutate, read
-from tasks._trial import twice_task
+from twice.mocks import Attempt, Ledger, RecordsService, Service
+from twice.tasks._dataset import load_dataset
+from twice.tasks._toolkit import TrialContext, make_tool, mutate, read
+from twice.tasks._trial import twice_task
 
 DATASET = Path(__file__).parent / "dataset.jsonl"
 API = "records API"

@@ -19,9 +19,8 @@ from typing import Any
 
 from inspect_ai import Task, eval
 from inspect_ai.log import EvalLog
-
-from mocks import LEDGER_STORE_KEY, Ledger
-from tasks._protections import get_protection
+from twice.mocks import LEDGER_STORE_KEY, Ledger
+from twice.tasks._protections import get_protection
 
 from .travel_booking import FLIGHT_BOOK, FLIGHT_CANCEL, HOTEL_BOOK, travel_booking
 
@@ -73,7 +72,7 @@ def _task(cell: RefCell) -> Task:
         return travel_booking(
             fault=cell.fault, protection=cell.protection, action_log=cell.action_log
         )
-    from tasks import get_task
+    from twice.tasks import get_task
 
     return get_task(cell.task)(
         fault=cell.fault, protection=cell.protection, action_log=cell.action_log

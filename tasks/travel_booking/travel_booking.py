@@ -19,11 +19,10 @@ from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool
-
-from mocks import Effect, Ledger, Service, TravelService
-from tasks._dataset import load_dataset
-from tasks._toolkit import Compensation, Mutation, TrialContext, make_tool, mutate, read
-from tasks._trial import twice_task
+from twice.mocks import Effect, Ledger, Service, TravelService
+from twice.tasks._dataset import load_dataset
+from twice.tasks._toolkit import Compensation, Mutation, TrialContext, make_tool, mutate, read
+from twice.tasks._trial import twice_task
 
 DATASET = Path(__file__).parent / "dataset.jsonl"
 API = "travel API"

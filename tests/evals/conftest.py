@@ -18,11 +18,10 @@ import pytest_httpx2  # noqa: F401  (registers respx's "httpcore2" mocker: opena
 import respx
 import zipfile_zstd  # noqa: F401  (inspect's .eval archives are zstd-compressed zip files)
 from click.testing import CliRunner
-
-from evals import run_suite, suite_from_flags
-from evals.cli import cli
-from mocks import UNKNOWN_OUTCOME
-from reports import CELL, METRICS
+from twice.evals import run_suite, suite_from_flags
+from twice.evals.cli import cli
+from twice.mocks import UNKNOWN_OUTCOME
+from twice.reports import CELL, METRICS
 
 FAKE_OPENAI_KEY = "sk-test-SECRET123"
 FAKE_ANTHROPIC_KEY = "sk-ant-test-SECRET456"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-import evals
+from twice import evals
 
 
 def test_evals_api_all_is_sorted_and_complete() -> None:

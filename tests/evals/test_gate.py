@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from evals import GateError, evaluate_gate, junit_xml, load_gate, parse_gate
+from twice.evals import GateError, evaluate_gate, junit_xml, load_gate, parse_gate
 
 Trials = Callable[..., pd.DataFrame]
 

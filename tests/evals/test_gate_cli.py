@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from inspect_ai.log import read_eval_log
 from inspect_ai.model import ChatMessageUser, ModelOutput, ModelUsage
-
-from evals import run_suite, suite_from_flags
+from twice.evals import run_suite, suite_from_flags
 
 Twice = Callable[..., Any]
 

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 from inspect_ai.log import read_eval_log
-
-from mocks import LEDGER_STORE_KEY, UNKNOWN_OUTCOME
+from twice.mocks import LEDGER_STORE_KEY, UNKNOWN_OUTCOME
 
 Twice = Callable[..., Any]
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-
-import reports
+from twice import reports
 
 Twice = Callable[..., Any]
 

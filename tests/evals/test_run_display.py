@@ -5,8 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-
-from evals.cli import default_display
+from twice.evals.cli import default_display
 
 
 class _Stdout(io.StringIO):

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from evals import SuiteError, check_model_args
+from twice.evals import SuiteError, check_model_args
 
 Twice = Callable[..., Any]
 

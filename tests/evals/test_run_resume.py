@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 from inspect_ai.log import read_eval_log
-
-from evals import read_log_dir, run_suite, suite_from_flags
+from twice.evals import read_log_dir, run_suite, suite_from_flags
 
 HANG_RUN = Path(__file__).parent / "scripts" / "hang_run.py"
 HUNG_SAMPLE = "refund-003"

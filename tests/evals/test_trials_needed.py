@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 from statsmodels.stats.proportion import proportion_confint
-
-from evals import trials_needed, trials_table
+from twice.evals import trials_needed, trials_table
 
 README = Path(__file__).parents[2] / "README.md"
 Z95 = 1.959963984540054  # two-sided 95% normal quantile

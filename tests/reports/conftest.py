@@ -13,9 +13,8 @@ import pytest
 from inspect_ai import eval as inspect_eval
 from inspect_ai import task_with
 from inspect_ai.model import ChatMessage, ChatMessageTool, ModelOutput, ModelUsage, get_model
-
-from reports import SyntheticRun, trials_frame, write_synthetic_logs
-from tasks.refund.refund import refund
+from twice.reports import SyntheticRun, trials_frame, write_synthetic_logs
+from twice.tasks.refund.refund import refund
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -7,8 +7,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-
-from reports import trials_frame, write_report
+from twice.reports import trials_frame, write_report
 
 pytestmark = pytest.mark.browser
 

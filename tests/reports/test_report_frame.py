@@ -10,8 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from inspect_ai.log import read_eval_log, write_eval_log
-
-from reports import (
+from twice.reports import (
     LEDGER_COLUMNS,
     RETRY_SOURCES,
     LogReadError,
@@ -21,7 +20,7 @@ from reports import (
     trials_frame,
     write_synthetic_logs,
 )
-from reports._frame import RAW_COLUMNS, sample_records
+from twice.reports._frame import RAW_COLUMNS, sample_records
 
 
 def _attempt(n: int, source: str, effects: list[str], mutating: bool = True) -> dict[str, object]:

@@ -9,9 +9,8 @@ from pathlib import Path
 import markupsafe
 import pandas as pd
 import pytest
-
-import reports
-from reports import (
+from twice import reports
+from twice.reports import (
     WORST_N,
     report_data,
     trial_detail,

@@ -7,9 +7,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
-
-from reports import baseline_comparison, difference, prompt_comparison
-from reports._compare import verdict
+from twice.reports import baseline_comparison, difference, prompt_comparison
+from twice.reports._compare import verdict
 
 
 def _trials(spec: list[tuple[dict[str, Any], int, int]]) -> pd.DataFrame:

@@ -1,1 +1,1 @@
-pytest_plugins = ["evals.pytest_plugin"]
+pytest_plugins = ["twice.evals.pytest_plugin"]

@@ -1,8 +1,7 @@
 import pytest
+from twice.mocks import PaymentsService
 
-from mocks import PaymentsService
-
-pytest_plugins = ["assertions.pytest_plugin"]
+pytest_plugins = ["twice.assertions.pytest_plugin"]
 
 
 @pytest.fixture

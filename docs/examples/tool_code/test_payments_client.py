@@ -1,7 +1,6 @@
 import pytest
 from payments_client import refund
-
-from assertions import assert_side_effects, exactly, no_unseen_effects
+from twice.assertions import assert_side_effects, exactly, no_unseen_effects
 
 
 @pytest.mark.parametrize("twice_fault", ["none", "lost_reply", "timeout_before_commit"])

@@ -14,9 +14,8 @@ from typing import Any
 
 from inspect_ai.model import GenerateConfig, ModelAPI, ModelOutput, ModelUsage, modelapi
 from inspect_ai.util import store
-
-from evals.cli import main
-from mocks import STUB_STORE_KEY
+from twice.evals.cli import main
+from twice.mocks import STUB_STORE_KEY
 
 MARK = Path(os.environ["MARK_DIR"])
 

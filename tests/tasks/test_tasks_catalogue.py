@@ -26,17 +26,16 @@ from inspect_ai import Task
 from inspect_ai import eval as inspect_eval
 from inspect_ai.model import ChatMessageAssistant, ModelOutput, ModelUsage, get_model
 from inspect_ai.tool import ToolCall, ToolDef
+from twice.evals.cli import cli
+from twice.mocks import LEDGER_STORE_KEY, Attempt, Ledger, Services
+from twice.tasks import TASKS, TrialContext, get_protection, load_dataset, load_records
+from twice.tasks._trial import twice_task
+from twice.tasks.archive_record import archive_end_state, archive_loops
+from twice.tasks.place_order import place_order_tools
+from twice.tasks.place_order.place_order import DATASET as PLACE_ORDER_DATASET
+from twice.tasks.place_order.place_order import _services as place_order_services
 
-from evals.cli import cli
-from mocks import LEDGER_STORE_KEY, Attempt, Ledger, Services
-from tasks import TASKS, TrialContext, get_protection, load_dataset, load_records
-from tasks._trial import twice_task
-from tasks.archive_record import archive_end_state, archive_loops
-from tasks.place_order import place_order_tools
-from tasks.place_order.place_order import DATASET as PLACE_ORDER_DATASET
-from tasks.place_order.place_order import _services as place_order_services
-
-TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
+TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 CATALOGUE = ("send_email", "create_ticket", "place_order", "archive_record")
 STUBS = ("retry", "no-retry", "verify", "drift", "parallel")
 TWINS = ("lost_reply", "timeout_before_commit")

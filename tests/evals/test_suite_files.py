@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-import evals
-from evals import load_suite
+from twice import evals
+from twice.evals import load_suite
 
 SUITES = sorted(p for p in Path(evals.__file__).parent.glob("*.toml") if p.name != "gate.toml")
 
@@ -20,8 +19,8 @@ def test_shipped_suite_is_valid(path: Path) -> None:
 
 
 def test_full_suite_covers_every_task_fault_and_protection() -> None:
-    from mocks import FAULTS
-    from tasks import PROTECTIONS, TASKS
+    from twice.mocks import FAULTS
+    from twice.tasks import PROTECTIONS, TASKS
 
     cells = list(load_suite(Path(evals.__file__).parent / "full.toml").cells())
     assert {c.task for c in cells} == set(TASKS)

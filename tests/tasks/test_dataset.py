@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tasks import TASKS, load_records
-from tasks.refund.refund import DATASET
+from twice.tasks import TASKS, load_records
+from twice.tasks.refund.refund import DATASET
 
 
 def test_refund_dataset_is_varied_and_carries_intents() -> None:

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 from inspect_ai.tool import Tool, ToolDef, ToolError
-
-from mocks import (
+from twice.mocks import (
     UNKNOWN_OUTCOME,
     ErrorAfterCommit,
     ErrorBeforeCommit,
@@ -20,7 +19,7 @@ from mocks import (
     Services,
     TravelService,
 )
-from tasks import (
+from twice.tasks import (
     IDEMPOTENCY_CLASSES,
     PROTECTIONS,
     Compensation,
@@ -29,7 +28,7 @@ from tasks import (
     make_tool,
     mutate,
 )
-from tasks.travel_booking import travel_tools
+from twice.tasks.travel_booking import travel_tools
 
 ORDER = {"order_id": "o1", "customer": "Dana", "amount": 5000}
 REFUNDS = "https://payments.twice.test/v1/refunds"

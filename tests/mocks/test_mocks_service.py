@@ -6,8 +6,7 @@ import asyncio
 
 import httpx
 import pytest
-
-from mocks import (
+from twice.mocks import (
     FAULTS,
     ErrorAfterCommit,
     LostReply,

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-PLUGIN = ("-p", "assertions.pytest_plugin", "--strict-markers")
-EXAMPLES = Path(__file__).parents[1] / "docs" / "examples"
+PLUGIN = ("-p", "twice.assertions.pytest_plugin", "--strict-markers")
+EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
 
 CONFTEST = """
 import pytest
-from mocks import PaymentsService
+from twice.mocks import PaymentsService
 
 @pytest.fixture
 def twice_services():
@@ -26,7 +26,7 @@ def anyio_backend():
 NAIVE = """
 import httpx
 import pytest
-from assertions import assert_side_effects, exactly
+from twice.assertions import assert_side_effects, exactly
 
 URL = "https://payments.example.com/v1/refunds"
 
@@ -54,8 +54,8 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 EVERY_BUILT_IN = """
 import httpx
 import pytest
-from mocks import PaymentsService, Route, Service
-from assertions import (
+from twice.mocks import PaymentsService, Route, Service
+from twice.assertions import (
     assert_side_effects, at_least, at_most, compensated, exactly, never, no_unseen_effects,
 )
 
@@ -174,7 +174,7 @@ def test_plugin_intercepts_async_clients(project: pytest.Pytester) -> None:
         """
         import httpx
         import pytest
-        from assertions import exactly
+        from twice.assertions import exactly
 
         @pytest.mark.anyio
         @pytest.mark.twice_mock(fault="lost_reply")
@@ -278,7 +278,7 @@ def test_plugin_faults_by_parametrize_and_by_fault_object(project: pytest.Pytest
         """
         import httpx
         import pytest
-        from mocks import LostReply, Schedule
+        from twice.mocks import LostReply, Schedule
 
         URL = "https://payments.example.com/v1/refunds"
         BODY = {"order_id": "order_1042", "amount": 499}

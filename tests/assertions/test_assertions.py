@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-from assertions import (
+from twice.assertions import (
     Assertion,
     Compensated,
     Count,
@@ -27,7 +24,7 @@ from assertions import (
     parse_assertion,
     parse_assertions,
 )
-from mocks import Attempt, Effect, Ledger, Services, outcome_of
+from twice.mocks import Attempt, Effect, Ledger, Services, outcome_of
 
 REFUND = "payments.refund.create"
 ISSUE_LINE = (
@@ -463,21 +460,3 @@ def test_verdict_evidence_for_an_error_after_commit(payments, naive_refund) -> N
     verdict = exactly(1, REFUND).check(services.ledger)
     assert verdict.ok
     assert verdict.evidence == ["re_1 at attempt 1, client saw HTTP 502"]
-
-
-# -- layering -----------------------------------------------------------------------------
-
-
-def test_assertions_package_imports_neither_tasks_nor_evals() -> None:
-    root = Path(__file__).parents[1] / "assertions"
-    for path in root.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            for name in names:
-                assert name.split(".")[0] not in {"tasks", "evals", "reports"}, (
-                    f"{path.name} imports {name}"
-                )

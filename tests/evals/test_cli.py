@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from evals.cli import cli
+from twice.evals.cli import cli
 
 
 def invoke(*args: str) -> tuple[int, str]:

@@ -12,8 +12,7 @@ from inspect_ai.event import InfoEvent
 from inspect_ai.log import EvalLog, resolve_sample_attachments
 from inspect_ai.solver import generate
 from inspect_ai.tool import ToolError
-
-from mocks import (
+from twice.mocks import (
     CRASH_HEADER,
     FAULTS,
     LEDGER_STORE_KEY,
@@ -24,7 +23,7 @@ from mocks import (
     Schedule,
     Services,
 )
-from tasks import (
+from twice.tasks import (
     ACTION_LOG_STORE_KEY,
     ActionLog,
     Protection,
@@ -36,8 +35,8 @@ from tasks import (
     mutate,
     trial_setup,
 )
-from tasks.travel_booking.reference import RefCell, run_cell, summarize
-from tasks.travel_booking.travel_booking import DATASET, _services, travel_tools
+from twice.tasks.travel_booking.reference import RefCell, run_cell, summarize
+from twice.tasks.travel_booking.travel_booking import DATASET, _services, travel_tools
 
 IDS = ["travel-001", "travel-003"]  # one trip that books, one whose hotel is sold out
 ORDER = {"order_id": "o1", "customer": "Dana", "amount": 5000}

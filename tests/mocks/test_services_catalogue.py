@@ -6,8 +6,7 @@ import asyncio
 from typing import Any
 
 import httpx
-
-from mocks import (
+from twice.mocks import (
     KEY_HEADER,
     EmailService,
     LostReply,

@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 from inspect_ai.log import list_eval_logs, read_eval_log
+from twice.mocks import LEDGER_STORE_KEY
 
-from mocks import LEDGER_STORE_KEY
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_inspect_eval_cli_resolves_task_and_stub_provider(tmp_path: Path) -> None:

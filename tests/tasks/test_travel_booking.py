@@ -12,15 +12,22 @@ from click.testing import CliRunner
 from inspect_ai.event import ModelEvent
 from inspect_ai.log import EvalLog
 from pydantic import ValidationError
-
-from evals.cli import cli
-from mocks import KEY_HEADER, LEDGER_STORE_KEY, Attempt, Effect, Ledger, Services, TravelService
-from tasks import TASKS, load_records
-from tasks._dataset import PlanStep, Record
-from tasks.refund.refund import DATASET as REFUND_DATASET
-from tasks.travel_booking import saga_end_state
-from tasks.travel_booking.reference import RefCell, run_cell, summarize
-from tasks.travel_booking.travel_booking import DATASET
+from twice.evals.cli import cli
+from twice.mocks import (
+    KEY_HEADER,
+    LEDGER_STORE_KEY,
+    Attempt,
+    Effect,
+    Ledger,
+    Services,
+    TravelService,
+)
+from twice.tasks import TASKS, load_records
+from twice.tasks._dataset import PlanStep, Record
+from twice.tasks.refund.refund import DATASET as REFUND_DATASET
+from twice.tasks.travel_booking import saga_end_state
+from twice.tasks.travel_booking.reference import RefCell, run_cell, summarize
+from twice.tasks.travel_booking.travel_booking import DATASET
 
 BASE = "https://travel.twice.test"
 FLIGHT = {

@@ -10,9 +10,8 @@ from inspect_ai import Task, eval
 from inspect_ai.dataset import Sample
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import store
-
-from assertions import at_least, exactly, side_effect_assertions
-from mocks import LEDGER_STORE_KEY, LostReply, PaymentsService, Services
+from twice.assertions import at_least, exactly, side_effect_assertions
+from twice.mocks import LEDGER_STORE_KEY, LostReply, PaymentsService, Services
 
 REFUND = "payments.refund.create"
 ORDER = {"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997}

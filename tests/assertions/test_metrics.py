@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from assertions import METRICS, Intent, trial_metrics
-from mocks import Attempt, Effect, Ledger
-from reports import METRICS as REPORT_METRICS
+from twice.assertions import METRICS, Intent, trial_metrics
+from twice.mocks import Attempt, Effect, Ledger
+from twice.reports import METRICS as REPORT_METRICS
 
 INTENT = Intent("payments.refund.create", {"order_id": "order_1042"})
 

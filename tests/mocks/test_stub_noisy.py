@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from evals._run import run_suite
-from evals._suite import Matrix, Suite
-from mocks import NOISY_RETRY_RATES
-from reports import cells, trials_frame
+from twice.evals._run import run_suite
+from twice.evals._suite import Matrix, Suite
+from twice.mocks import NOISY_RETRY_RATES
+from twice.reports import cells, trials_frame
 
 EPOCHS = 8
 

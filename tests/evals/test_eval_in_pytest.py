@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from twice.evals import CellRates, EvalRates, eval_rates
 
-from evals import CellRates, EvalRates, eval_rates
-
-GATE_EXAMPLE = Path(__file__).parents[1] / "docs" / "examples" / "gate"
+GATE_EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "gate"
 ROW = {
     "model": "stub/retry",
     "prompt": "baseline",
@@ -69,4 +68,4 @@ def test_eval_rates_cell_lookup_errors_list_the_cells(tmp_path: Path) -> None:
 
 def test_evals_plugin_also_loads_the_mock_fixtures(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_ledger(ledger):\n    assert ledger.effects == []\n")
-    pytester.runpytest("-p", "evals.pytest_plugin").assert_outcomes(passed=1)
+    pytester.runpytest("-p", "twice.evals.pytest_plugin").assert_outcomes(passed=1)
