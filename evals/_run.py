@@ -17,10 +17,20 @@ import pandas as pd
 from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
-from twice.reports import LogReadError, cells, trials_frame, write_summary
+from twice.reports import (
+    Location,
+    LogReadError,
+    as_location,
+    cells,
+    join,
+    make_dirs,
+    trials_frame,
+    write_summary,
+)
 from twice.tasks import get_task, load_prompt
 
 from ._logs import check_log_dir
+from ._shards import Shard, shard_cells, shard_dir
 from ._suite import Cell, Suite, SuiteError
 
 CREDENTIAL_ARG = re.compile(
@@ -42,11 +52,11 @@ KEY_ENV_HINT = (
 class RunResult:
     """What a suite run produced."""
 
-    log_dir: Path
+    log_dir: Location
     logs: list[EvalLog]
     table: pd.DataFrame
-    summary_path: Path
-    report_path: Path | None
+    summary_path: Location
+    report_path: Location | None
     failed: list[str]
     """Human lines for every eval that errored or trial that crashed."""
 
@@ -149,18 +159,20 @@ def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Mo
     return cache[name]
 
 
-def build_tasks(suite: Suite, model_args: dict[str, Any] | None = None) -> list[Task]:
+def build_tasks(
+    suite: Suite, model_args: dict[str, Any] | None = None, cells: list[Cell] | None = None
+) -> list[Task]:
     """One inspect Task per cell, with its model attached.
 
     ``eval_set`` pairs a task with its finished log by name, task args, model, model args and
     version. The prompt is a task arg by *name or path*, so the task version carries the hash
     of the prompt text: editing a prompt file makes its old logs stale instead of silently
-    reusing them on resume.
+    reusing them on resume. ``cells`` restricts the tasks to those cells (a shard's share).
     """
     check_model_args(model_args or {})
     models: dict[str, Model] = {}
     out = []
-    for cell in suite.cells():
+    for cell in suite.cells() if cells is None else cells:
         task = get_task(cell.task)(fault=cell.fault, protection=cell.protection, prompt=cell.prompt)
         sha = load_prompt(cell.prompt).sha256
         out.append(
@@ -190,69 +202,83 @@ def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
 
 def run_suite(
     suite: Suite,
-    log_dir: Path,
+    log_dir: Location,
     *,
     model_args: dict[str, Any] | None = None,
     max_connections: int | None = None,
     display: str | None = "none",
     retry_attempts: int = 1,
     report: bool = True,
+    shard: Shard | None = None,
 ) -> RunResult:
     """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
 
     Re-running with the same ``log_dir`` resumes: finished evals are reused, not redone, and
-    the finished samples of an interrupted eval are kept.
+    the finished samples of an interrupted eval are kept. ``log_dir`` may be an fsspec URI
+    (``s3://bucket/run``). With ``shard``, only the cells dealt to it run, into
+    ``log_dir/shard-i-of-n/`` (which is then the result's ``log_dir``).
 
     Raises:
         SuiteError: for a model that cannot be loaded, credential model args, or a log
             directory holding a log that cannot be read (checked before anything runs).
     """
-    tasks = build_tasks(suite, model_args)
+    log_dir = as_location(log_dir)
+    if shard is not None:
+        log_dir = shard_dir(log_dir, shard)
+    mine = None if shard is None else shard_cells(list(suite.cells()), shard)
+    tasks = build_tasks(suite, model_args, mine)
     try:
         check_log_dir(log_dir)
     except LogReadError as ex:
         raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with gc_for_trials():
-        _, logs = eval_set(
-            tasks,
-            log_dir=str(log_dir),
-            epochs=suite.epochs,
-            limit=suite.limit,
-            max_connections=max_connections,
-            display=display,  # type: ignore[arg-type]
-            retry_attempts=retry_attempts,
-            retry_wait=1,
-            fail_on_error=False,
-            log_dir_allow_dirty=True,
-            **eval_options(display),
-        )
+    make_dirs(log_dir)
+    logs: list[EvalLog] = []
+    if tasks:  # a shard may be dealt no cells (more shards than cells): it records that
+        with gc_for_trials():
+            _, logs = eval_set(
+                tasks,
+                log_dir=str(log_dir),
+                epochs=suite.epochs,
+                limit=suite.limit,
+                max_connections=max_connections,
+                display=display,  # type: ignore[arg-type]
+                retry_attempts=retry_attempts,
+                retry_wait=1,
+                fail_on_error=False,
+                log_dir_allow_dirty=True,
+                **eval_options(display),
+            )
     with gc_for_trials():
         frame = trials_frame([log.location for log in logs])
     table = cells(frame)
-    run = run_metadata(suite, model_args)
-    summary_path = write_summary(table, log_dir / "summary.json", run=run)
+    run = run_metadata(suite, model_args, mine)
+    if shard is not None:
+        run["shard"] = {"index": shard.index, "count": shard.count}
+    summary_path = write_summary(table, join(log_dir, "summary.json"), run=run)
     report_path = None
-    if report:
+    if report and len(frame):
         from twice.reports import write_report
 
-        report_path = write_report(frame, log_dir / "report.html", run=run)
+        report_path = write_report(frame, join(log_dir, "report.html"), run=run)
     return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
 
 
-def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_metadata(
+    suite: Suite, model_args: dict[str, Any] | None = None, cells: list[Cell] | None = None
+) -> dict[str, Any]:
     """What was run, for summary.json and the report: axes, prompt texts and hashes, versions.
 
     Model args are recorded minus anything credential-like (there should be none: see
-    :func:`check_model_args`), and only when they are plain data.
+    :func:`check_model_args`), and only when they are plain data. ``cells`` restricts the
+    axes to those cells (a shard's share).
     """
-    cells_: list[Cell] = list(suite.cells())
+    cells_: list[Cell] = list(suite.cells()) if cells is None else cells
     prompts = {}
     for name in dict.fromkeys(c.prompt for c in cells_):
         p = load_prompt(name)
         prompts[p.name] = {"source": p.source, "sha256": p.sha256, "text": p.text}
     return {
-        "models": suite.models(),
+        "models": list(dict.fromkeys(c.model for c in cells_)),
         "model_args": {
             k: v
             for k, v in (model_args or {}).items()

@@ -18,6 +18,22 @@ from ._frame import (
     trials_frame,
 )
 from ._html import render_report, report_data, write_report
+from ._storage import (
+    Location,
+    as_location,
+    find_files,
+    is_dir,
+    is_file,
+    is_remote,
+    join,
+    list_dir,
+    make_dirs,
+    name_of,
+    open_binary,
+    parent_of,
+    read_text,
+    write_text,
+)
 from ._synthetic import SyntheticCell, SyntheticRun, write_synthetic_logs
 
 __all__ = [
@@ -29,16 +45,29 @@ __all__ = [
     "RETRY_SOURCES",
     "WORST_N",
     "Difference",
+    "Location",
     "LogReadError",
     "SyntheticCell",
     "SyntheticRun",
+    "as_location",
     "baseline_comparison",
     "cells",
     "difference",
     "drill_down",
+    "find_files",
+    "is_dir",
+    "is_file",
+    "is_remote",
+    "join",
     "ledger_counts",
+    "list_dir",
     "log_files",
+    "make_dirs",
+    "name_of",
+    "open_binary",
+    "parent_of",
     "prompt_comparison",
+    "read_text",
     "render_report",
     "report_data",
     "severity",
@@ -51,4 +80,5 @@ __all__ = [
     "write_report",
     "write_summary",
     "write_synthetic_logs",
+    "write_text",
 ]

@@ -19,6 +19,8 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 from inspect_ai.log import read_eval_log
 
+from ._storage import Location, as_location, find_files, is_dir, is_remote, name_of, open_binary
+
 METRICS: tuple[str, ...] = (
     "completed",
     "duplicated",
@@ -73,23 +75,21 @@ class LogReadError(Exception):
     """A log directory that is missing, empty, or holds a log that cannot be read."""
 
 
-def log_files(log_dir: str | Path) -> list[Path]:
-    """The ``.eval``/``.json`` inspect logs under ``log_dir``.
+def log_files(log_dir: Location) -> list[Location]:
+    """The ``.eval``/``.json`` inspect logs under ``log_dir`` (a path or an fsspec URI).
 
     Raises:
         LogReadError: when the directory is missing or holds no logs.
     """
-    root = Path(log_dir)
-    if not root.is_dir():
+    root = as_location(log_dir)
+    if not is_dir(root):
         raise LogReadError(f"log directory {str(root)!r} does not exist")
-    files = sorted(
+    files = [
         p
-        for p in root.rglob("*")
-        if p.suffix in (".eval", ".json")
-        and p.is_file()
-        and not p.name.startswith(("logs", "summary", "eval-set"))
-        and p.name != "summary.json"
-    )
+        for p in find_files(root)
+        if name_of(p).endswith((".eval", ".json"))
+        and not name_of(p).startswith(("logs", "summary", "eval-set", "."))
+    ]
     if not files:
         raise LogReadError(
             f"log directory {str(root)!r} holds no inspect logs (*.eval or *.json); "
@@ -110,7 +110,7 @@ def _twice_meta(value: Any) -> dict[str, Any]:
     return {}
 
 
-def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
+def trials_frame(logs: Location | Sequence[Location]) -> pd.DataFrame:
     """Read twice logs into one row per trial.
 
     Columns: ``model, prompt, task, fault, protection, epoch, sample``, every per-trial metric
@@ -123,8 +123,8 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     scored).
 
     Args:
-        logs: A log directory, or a list of log files (paths or ``file://`` URIs, as in
-            ``EvalLog.location``).
+        logs: A log directory, or a list of log files (paths, ``file://`` URIs as in
+            ``EvalLog.location``, or any fsspec URI such as ``s3://bucket/run/x.eval``).
 
     Raises:
         LogReadError: when there are no logs or one cannot be read.
@@ -132,7 +132,7 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     if isinstance(logs, (str, Path)):
         paths = log_files(logs)
     else:  # EvalLog.location is a file:// URI for logs eval_set found on disk
-        paths = [Path(local_path(str(p))) for p in logs]
+        paths = [as_location(str(p)) for p in logs]
     rows: list[dict[str, Any]] = []
     counts: list[dict[str, float]] = []
     seen: set[str] = set()
@@ -152,7 +152,7 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
 
 
 def _read_log(
-    path: Path, rows: list[dict[str, Any]], counts: list[dict[str, float]], seen: set[str]
+    path: Location, rows: list[dict[str, Any]], counts: list[dict[str, float]], seen: set[str]
 ) -> None:
     # One pass per log: the header through inspect, then every sample's JSON once for both
     # the summary columns and the ledger (samples_df plus a ledger pass read everything
@@ -164,7 +164,7 @@ def _read_log(
         "task_name": header.task,
         # one string per log, so tidy() parses each eval's metadata once
         "eval_metadata": json.dumps(header.metadata or {}, default=str),
-        "log": path.resolve().as_uri(),
+        "log": str(path) if is_remote(path) else Path(path).resolve().as_uri(),
     }
     for sample in sample_records(path):
         # A sample found twice (a copied log, a directory read twice) is one trial, as in
@@ -251,22 +251,24 @@ def local_path(location: str) -> str:
     return os.path.abspath(location) if "://" not in location else location
 
 
-def sample_records(path: str | Path) -> Iterator[dict[str, Any]]:
+def sample_records(path: Location) -> Iterator[dict[str, Any]]:
     """Every sample of one log as plain JSON (``id, epoch, store, scores, ...``).
 
     ``.eval`` logs are zip files holding one JSON member per sample; parsing those members
     directly is about 20x faster than validating them into inspect's ``EvalSample`` (1080 demo
     samples: 0.3 s instead of ~5 s), which matters because the report needs every trial's
-    ledger. Any other log goes through inspect's reader.
+    ledger. Any other log goes through inspect's reader. ``path`` may be an fsspec URI.
     """
-    p = Path(path)
-    if p.suffix == ".eval" and zipfile.is_zipfile(p):
-        with zipfile.ZipFile(p) as z:
-            for name in z.namelist():
-                if name.startswith("samples/") and name.endswith(".json"):
-                    yield json.loads(z.read(name))
-        return
-    log = read_eval_log(str(p))
+    if name_of(path).endswith(".eval"):
+        with open_binary(path) as f:
+            if zipfile.is_zipfile(f):
+                f.seek(0)
+                with zipfile.ZipFile(f) as z:
+                    for name in z.namelist():
+                        if name.startswith("samples/") and name.endswith(".json"):
+                            yield json.loads(z.read(name))
+                return
+    log = read_eval_log(str(path))
     for sample in log.samples or []:
         yield sample.model_dump(mode="json", exclude={"messages", "events", "attachments"})
 
