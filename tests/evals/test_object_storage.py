@@ -1,0 +1,132 @@
+"""Log directories in object storage: run, report and gate through moto's S3 server.
+
+The server is moto's, on 127.0.0.1 (an ephemeral port), started and stopped by the fixture;
+credentials are dummies. Nothing reaches a real cloud.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("s3fs", reason="the s3 extra (pip install 'twice[s3]') is not installed")
+moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+
+Twice = Callable[..., Any]
+
+RUN = [
+    "--model", "stub/retry", "--model", "stub/verify", "--task", "refund",
+    "--fault", "lost_reply", "--limit", "2", "--display", "none",
+]  # fmt: skip
+GATE = '[[rule]]\nmetric = "duplication_rate"\nmax = 0.5\n'
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A moto S3 server on 127.0.0.1 with an empty bucket ``twice``; yields an s3fs filesystem.
+
+    moto keeps its buckets in process memory, shared by every server it starts: the fixture
+    empties them again when it stops.
+    """
+    import s3fs
+    from moto.backends import get_backend
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for key, value in {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    # fsspec caches filesystem instances: one made for an earlier server would point there.
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem()
+    fs.mkdir("twice")
+    try:
+        yield fs
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        server.stop()
+        for backend in get_backend("s3").values():
+            backend.reset()
+
+
+def test_storage_helpers_keep_uris(s3: Any) -> None:
+    from twice.reports import as_location, is_remote, join, name_of, parent_of, read_text
+    from twice.reports import write_text as put
+
+    assert as_location("s3://twice/run/") == "s3://twice/run"
+    assert join("s3://twice/run", "shard-1-of-2", "x.eval") == "s3://twice/run/shard-1-of-2/x.eval"
+    assert is_remote("s3://twice/x") and not is_remote("file:///tmp/x")
+    assert not is_remote("logs/run")
+    put("s3://twice/a/b.json", "{}")
+    assert read_text("s3://twice/a/b.json") == "{}"
+    assert name_of("s3://twice/a/b.json") == "b.json"
+    assert parent_of("s3://twice/a/b.json") == "s3://twice/a"
+
+
+@pytest.mark.slow
+def test_run_report_gate_round_trip_through_s3(s3: Any, twice: Twice, tmp_path: Any) -> None:
+    uri = "s3://twice/runs/one"
+    result = twice("run", *RUN, "--log-dir", uri)
+    assert result.exit_code == 0, result.output
+    names = {p.rsplit("/", 1)[-1] for p in s3.find("twice/runs/one")}
+    assert {"summary.json", "report.html", "eval-set.json"} <= names
+    assert sum(n.endswith(".eval") for n in names) == 2
+    assert not (tmp_path / "s3:").exists()  # never mangled into a local s3:/twice/... path
+    summary = json.loads(s3.cat("twice/runs/one/summary.json"))
+    dup = {c["model"]: c["duplication_rate"] for c in summary["cells"]}
+    assert dup == {"stub/retry": 1.0, "stub/verify": 0.0}
+
+    s3.rm("twice/runs/one/report.html")
+    report = twice("report", uri)
+    assert report.exit_code == 0, report.output
+    assert "stub/verify" in s3.cat("twice/runs/one/report.html").decode()
+
+    (tmp_path / "gate.toml").write_text(GATE)
+    gate = twice("gate", uri, "--config", tmp_path / "gate.toml")
+    assert gate.exit_code == 1, gate.output  # stub/retry duplicates every time
+    assert "2 log(s), 4 trial(s)" in gate.stdout
+
+    # Resuming into the bucket reuses the finished logs instead of running them again.
+    again = twice("run", *RUN, "--log-dir", uri, "--no-report")
+    assert again.exit_code == 0, again.output
+    assert sum(p.endswith(".eval") for p in s3.find("twice/runs/one")) == 2
+
+
+@pytest.mark.slow
+def test_shards_and_workers_through_s3(s3: Any, twice: Twice, tmp_path: Any) -> None:
+    uri = "s3://twice/runs/sharded"
+    (tmp_path / "gate.toml").write_text(GATE)
+    assert twice("run", *RUN, "--no-report", "--shard", "1/2", "--log-dir", uri).exit_code == 0
+    missing = twice("gate", uri, "--config", tmp_path / "gate.toml")
+    assert missing.exit_code == 2
+    assert "shard-2-of-2" in missing.output
+    assert twice("run", *RUN, "--no-report", "--shard", "2/2", "--log-dir", uri).exit_code == 0
+    gate = twice("gate", uri, "--config", tmp_path / "gate.toml")
+    assert gate.exit_code == 1, gate.output
+    merged = json.loads(s3.cat("twice/runs/sharded/summary.json"))
+    assert merged["run"]["shards"] == {"count": 2, "dirs": ["shard-1-of-2", "shard-2-of-2"]}
+    assert len(merged["cells"]) == 2
+
+    # Workers are separate processes: they reach the bucket through the same environment.
+    proc = subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "run", *RUN, "--workers", "2",
+         "--log-dir", "s3://twice/runs/workers"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    workers = json.loads(s3.cat("twice/runs/workers/summary.json"))
+    assert [c["duplication_rate"] for c in workers["cells"]] == [
+        c["duplication_rate"] for c in merged["cells"]
+    ]
+    assert s3.exists("twice/runs/workers/report.html")
