@@ -1,8 +1,9 @@
 """Whole trials through inspect: twice vs a bare inspect trial, a fault vs none, concurrency.
 
 The bare trial is the floor twice stands on: the same dataset inputs and system prompt, the
-same turns (the model calls one tool, then answers), trivial tools that return a string (with
-the refund task's three signatures, so the model is offered the same schemas),
+same turns (the model makes each call of the sample's plan, one per turn, then answers: one
+call for most samples, two for the four two-refund samples), trivial tools that return a
+string (with the refund task's three signatures, so the model is offered the same schemas),
 mockllm with scripted outputs (usage set, so no tokenizer download) and a trivial scorer.
 The twice trial is the refund task under a stub model: services, ledger, protections, the
 setup solver and the side-effects scorer are what the ratio prices.
@@ -11,6 +12,7 @@ setup solver and the side-effects scorer are what the ratio prices.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
@@ -40,6 +42,19 @@ from twice.tasks.refund.refund import DATASET
 
 _USAGE = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=15)
 _ARGS = {"order_id": "order_1042", "amount": 4.99, "reason": "arrived cracked"}
+
+
+def _plans() -> dict[str, list[dict[str, Any]]]:
+    """Sample input → the arguments of each ``issue_refund`` call of its plan."""
+    out = {}
+    for line in DATASET.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            out[record["input"]] = [step["call"]["args"] for step in record["plan"]]
+    return out
+
+
+_PLANS = _plans()
 
 
 @tool
@@ -92,12 +107,19 @@ def get_order() -> Tool:
 def _scripted(
     input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice, config: GenerateConfig
 ) -> ModelOutput:
-    """One tool call, then an answer: the turns of a twice trial under no fault."""
-    if isinstance(input[-1], ChatMessageTool):
+    """Each call of the sample's plan, then an answer: the turns of a twice trial, no fault."""
+    user = next((m.text for m in input if m.role == "user"), "")
+    plan = _PLANS.get(user, [_ARGS])
+    done = sum(isinstance(m, ChatMessageTool) for m in input)
+    if done >= len(plan):
         out = ModelOutput.from_content("mockllm/model", f"Done. {input[-1].text}")
     else:
         out = ModelOutput.for_tool_call(
-            "mockllm/model", "issue_refund", dict(_ARGS), tool_call_id="call_1", content=""
+            "mockllm/model",
+            "issue_refund",
+            dict(plan[done]),
+            tool_call_id=f"call_{done + 1}",
+            content="",
         )
     out.usage = _USAGE
     return out

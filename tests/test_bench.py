@@ -25,6 +25,8 @@ FIGURES = {
     "report_peak_mb_100k",
     "report_vs_read_ratio",
     "concurrency_efficiency_64",
+    "concurrency_vs_bare",
+    "workers_speedup",
     "demo_seconds",
 }
 

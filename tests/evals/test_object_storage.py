@@ -7,12 +7,15 @@ credentials are dummies. Nothing reaches a real cloud.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 pytest.importorskip("s3fs", reason="the s3 extra (pip install 'twice[s3]') is not installed")
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
@@ -130,3 +133,98 @@ def test_shards_and_workers_through_s3(s3: Any, twice: Twice, tmp_path: Any) -> 
         c["duplication_rate"] for c in merged["cells"]
     ]
     assert s3.exists("twice/runs/workers/report.html")
+
+
+# -- the cluster recipe (docs/cluster), run here as far as one machine allows -------------------
+
+CLUSTER = Path(__file__).parents[2] / "docs" / "cluster"
+TINY_SUITE = """\
+limit = 1
+[[matrix]]
+models = ["stub/retry", "stub/verify"]
+tasks = ["refund"]
+faults = ["lost_reply", "none"]
+"""
+TINY_GATE = '[[rule]]\nmetric = "completion_rate"\nmin = 0.0\n'
+
+
+def _sh(script: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a recipe's shell step with twice's own interpreter first on PATH."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={**os.environ, **env, "PATH": path},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def _recipe_env(tmp_path: Path, log_dir: str) -> dict[str, str]:
+    (tmp_path / "suite.toml").write_text(TINY_SUITE)
+    (tmp_path / "gate.toml").write_text(TINY_GATE)
+    # The recipes' suite and gate, swapped for tiny ones; everything else as written.
+    return {"SUITE": "suite.toml", "GATE": "gate.toml", "LOG_DIR": log_dir}
+
+
+def _merged_ok(s3: Any, prefix: str, shards: int) -> None:
+    merged = json.loads(s3.cat(f"{prefix}/summary.json"))
+    assert merged["run"]["shards"]["count"] == shards
+    assert sorted((c["model"], c["fault"]) for c in merged["cells"]) == [
+        ("stub/retry", "lost_reply"),
+        ("stub/retry", "none"),
+        ("stub/verify", "lost_reply"),
+        ("stub/verify", "none"),
+    ]
+
+
+@pytest.mark.slow
+def test_github_actions_recipe(s3: Any, tmp_path: Path) -> None:
+    workflow = yaml.safe_load((CLUSTER / "github-actions.yml").read_text())
+    shards = int(workflow["env"]["SHARDS"])
+    job = workflow["jobs"]["shard"]
+    assert job["strategy"]["matrix"]["shard"] == list(range(1, shards + 1))
+    assert workflow["jobs"]["report-and-gate"]["needs"] == "shard"
+    step = next(s for s in job["steps"] if "twice run" in s.get("run", ""))
+    env = _recipe_env(tmp_path, "s3://twice/gha/run-1")
+    assert workflow["env"]["LOG_DIR"].startswith("s3://")
+
+    # The report job first: with no shard yet it must refuse, not pass on nothing.
+    final = next(
+        s["run"]
+        for s in workflow["jobs"]["report-and-gate"]["steps"]
+        if "twice" in s.get("run", "")
+    )
+    assert _sh(final, env, tmp_path).returncode == 2
+    for shard in range(1, shards + 1):
+        script = step["run"].replace("${{ matrix.shard }}", str(shard))
+        done = _sh(script, {**env, "SHARDS": str(shards)}, tmp_path)
+        assert done.returncode == 0, done.stderr
+    result = _sh(final, env, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "gate.xml").is_file()
+    _merged_ok(s3, "twice/gha/run-1", shards)
+
+
+@pytest.mark.slow
+def test_kubernetes_recipe(s3: Any, tmp_path: Path) -> None:
+    docs = list(yaml.safe_load_all((CLUSTER / "kubernetes.yaml").read_text()))
+    shards_job, final_job = docs
+    spec = shards_job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    container = spec["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    shards = int(env["SHARDS"])
+    assert spec["completions"] == shards
+    run_env = _recipe_env(tmp_path, "s3://twice/k8s/run-1")
+    # Kubernetes gives each pod its index in JOB_COMPLETION_INDEX, from 0.
+    for index in range(shards):
+        pod_env = {**run_env, "SHARDS": str(shards), "JOB_COMPLETION_INDEX": str(index)}
+        done = _sh(container["args"][0], pod_env, tmp_path)
+        assert done.returncode == 0, done.stderr
+    final = final_job["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    result = _sh(final, run_env, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert s3.exists("twice/k8s/run-1/report.html")
+    _merged_ok(s3, "twice/k8s/run-1", shards)
