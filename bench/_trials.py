@@ -12,8 +12,11 @@ setup solver and the side-effects scorer are what the ratio prices.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +26,7 @@ from typing import Any
 from _common import Paired, paired, timed
 from inspect_ai import Task, eval
 from inspect_ai.dataset import MemoryDataset, Sample
-from inspect_ai.log import EvalLog
+from inspect_ai.log import EvalLog, read_eval_log
 from inspect_ai.model import (
     ChatMessage,
     ChatMessageTool,
@@ -36,6 +39,7 @@ from inspect_ai.model import (
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
 from inspect_ai.solver import TaskState, generate, system_message, use_tools
 from inspect_ai.tool import Tool, ToolChoice, ToolInfo, tool
+from twice.evals import read_log_dir
 from twice.evals._run import eval_options, gc_for_trials
 from twice.tasks import load_prompt, load_records, refund
 from twice.tasks.refund.refund import DATASET
@@ -297,3 +301,48 @@ def concurrency(
             delay,
         )
     return twice["efficiency"], twice, bare
+
+
+def concurrency_workers(
+    work: Path, epochs: int, connections: int, delay: float, workers: int = 2
+) -> dict[str, float]:
+    """Trials per second of ``twice run --workers N`` with the same total connections.
+
+    Two cells (the refund task under two prompts, which stub/retry treats alike) so that
+    there are shards to deal, ``connections / N`` connections per worker, half the epochs
+    each: the same trials and connections as the one-process run. The clock runs from the
+    first eval's start to the last one's end, as in the logs (so interpreter start-up is
+    outside it, as it is for an in-process ``eval``).
+    """
+    per_cell = max(1, epochs // 2)
+    with scratch_dir(work, "concurrency-workers") as logs:
+        cmd = [
+            sys.executable, "-m", "twice.evals.cli", "run", "--model", "stub/retry",
+            "-M", f"delay={delay}", "--task", "refund", "--fault", "none",
+            "--prompt", "baseline", "--prompt", "cautious", "--epochs", str(per_cell),
+            "--max-connections", str(max(1, connections // workers)),
+            "--workers", str(workers), "--no-report", "--display", "none",
+            "--log-dir", str(logs),
+        ]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"`{' '.join(cmd)}` exited {done.returncode}:\n{done.stderr}")
+        starts, ends, trials = [], [], 0
+        for entry in read_log_dir(logs).current:
+            log = read_eval_log(str(entry.path), header_only=True)
+            starts.append(_when(log.stats.started_at))
+            ends.append(_when(log.stats.completed_at))
+            trials += log.results.completed_samples if log.results else 0
+    wall = max(ends) - min(starts)
+    ideal = connections / (2 * delay)
+    return {
+        "trials": trials,
+        "wall_seconds": wall,
+        "achieved_per_second": trials / wall,
+        "ideal_per_second": ideal,
+        "efficiency": trials / wall / ideal,
+    }
+
+
+def _when(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp).timestamp()

@@ -169,8 +169,7 @@ def _read_one(root: Location, *, allow_empty: bool) -> LogDir:
     if allow_empty and not _has_logs(root):
         # A shard dealt no cells (more shards than cells) or one that never started: the
         # latter's planned tasks, if any were recorded, show up as missing.
-        planned = _planned(root) or {}
-        return LogDir(root, (), (), tuple(planned.values()))
+        return LogDir(root, (), (), tuple((_planned(root) or {}).values()))
     entries = [_entry(p) for p in log_files(root)]
     planned = _planned(root)
     newest: dict[str, LogEntry] = {}

@@ -26,6 +26,7 @@ FIGURES = {
     "report_vs_read_ratio",
     "concurrency_efficiency_64",
     "concurrency_vs_bare",
+    "concurrency_vs_bare_one_process",
     "workers_speedup",
     "demo_seconds",
 }
