@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -336,8 +337,9 @@ def gate(
 )
 def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     """Write the HTML report for LOG_DIR (replaces the file only once it is rendered)."""
-    from twice.reports import join, write_report
+    from twice.reports import is_remote, join, write_report, write_text
 
+    from ._gate import temp_beside
     from ._workers import read_run
 
     _, frame = _trials(log_dir, "LOG_DIR")
@@ -346,10 +348,21 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
         extra["baseline"] = _trials(baseline_dir, "--baseline")[1]
     # The run record: the merged one when LOG_DIR holds shards (just written), else the run's.
     run = read_run(log_dir, warn=lambda m: click.echo(f"warning: {m}", err=True))
-    out = output or join(log_dir, "report.html")
-    # write_report renders first, then replaces the file whole: a failure never leaves a
-    # half-written report or deletes the previous one.
-    write_report(frame, out, run=run, **extra)
+    out = output or str(join(log_dir, "report.html"))
+    # Render to a temporary file, then replace the target whole (a rename beside it, or one
+    # upload to object storage): a failure never leaves a half-written report or deletes the
+    # previous one.
+    with tempfile.TemporaryDirectory(prefix="twice-report-") as scratch:
+        target = Path(scratch) / "report.html" if is_remote(out) else Path(out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_beside(target)
+        try:
+            write_report(frame, tmp, run=run, **extra)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        if is_remote(out):
+            write_text(out, target.read_text(encoding="utf-8"))
     click.echo(f"report: {out}")
 
 
