@@ -40,6 +40,7 @@ from ._service import (
     Service,
     Services,
     error_response,
+    services_from_state,
 )
 from ._stub import (
     NOISY_DEFAULT_RATE,
@@ -105,4 +106,5 @@ __all__ = [
     "get_fault",
     "noisy_retry_rate",
     "outcome_of",
+    "services_from_state",
 ]

@@ -22,7 +22,7 @@ import inspect
 import json
 import re
 import threading
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -105,6 +105,8 @@ class Service:
     idempotency_keys: ClassVar[bool] = True
     """Whether the service honours Idempotency-Key on its mutating POST routes. A service
     without key support ignores the header entirely (it is still recorded on the attempt)."""
+    api_name: ClassVar[str | None] = None
+    """What messages call the service ("helpdesk API"); None: ``"<name> API"``."""
 
     def __init__(self, base_url: str | None = None) -> None:
         self.base_url = (base_url or self.default_base_url).rstrip("/")
@@ -115,6 +117,11 @@ class Service:
     def routes(self) -> list[Route]:
         """The service's endpoints."""
         raise NotImplementedError
+
+    @property
+    def label(self) -> str:
+        """What messages call the service: ``api_name``, else ``"<name> API"``."""
+        return self.api_name or f"{self.name} API"
 
     @property
     def ledger(self) -> Ledger:
@@ -128,6 +135,39 @@ class Service:
         n = self._counters.get(prefix, 0) + 1
         self._counters[prefix] = n
         return f"{prefix}_{n}"
+
+
+def services_from_state(state: Mapping[str, Any], *kinds: type[Service]) -> list[Service]:
+    """Build a trial's services from a sample's ``state``: each key goes to the service whose
+    constructor takes it (``{"orders": [...]}`` → ``PaymentsService(orders=[...])``).
+
+    Args:
+        state: The sample's starting state, keyed by constructor argument.
+        kinds: The service classes of the trial.
+
+    Raises:
+        ValueError: for a key no service takes (a misspelt key must not give an empty
+            service), naming it and the accepted keys; or a key two services take.
+    """
+    owner: dict[str, type[Service]] = {}
+    for kind in kinds:
+        for name, param in inspect.signature(kind).parameters.items():
+            if name == "base_url" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            if name in owner:
+                raise ValueError(
+                    f"state key {name!r} is taken by both {owner[name].__name__} and "
+                    f"{kind.__name__}; give one of them another constructor argument"
+                )
+            owner[name] = kind
+    unknown = sorted(set(state) - set(owner))
+    if unknown:
+        names = ", ".join(k.__name__ for k in kinds)
+        raise ValueError(
+            f"unknown state key(s) {', '.join(map(repr, unknown))} for {names}; accepted: "
+            + ", ".join(sorted(owner))
+        )
+    return [kind(**{k: v for k, v in state.items() if owner[k] is kind}) for kind in kinds]
 
 
 def _params(request: httpx.Request, path_params: dict[str, str]) -> dict[str, Any]:
