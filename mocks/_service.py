@@ -109,7 +109,9 @@ class Service:
     """What messages call the service ("helpdesk API"); None: ``"<name> API"``."""
 
     def __init__(self, base_url: str | None = None) -> None:
-        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        # Normalised as httpx normalises a request's URL (lowercase host, no default port), so
+        # a base URL written "https://API.example.com" still matches the requests sent to it.
+        self.base_url = str(httpx.URL(base_url or self.default_base_url)).rstrip("/")
         self.keys = IdempotencyStore()
         self._counters: dict[str, int] = {}
         self._services: Services | None = None
