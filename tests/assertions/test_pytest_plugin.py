@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 
 PLUGIN = ("-p", "twice.assertions.pytest_plugin", "--strict-markers")
-# The inner runs inherit this suite's "warnings are errors" filter; a user's default shows the
-# warning instead.
-SHOW_UNMOCKED = ("-W", "always::twice.assertions.pytest_plugin.UnmockedRequestWarning")
+
+
+def run_with_default_warnings(project: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """Run pytest inline with Python's default warning filters, as a user's run has them (an
+    inline run inherits this suite's "warnings are errors" filter)."""
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        return project.runpytest(*PLUGIN, *args)
+
+
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
 
 CONFTEST = """
@@ -237,7 +245,7 @@ def test_plugin_unfired_fault_names_where_requests_went(project: pytest.Pytester
                 client.post("https://pay.example.org/v1/refunds", json={})
         """
     )
-    result = project.runpytest(*PLUGIN, *SHOW_UNMOCKED)
+    result = run_with_default_warnings(project)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
         [
@@ -390,7 +398,7 @@ def test_default(twice_mock):
     assert call_other_host() == 200
 """
     )
-    result = project.runpytest(*PLUGIN, *SHOW_UNMOCKED)
+    result = run_with_default_warnings(project)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [

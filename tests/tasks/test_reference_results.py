@@ -78,7 +78,7 @@ def test_controls_are_told_apart(reference_summary: dict[str, Any]) -> None:
         ("retry-nokey", 2, "re_2"),
         ("retry-randomkey", 2, "re_2"),
         ("retry-stepkey", 1, "re_1"),
-        ("lookup", 1, "found re_1 already"),
+        ("lookup", 1, "found it already made, so it was not sent again: refund re_1 "),
         ("intent-key", 1, None),
     ],
 )
