@@ -303,10 +303,10 @@ async def _attempt(
         await asyncio.sleep(0)
 
 
-Verdict = Literal["done", "crashed", "refused", "rejected", "unknown"]
+_Meaning = Literal["done", "crashed", "refused", "rejected", "unknown"]
 
 
-def _judge(response: httpx.Response) -> Verdict:
+def _judge(response: httpx.Response) -> _Meaning:
     """What a delivered response means for the call."""
     if response.headers.get(CRASH_HEADER):
         return "crashed"
@@ -344,18 +344,18 @@ async def _send(ctx: TrialContext, call: _Call, lookup: Lookup | None) -> Mutati
             if not call.policy.retry_unknown:
                 break
             continue
-        verdict = _judge(reply)
-        if verdict == "crashed":
+        meaning = _judge(reply)
+        if meaning == "crashed":
             if reply.status_code < 400:
                 _settle(ctx, call, call.result(reply.json(), attempts=n))
             # The run dies here: after the commit (and after the durable log write),
             # before the result reaches the conversation.
             ctx.sync()
             raise RunCrashed(ctx, call.number, call.route)
-        if verdict == "done":
+        if meaning == "done":
             replayed = reply.headers.get(REPLAYED_HEADER) == "true"
             return call.result(reply.json(), attempts=n, replayed=replayed)
-        if verdict == "refused":
+        if meaning == "refused":
             retry_after = reply.headers.get("Retry-After", "")
             with contextlib.suppress(ValueError):
                 backoff = max(backoff, float(retry_after))
@@ -369,7 +369,7 @@ async def _send(ctx: TrialContext, call: _Call, lookup: Lookup | None) -> Mutati
                 f"The {call.api} refused the request with HTTP 429 (too many requests; retry "
                 f"after {retry_after or 'a while'} s). No {call.noun} was made by this request."
             )
-        if verdict == "rejected":
+        if meaning == "rejected":
             _failed(call)
             raise ToolError(
                 f"The {call.api} rejected the request with HTTP {reply.status_code}: "
