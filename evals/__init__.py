@@ -14,6 +14,16 @@ from ._gate import (
     parse_gate,
     write_junit,
 )
+from ._local import (
+    MODEL,
+    MODEL_STRING,
+    LocalModelError,
+    LocalModelServer,
+    ServerOptions,
+    local_model_server,
+    model_home,
+)
+from ._local import install as install_local_model
 from ._logs import LogDir, LogEntry, check_log_dir, read_log_dir
 from ._power import trials_needed, trials_table
 from ._rates import CellRates, EvalRates, eval_rates
@@ -21,6 +31,8 @@ from ._run import RunResult, build_tasks, check_model_args, run_metadata, run_su
 from ._suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
 
 __all__ = [
+    "MODEL",
+    "MODEL_STRING",
     "BaselinePolicy",
     "Cell",
     "CellRates",
@@ -29,11 +41,14 @@ __all__ = [
     "GateConfig",
     "GateError",
     "GateResult",
+    "LocalModelError",
+    "LocalModelServer",
     "LogDir",
     "LogEntry",
     "Matrix",
     "Rule",
     "RunResult",
+    "ServerOptions",
     "Suite",
     "SuiteError",
     "build_tasks",
@@ -42,9 +57,12 @@ __all__ = [
     "eval_rates",
     "evaluate_gate",
     "format_gate",
+    "install_local_model",
     "junit_xml",
     "load_gate",
     "load_suite",
+    "local_model_server",
+    "model_home",
     "parse_gate",
     "read_log_dir",
     "run_metadata",
