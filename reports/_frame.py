@@ -128,7 +128,8 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     ``effects``, then per retry source the attempts it sent and the excess effects it caused
     (the effects beyond an intent's expected count, and effects matching no intent, are
     charged to the source of the attempt that committed them; NaN when the trial was not
-    scored).
+    scored), and :data:`PARSE_COLUMNS`: how many of the trial's replies twice's local model
+    server read in each shape (NaN for models it did not serve).
 
     Args:
         logs: A log directory, or a list of log files (paths or ``file://`` URIs, as in
