@@ -15,8 +15,6 @@ from ._gate import (
     write_junit,
 )
 from ._local import (
-    MODEL,
-    MODEL_STRING,
     LocalModelError,
     LocalModelServer,
     ServerOptions,
@@ -31,8 +29,6 @@ from ._run import RunResult, build_tasks, check_model_args, run_metadata, run_su
 from ._suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
 
 __all__ = [
-    "MODEL",
-    "MODEL_STRING",
     "BaselinePolicy",
     "Cell",
     "CellRates",

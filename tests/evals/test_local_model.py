@@ -18,14 +18,13 @@ from typing import Any
 
 import pytest
 from twice.evals import (
-    MODEL,
     LocalModelServer,
     ServerOptions,
     SuiteError,
     load_suite,
     local_model_server,
 )
-from twice.evals._local import missing
+from twice.evals._local import MODEL, missing
 from twice.reports import PARSE_COLUMNS, parse_counts, render_report, trials_frame
 
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js on PATH")
