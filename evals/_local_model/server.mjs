@@ -218,8 +218,13 @@ function serially(fn) {
 }
 
 async function chat(body) {
-    const started = Date.now();
-    const result = await serially(() => runtime.generate(body));
+    const received = Date.now();
+    let started = received;
+    const result = await serially(() => {
+        started = Date.now(); // generation only: time queued behind another request is apart
+        return runtime.generate(body);
+    });
+    const finished = Date.now();
     const text = result.text.trim();
     const toolNames = new Set((body.tools ?? []).map((t) => t.function?.name).filter(Boolean));
     const parsed = toolNames.size ? parseReply(text, toolNames) : { shape: "text", calls: [] };
@@ -256,7 +261,10 @@ async function chat(body) {
             total_tokens: result.promptTokens + result.completionTokens,
         },
         twice_parse: { shape: parsed.shape, raw: parsed.shape === "unparseable" ? text : undefined },
-        twice_timing: { seconds: (Date.now() - started) / 1000 },
+        twice_timing: {
+            seconds: (finished - started) / 1000,
+            queued_seconds: (started - received) / 1000,
+        },
     };
 }
 
