@@ -25,11 +25,20 @@ ALPHA = 0.05
 
 
 def wilson(successes: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
-    """Wilson score interval for ``successes`` out of ``n`` (NaNs when ``n == 0``)."""
+    """Wilson score interval for ``successes`` out of ``n`` (NaNs when ``n == 0``).
+
+    The interval always contains ``successes / n`` and lies in [0, 1], with exact ends:
+    statsmodels computes the bounds in floating point, so 0 of 28 came back as
+    ``[1.4e-17, 0.12]`` and 96 of 96 as ``[0.96, 0.9999999999999999]``, intervals that did
+    not contain their own rate. The Wilson bound at k = 0 (k = n) is exactly 0 (1).
+    """
     if n == 0:
         return (math.nan, math.nan)
     lo, hi = proportion_confint(successes, n, alpha=alpha, method="wilson")
-    return (float(lo), float(hi))
+    rate = successes / n
+    lo = 0.0 if successes == 0 else min(max(float(lo), 0.0), rate)
+    hi = 1.0 if successes == n else max(min(float(hi), 1.0), rate)
+    return (lo, hi)
 
 
 def _ci_name(rate: str) -> str:
