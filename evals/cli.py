@@ -170,9 +170,7 @@ def list_() -> None:
 
 def _trials(log_dir: Path, what: str) -> tuple[Any, Any]:
     """Read a log directory for gate/report: (LogDir, trial frame); LogReadError → exit 2."""
-    from twice.reports import LogReadError, trials_frame
-
-    from ._logs import read_log_dir
+    from twice.reports import LogReadError, read_log_dir, trials_frame
 
     try:
         logs = read_log_dir(log_dir)

@@ -11,13 +11,12 @@ from ._frame import (
     LEDGER_COLUMNS,
     METRICS,
     RETRY_SOURCES,
-    LogReadError,
     ledger_counts,
-    log_files,
     tidy,
     trials_frame,
 )
 from ._html import render_report, report_data, write_report
+from ._logs import LogDir, LogEntry, LogReadError, check_log_dir, log_files, read_log_dir
 from ._synthetic import SyntheticCell, SyntheticRun, write_synthetic_logs
 
 __all__ = [
@@ -29,16 +28,20 @@ __all__ = [
     "RETRY_SOURCES",
     "WORST_N",
     "Difference",
+    "LogDir",
+    "LogEntry",
     "LogReadError",
     "SyntheticCell",
     "SyntheticRun",
     "baseline_comparison",
     "cells",
+    "check_log_dir",
     "difference",
     "drill_down",
     "ledger_counts",
     "log_files",
     "prompt_comparison",
+    "read_log_dir",
     "render_report",
     "report_data",
     "severity",

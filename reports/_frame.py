@@ -19,6 +19,8 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 from inspect_ai.log import read_eval_log
 
+from ._logs import LogReadError, read_log_dir
+
 METRICS: tuple[str, ...] = (
     "completed",
     "duplicated",
@@ -69,35 +71,6 @@ RAW_COLUMNS: tuple[str, ...] = (
 """Columns of the raw per-sample frame that :func:`tidy` shapes."""
 
 
-class LogReadError(Exception):
-    """A log directory that is missing, empty, or holds a log that cannot be read."""
-
-
-def log_files(log_dir: str | Path) -> list[Path]:
-    """The ``.eval``/``.json`` inspect logs under ``log_dir``.
-
-    Raises:
-        LogReadError: when the directory is missing or holds no logs.
-    """
-    root = Path(log_dir)
-    if not root.is_dir():
-        raise LogReadError(f"log directory {str(root)!r} does not exist")
-    files = sorted(
-        p
-        for p in root.rglob("*")
-        if p.suffix in (".eval", ".json")
-        and p.is_file()
-        and not p.name.startswith(("logs", "summary", "eval-set"))
-        and p.name != "summary.json"
-    )
-    if not files:
-        raise LogReadError(
-            f"log directory {str(root)!r} holds no inspect logs (*.eval or *.json); "
-            "run `twice run --log-dir DIR` first"
-        )
-    return files
-
-
 def _twice_meta(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         try:
@@ -123,14 +96,16 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     scored).
 
     Args:
-        logs: A log directory, or a list of log files (paths or ``file://`` URIs, as in
+        logs: A log directory, whose counted logs are read (:func:`read_log_dir`: the newest
+            log of each task of the last run, as ``summary.json`` and ``twice gate`` count),
+            or a list of log files, all read (paths or ``file://`` URIs, as in
             ``EvalLog.location``).
 
     Raises:
         LogReadError: when there are no logs or one cannot be read.
     """
     if isinstance(logs, (str, Path)):
-        paths = log_files(logs)
+        paths = read_log_dir(logs).files
     else:  # EvalLog.location is a file:// URI for logs eval_set found on disk
         paths = [Path(local_path(str(p))) for p in logs]
     rows: list[dict[str, Any]] = []
