@@ -14,11 +14,10 @@ from typing import Any, Literal
 Outcome = Literal["ok", "fail", "unknown"]
 """What the client saw of an attempt (Jepsen's ok / fail / info)."""
 
-RetrySource = Literal["initial", "transport", "model", "resume", "unknown"]
-"""Who sent an attempt: the first try, the tool layer's retry loop, the model calling the
-tool again, or a restarted run re-executing a step. ``unknown`` when the client did not say."""
-
 RETRY_SOURCES: tuple[str, ...] = ("initial", "transport", "model", "resume", "unknown")
+"""Who sent an attempt (``Attempt.source``): the first try, the tool layer's retry loop, the
+model calling the tool again, or a restarted run re-executing a step. ``unknown`` when the
+client did not say."""
 
 
 @dataclass

@@ -17,7 +17,6 @@ from ._frame import (
 )
 from ._html import render_report, report_data, write_report
 from ._logs import LogDir, LogEntry, LogReadError, check_log_dir, log_files, read_log_dir
-from ._synthetic import SyntheticCell, SyntheticRun, write_synthetic_logs
 
 __all__ = [
     "CELL",
@@ -31,8 +30,6 @@ __all__ = [
     "LogDir",
     "LogEntry",
     "LogReadError",
-    "SyntheticCell",
-    "SyntheticRun",
     "baseline_comparison",
     "cells",
     "check_log_dir",
@@ -53,5 +50,4 @@ __all__ = [
     "worst_trials",
     "write_report",
     "write_summary",
-    "write_synthetic_logs",
 ]

@@ -246,13 +246,29 @@ def sample_records(path: str | Path) -> Iterator[dict[str, Any]]:
         yield sample.model_dump(mode="json", exclude={"messages", "events", "attachments"})
 
 
-def _source(attempt: dict[str, Any]) -> str:
-    source = attempt.get("source")
-    return source if source in RETRY_SOURCES else "unknown"
+def _source(value: Any) -> str:
+    return value if value in RETRY_SOURCES else "unknown"
+
+
+def effect_facts(score: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The scorer's per-effect facts (``id, name, attempt, source, intent, excess, seen``).
+
+    twice's ``side_effects`` scorer writes them into its score metadata: the report reads
+    them instead of re-deriving excess and seen from the raw ledger. None when the trial was
+    not scored, or was scored by a twice older than these facts.
+    """
+    meta = (score or {}).get("metadata")
+    facts = meta.get("effects") if isinstance(meta, dict) else None
+    if not isinstance(facts, list):
+        return None
+    return [f for f in facts if isinstance(f, dict)]
 
 
 def ledger_counts(store: dict[str, Any] | None, score: dict[str, Any] | None) -> dict[str, float]:
     """The :data:`LEDGER_COLUMNS` of one trial, from its store and its ``side_effects`` score.
+
+    Attempts are counted from the ledger; which effects are excess, and whose attempt
+    committed them, come from the scorer's per-effect facts (:func:`effect_facts`).
 
     Args:
         store: The sample's store (the ledger is under :data:`LEDGER_KEY`).
@@ -268,21 +284,13 @@ def ledger_counts(store: dict[str, Any] | None, score: dict[str, Any] | None) ->
     for a in attempts:
         if a.get("mutating"):
             out["attempts"] += 1
-            out[f"attempts_{_source(a)}"] += 1
-    meta = (score or {}).get("metadata")
-    if not isinstance(meta, dict):
+            out[f"attempts_{_source(a.get('source'))}"] += 1
+    facts = effect_facts(score)
+    if facts is None:
         for s in RETRY_SOURCES:
             out[f"excess_{s}"] = math.nan
         return out
-    by_n = {a.get("n"): a for a in attempts}
-    source_of = {e.get("id"): _source(by_n.get(e.get("attempt"), {})) for e in effects}
-    claimed: set[Any] = set()
-    excess: list[Any] = []
-    for intent in meta.get("intents", []):
-        ids = list(intent.get("effects", []))
-        claimed.update(ids)
-        excess += ids[max(0, int(intent.get("expected", 1))) :]  # the later ones are the repeats
-    excess += [e.get("id") for e in effects if e.get("id") not in claimed]
-    for effect_id in excess:
-        out[f"excess_{source_of.get(effect_id, 'unknown')}"] += 1
+    for fact in facts:
+        if fact.get("excess"):
+            out[f"excess_{_source(fact.get('source'))}"] += 1
     return out

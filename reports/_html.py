@@ -8,6 +8,7 @@ page carries a Content-Security-Policy that allows no script and no network at a
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -149,6 +150,21 @@ def _headers(trials: pd.DataFrame) -> list[Any]:
     return out
 
 
+def _span(headers: list[Any]) -> str:
+    """``first start – last finish`` of the logs' evals (minutes; UTC offsets as written)."""
+    started = min(str(h.eval.created) for h in headers)
+    ends = [str(h.stats.completed_at) for h in headers if h.stats and h.stats.completed_at]
+    first, last = _minute(started), _minute(max(ends)) if ends else ""
+    return first if not last or last == first else f"{first} – {last}"
+
+
+def _minute(stamp: str) -> str:
+    try:
+        return dt.datetime.fromisoformat(stamp).strftime("%Y-%m-%d %H:%M %Z").strip()
+    except ValueError:
+        return stamp
+
+
 def run_info(trials: pd.DataFrame, run: dict[str, Any] | None) -> dict[str, Any]:
     """What was run: ``run`` (from ``twice run``) completed from the logs themselves."""
     run = dict(run or {})
@@ -170,10 +186,12 @@ def run_info(trials: pd.DataFrame, run: dict[str, Any] | None) -> dict[str, Any]
         prompts.setdefault(name, {"source": "", "sha256": sha, "text": ""})
     order = [*(run.get("prompts") or {}), *prompts]  # the run's order, then the logs'
     versions = dict(run.get("versions") or {})
+    # When the trials ran, from the logs: a resumed run that reused every cell writes a new
+    # run["created"], but its trials are as old as their logs.
     created = run.get("created") or ""
     if headers:
         versions = {**{k: v for k, v in (headers[0].eval.packages or {}).items()}, **versions}
-        created = created or min(str(h.eval.created) for h in headers)
+        created = _span(headers)
     info = {
         "models": _ordered(run.get("models"), trials["model"]),
         "prompts": {

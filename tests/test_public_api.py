@@ -16,6 +16,7 @@ ASSERTIONS_ALL = [
     "Assertion",
     "Compensated",
     "Count",
+    "EffectFacts",
     "EndStateCheck",
     "Intent",
     "IntentResult",

@@ -13,7 +13,8 @@ import pytest
 from inspect_ai import eval as inspect_eval
 from inspect_ai import task_with
 from inspect_ai.model import ChatMessage, ChatMessageTool, ModelOutput, ModelUsage, get_model
-from twice.reports import SyntheticRun, trials_frame, write_synthetic_logs
+from synthetic_logs import SyntheticRun, write_synthetic_logs
+from twice.reports import trials_frame
 from twice.tasks.refund.refund import refund
 
 CHROMIUM = Path("/usr/bin/chromium")
