@@ -18,6 +18,7 @@ from inspect_ai.log import EvalSample, read_eval_log_sample
 
 from ._charts import timeline
 from ._frame import CELL, LEDGER_KEY, SCORER, effect_facts, local_path
+from ._metrics import crashed
 
 WORST_N = 20
 """Trials drilled into by default."""
@@ -38,11 +39,10 @@ def severity(trials: pd.DataFrame) -> pd.Series:
     ``10 × excess effects + 5 × diverged + 3 × crashed + 2 × not completed + 1 × any unseen
     effect``; a crashed trial (not scored) counts as crashed only.
     """
-    crashed = trials["completed"].isna() | (trials["error"] != "")
     score = (
         10 * trials["excess_effects"].fillna(0)
         + 5 * trials["diverged"].fillna(0)
-        + 3 * crashed.astype(float)
+        + 3 * crashed(trials).astype(float)
         + 2 * (1 - trials["completed"].fillna(1))
         + (trials["unseen_effects"].fillna(0) > 0).astype(float)
     )

@@ -20,17 +20,11 @@ import pandas as pd
 from inspect_ai.log import read_eval_log
 
 from ._logs import LogReadError, read_log_dir
+from ._metrics import CATALOGUE
 
-METRICS: tuple[str, ...] = (
-    "completed",
-    "duplicated",
-    "excess_effects",
-    "diverged",
-    "exactly_once",
-    "safe_success",
-    "unseen_effects",
-)
-"""Per-trial metric columns (the names of DESIGN.md and of twice's scorer)."""
+METRICS: tuple[str, ...] = tuple(m.column for m in CATALOGUE)
+"""Per-trial metric columns: the catalogue's columns, which are the names twice's scorer writes
+(``assertions.METRICS``)."""
 
 CELL: tuple[str, ...] = ("model", "prompt", "task", "fault", "protection")
 """The columns that identify a cell."""

@@ -23,6 +23,7 @@ from ._charts import PALETTE, interval_bar, rate_colour, scatter
 from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comparison
 from ._drill import WORST_N, clip, drill_down
 from ._frame import CELL, RETRY_SOURCES, local_path
+from ._metrics import COMPARED, crashed, metric
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader(__package__ or "twice.reports", "templates"),
@@ -32,30 +33,8 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
 )
 
-GRID_METRICS: tuple[tuple[str, str, str, bool, str], ...] = (
-    (
-        "dup",
-        "Duplication",
-        "duplication",
-        True,
-        "trials where some intent got more effects than asked",
-    ),
-    ("comp", "Completion", "completion", False, "trials where everything asked for was done"),
-    (
-        "safe",
-        "Safe success",
-        "safe_success",
-        False,
-        "completed and exactly once: the job got done, once",
-    ),
-)
-"""(id, title, rate prefix in :func:`cells`, lower is better, what it counts)."""
-
-METRIC_LABELS: dict[str, str] = {
-    "duplicated": "duplication",
-    "safe_success": "safe success",
-    "completed": "completion",
-}
+GRID_METRICS: tuple[str, ...] = ("duplication_rate", "completion_rate", "safe_success_rate")
+"""The catalogue metrics the model × prompt grid has a tab for, first tab first."""
 
 SOURCE_NOTES: dict[str, str] = {
     "initial": "the first attempt of a tool call",
@@ -282,7 +261,8 @@ def _grids(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
     table = cells(trials, by=("fault", "protection", "model", "prompt"))
     index = {(r["fault"], r["protection"], r["model"], r["prompt"]): r for r in _records(table)}
     out = []
-    for gid, title, prefix, lower, what in GRID_METRICS:
+    for m in map(metric, GRID_METRICS):
+        prefix, lower = m.prefix, m.higher_is_worse
         faults = []
         for fault in info["faults"]:
             facets = []
@@ -307,7 +287,13 @@ def _grids(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
             if facets:
                 faults.append({"fault": fault, "facets": facets})
         out.append(
-            {"id": gid, "title": title, "what": what, "lower_is_better": lower, "faults": faults}
+            {
+                "id": m.prefix,
+                "title": m.label.capitalize(),
+                "what": m.what,
+                "lower_is_better": lower,
+                "faults": faults,
+            }
         )
     return out
 
@@ -354,7 +340,6 @@ def _prompt_section(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any
                             "model": model,
                             "prompt": prompt,
                             "fault": fault,
-                            "label": METRIC_LABELS[m["metric"]],
                             **m,
                         }
                     )
@@ -368,9 +353,7 @@ def _prompt_section(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any
                     "n_ref": first["n_ref"],
                     "n": first["n"],
                     "metrics": [
-                        metrics[m]
-                        for m in ("duplicated", "safe_success", "completed")
-                        if m in metrics
+                        metrics[c] for c in (metric(n).column for n in COMPARED) if c in metrics
                     ],
                 }
             )
@@ -497,9 +480,8 @@ def _sources(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any] | Non
 
 
 def _errors(trials: pd.DataFrame) -> list[dict[str, Any]]:
-    crashed = trials[(trials["error"] != "") | trials["completed"].isna()]
     out = []
-    for cell, group in crashed.groupby(list(CELL), sort=True):
+    for cell, group in trials[crashed(trials)].groupby(list(CELL), sort=True):
         messages = group["error"].replace("", "(not scored)").value_counts().head(3)
         out.append(
             {

@@ -55,12 +55,13 @@ def test_report_prints_every_metric_tab(
         page.goto(out.resolve().as_uri())
         shown = "id => getComputedStyle(document.getElementById(id)).display"
         # On screen, only the checked tab's panel shows (no JavaScript involved)...
-        assert page.evaluate(shown, "panel-dup") == "block"
-        assert page.evaluate(shown, "panel-comp") == "none"
-        page.click("label[for=tab-comp]")
-        assert page.evaluate(shown, "panel-comp") == "block"
+        assert page.evaluate(shown, "panel-duplication") == "block"
+        assert page.evaluate(shown, "panel-completion") == "none"
+        page.click("label[for=tab-completion]")
+        assert page.evaluate(shown, "panel-completion") == "block"
         # ...and printed, every panel does.
         page.emulate_media(media="print")
         assert all(
-            page.evaluate(shown, p) == "block" for p in ("panel-dup", "panel-comp", "panel-safe")
+            page.evaluate(shown, p) == "block"
+            for p in ("panel-duplication", "panel-completion", "panel-safe_success")
         )
