@@ -26,6 +26,8 @@ from ._ledger import (
     Effect,
     Ledger,
     Outcome,
+    ledger_of,
+    ledgers,
     outcome_of,
 )
 from ._service import (
@@ -99,6 +101,8 @@ __all__ = [
     "TravelService",
     "error_response",
     "get_fault",
+    "ledger_of",
+    "ledgers",
     "noisy_retry_rate",
     "outcome_of",
 ]
