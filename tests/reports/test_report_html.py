@@ -256,3 +256,41 @@ def test_write_report_survives_worst_trials_that_cannot_be_read_back(
     page = write_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
     assert "could not read this sample back from gone.eval" in page
     assert page.count('class="callout warn"') >= len(worst_trials(frame))
+
+
+def test_report_grid_compares_prompts_over_matched_tasks(unlike_frame: pd.DataFrame) -> None:
+    data = report_data(unlike_frame, worst=0)
+    dup = next(g for g in data["grids"] if g["id"] == "duplication")
+    (facet,) = dup["faults"][0]["facets"]
+    row = next(r for r in facet["rows"] if r["model"] == "m/a")
+    by_prompt = dict(zip(facet["prompts"], row["cells"], strict=True))
+    # Pooled over both tasks, baseline would show 50% duplication beside cautious's 0%.
+    assert by_prompt["baseline"]["rate"] == 0.0 and by_prompt["baseline"]["n"] == 20
+    assert by_prompt["cautious"]["rate"] == 0.0
+    assert "matched on refund" in row["note"] and "left out send_email" in row["note"]
+    zero = next(r for r in facet["rows"] if r["model"] == "m/zero")
+    assert zero["note"] == ""
+
+
+def test_report_headline_says_what_it_pools_and_shows_prompts(
+    unlike_frame: pd.DataFrame,
+) -> None:
+    data = report_data(unlike_frame, worst=0)
+    a = next(r for r in data["headline"] if r["model"] == "m/a")
+    assert a["pooled"] == {"prompt": 2, "task": 2, "fault": 1, "protection": 1}
+    assert a["dup"]["rate"] == pytest.approx(20 / 60)  # the pooled rate, as labelled
+    rows = {r["prompt"]: r for r in a["by_prompt"]["rows"]}
+    assert a["by_prompt"]["conditions"] == 1
+    assert rows["baseline"]["n"] == rows["cautious"]["n"] == 20
+    assert rows["baseline"]["safe"]["rate"] == rows["cautious"]["safe"]["rate"] == 1.0
+
+
+def test_report_never_calls_a_zero_model_the_highest_safe_success(
+    unlike_frame: pd.DataFrame, tmp_path: Path
+) -> None:
+    frame = unlike_frame[unlike_frame["model"] == "m/zero"]
+    data = report_data(frame, worst=0)
+    assert data["takeaway"]["best"] is None
+    page = write_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "Highest safe success" not in page
+    assert "No model got a job done safely" in page
