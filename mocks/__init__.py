@@ -15,6 +15,7 @@ from ._faults import (
     NoFault,
     RateLimited,
     Schedule,
+    ServerErrorAfterCommit,
     TimeoutBeforeCommit,
     get_fault,
 )
@@ -34,12 +35,14 @@ from ._service import (
     BACKOFF_HEADER,
     CALL_HEADER,
     KEY_HEADER,
+    REPLAYED_HEADER,
     SOURCE_HEADER,
     Call,
     Route,
     Service,
     Services,
     error_response,
+    services_from_state,
 )
 from ._stub import (
     NOISY_DEFAULT_RATE,
@@ -69,6 +72,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "NOISY_DEFAULT_RATE",
     "NOISY_RETRY_RATES",
+    "REPLAYED_HEADER",
     "RETRY_SOURCES",
     "SOURCE_HEADER",
     "STUB_MODELS",
@@ -93,6 +97,7 @@ __all__ = [
     "RecordsService",
     "Route",
     "Schedule",
+    "ServerErrorAfterCommit",
     "Service",
     "Services",
     "StubAPI",
@@ -105,4 +110,5 @@ __all__ = [
     "ledgers",
     "noisy_retry_rate",
     "outcome_of",
+    "services_from_state",
 ]
