@@ -22,7 +22,6 @@ from ._local import (
     model_home,
 )
 from ._local import install as install_local_model
-from ._logs import LogDir, LogEntry, check_log_dir, read_log_dir
 from ._power import trials_needed, trials_table
 from ._rates import CellRates, EvalRates, eval_rates
 from ._run import RunResult, build_tasks, check_model_args, run_metadata, run_suite
@@ -39,8 +38,6 @@ __all__ = [
     "GateResult",
     "LocalModelError",
     "LocalModelServer",
-    "LogDir",
-    "LogEntry",
     "Matrix",
     "Rule",
     "RunResult",
@@ -48,7 +45,6 @@ __all__ = [
     "Suite",
     "SuiteError",
     "build_tasks",
-    "check_log_dir",
     "check_model_args",
     "eval_rates",
     "evaluate_gate",
@@ -60,7 +56,6 @@ __all__ = [
     "local_model_server",
     "model_home",
     "parse_gate",
-    "read_log_dir",
     "run_metadata",
     "run_suite",
     "suite_from_flags",

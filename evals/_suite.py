@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +72,8 @@ class Suite:
     epochs: int = 1
     limit: int | None = None
     source: str = "flags"
-    options: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def local_model(self) -> ServerOptions | None:
-        """The ``[local_model]`` server this suite starts for its run, if any."""
-        value = self.options.get("local_model")
-        return value if isinstance(value, ServerOptions) else None
+    local_model: ServerOptions | None = None
+    """The ``[local_model]`` server this suite starts for its run, if any."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order."""
@@ -97,10 +92,6 @@ class Suite:
     def models(self) -> list[str]:
         """Distinct models, in order."""
         return list(dict.fromkeys(c.model for c in self.cells()))
-
-    def prompts(self) -> list[str]:
-        """Distinct prompts, in order."""
-        return list(dict.fromkeys(c.prompt for c in self.cells()))
 
     def override(self, **axes: Sequence[str]) -> Suite:
         """Replace the named axes in every block (flags given with ``--config``)."""
@@ -210,13 +201,15 @@ def load_suite(path: str | Path) -> Suite:
     limit = data.get("limit")
     if not isinstance(epochs, int) or (limit is not None and not isinstance(limit, int)):
         raise SuiteError(f"{p}: 'epochs' and 'limit' must be integers")
-    options: dict[str, Any] = {}
+    local_model = None
     if "local_model" in data:
         try:
-            options["local_model"] = parse_options(data["local_model"], str(p))
+            local_model = parse_options(data["local_model"], str(p))
         except ValueError as ex:
             raise SuiteError(str(ex)) from None
-    return Suite(tuple(matrices), epochs=epochs, limit=limit, source=str(p), options=options)
+    return Suite(
+        tuple(matrices), epochs=epochs, limit=limit, source=str(p), local_model=local_model
+    )
 
 
 def suite_from_flags(
