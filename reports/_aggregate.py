@@ -11,6 +11,7 @@ import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
 from ._frame import CELL
+from ._passk import no_dup_k
 
 RATES: dict[str, str] = {
     "completion_rate": "completed",
@@ -42,9 +43,11 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     Rates are over the trials that were scored; ``errors`` counts trials that crashed (they are
     reported, never dropped silently). Columns: the cell keys, ``trials``, ``errors``, each rate
     of :data:`RATES` with ``<rate minus _rate>_ci`` as ``[lo, hi]``, ``excess_effects_mean``,
-    ``unseen_effects_mean``, ``tokens_mean``.
+    ``unseen_effects_mean``, ``tokens_mean``, and ``no_dup_k`` (``{"1": ..., "k": ...}``:
+    the chance all k trials of a sample are exactly-once, see :mod:`._passk`).
     """
     rows: list[dict[str, Any]] = []
+    passk = no_dup_k(trials, by)
     for key, group in trials.groupby(list(by), sort=True, dropna=False):
         keys = key if isinstance(key, tuple) else (key,)
         scored = group[group["completed"].notna()]
@@ -59,6 +62,7 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
         row["excess_effects_mean"] = float(scored["excess_effects"].mean()) if n else math.nan
         row["unseen_effects_mean"] = float(scored["unseen_effects"].mean()) if n else math.nan
         row["tokens_mean"] = float(group["total_tokens"].mean())
+        row["no_dup_k"] = passk.get(tuple(keys), {})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -68,6 +72,8 @@ def _clean(value: Any) -> Any:
         return None
     if isinstance(value, list):
         return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
     if hasattr(value, "item"):  # numpy scalars
         return _clean(value.item())
     return value
