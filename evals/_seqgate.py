@@ -40,7 +40,8 @@ def ordered(scored: pd.DataFrame, column: str) -> np.ndarray:
     if scored.empty:
         return np.zeros(0)
     frame = scored.sort_values(list(TRIAL_ORDER), kind="stable")
-    return frame[column].to_numpy(dtype=np.float64)
+    out: np.ndarray = frame[column].to_numpy(dtype=np.float64)
+    return out
 
 
 def _pct(x: float) -> str:

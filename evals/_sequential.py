@@ -36,7 +36,7 @@ tests against Ville's bound.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -242,7 +242,7 @@ def peeking_wilson_false_pass(
     return float((np.asarray(hi) <= threshold).any(axis=1).mean())
 
 
-def describe(spec: dict[str, Any]) -> str:
+def describe(spec: Mapping[str, Any]) -> str:
     """One line naming a sequential run's method and schedule (for the gate's output)."""
     batch = spec.get("batch")
     rounds = f"rounds of {batch} trial(s)" if batch else "rounds of one epoch"
