@@ -18,6 +18,7 @@ from ._frame import (
     trials_frame,
 )
 from ._html import render_report, report_data, write_report
+from ._passk import no_dup_k
 from ._synthetic import SyntheticCell, SyntheticRun, write_synthetic_logs
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "drill_down",
     "ledger_counts",
     "log_files",
+    "no_dup_k",
     "prompt_comparison",
     "render_report",
     "report_data",

@@ -51,16 +51,18 @@ def loose_gate(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_retry_fails_in_round_one_and_the_gate_agrees(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
+    # --batch 8 with 4 samples: rounds of two epochs.
     code, out = invoke("run", "--until-decided", str(GATE), "--model", "stub/retry", *COMMON,
-                       "--log-dir", str(logs), "--no-report")  # fmt: skip
+                       "--batch", "8", "--log-dir", str(logs), "--no-report")  # fmt: skip
     assert code == 0, out
-    assert "FAIL (settled)" in out and "after round 1, 4 trial(s)" in out
+    assert "FAIL (settled)" in out and "after round 1, 8 trial(s)" in out
     assert "fails regardless of more trials" in out
     run = json.loads((logs / "summary.json").read_text(encoding="utf-8"))["run"]
     seq = run["sequential"]
     assert "betting confidence sequence" in seq["method"]
     (cell,) = seq["cells"]
-    assert (cell["verdict"], cell["stopped_round"], cell["trials"]) == ("fail", 1, 4)
+    assert (cell["verdict"], cell["stopped_round"], cell["trials"]) == ("fail", 1, 8)
+    assert seq["batch"] == 8
     junit = tmp_path / "gate.xml"
     code, out = invoke("gate", str(logs), "--config", str(GATE), "--junit", str(junit))
     assert code == 1, out
