@@ -309,6 +309,8 @@ def format_decisions(states: list[CellState], max_trials: int) -> str:
             "undecided": f"UNDECIDED at the {max_trials}-trial cap (the gate fails it)",
             "running": "stopped early (an eval errored)",
         }[st.status]
+        if not st.rules and st.status == "pass":
+            verdict = "NO RULE (1 round)"
         lines.append(f"{verdict:<20} {st.label}: {when}, {st.trials} trial(s)")
         for name, rs in st.rules.items():
             if rs.status == "fail" or st.status != "pass":
