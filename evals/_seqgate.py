@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
-from twice.reports import RATES
+from twice.reports import metric
 
 from ._sequential import bounds, proves
 
@@ -65,19 +65,16 @@ def rule_state(
         confidence: The gate's confidence; each one-sided bound has error ``1 - confidence``.
         excluded: Text appended to the evidence (errored trials left out).
     """
-    from ._gate import MEANS, metrics
-
     alpha = 1 - confidence
-    column = metrics()[rule.metric]
+    column = metric(rule.metric).column
     n = len(scored)
     enough = n >= rule.min_trials
     need = "" if enough else f"; the rule needs at least {rule.min_trials} to pass"
-    if rule.metric in MEANS:
+    if metric(rule.metric).kind != "rate":
         value = float(scored[column].mean()) if n else math.nan
         ok = enough and (value <= rule.bound if rule.direction == "max" else value >= rule.bound)
         msg = f"point {rule.metric} = {value:.3g} over {n} trials{need}{excluded}"
         return RuleState("pass" if ok else "fail", enough, msg)
-    assert rule.metric in RATES
     x = ordered(scored, column)
     b = bounds(x, alpha)
     level = f"{confidence:.0%}"

@@ -22,10 +22,17 @@ from typing import Any
 import pandas as pd
 from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
-from twice.reports import CELL, LogReadError, cells, trials_frame, write_summary
+from twice.reports import (
+    CELL,
+    LogReadError,
+    cells,
+    check_log_dir,
+    read_log_dir,
+    trials_frame,
+    write_summary,
+)
 
 from ._gate import GateConfig, cell_label
-from ._logs import check_log_dir, read_log_dir
 from ._run import (
     RunResult,
     _failures,
