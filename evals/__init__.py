@@ -26,11 +26,13 @@ from ._power import trials_needed, trials_table
 from ._rates import CellRates, EvalRates, eval_rates
 from ._run import RunResult, build_tasks, check_model_args, run_metadata, run_suite
 from ._suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
+from ._until import CellState, run_until_decided
 
 __all__ = [
     "BaselinePolicy",
     "Cell",
     "CellRates",
+    "CellState",
     "Check",
     "EvalRates",
     "GateConfig",
@@ -58,6 +60,7 @@ __all__ = [
     "parse_gate",
     "run_metadata",
     "run_suite",
+    "run_until_decided",
     "suite_from_flags",
     "trials_needed",
     "trials_table",
