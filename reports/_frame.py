@@ -19,18 +19,13 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 from inspect_ai.log import read_eval_log
 
-from ._storage import Location, as_location, find_files, is_dir, is_remote, name_of, open_binary
+from ._logs import read_log_dir
+from ._metrics import CATALOGUE
+from ._storage import Location, LogReadError, as_location, is_remote, name_of, open_binary
 
-METRICS: tuple[str, ...] = (
-    "completed",
-    "duplicated",
-    "excess_effects",
-    "diverged",
-    "exactly_once",
-    "safe_success",
-    "unseen_effects",
-)
-"""Per-trial metric columns (the names of DESIGN.md and of twice's scorer)."""
+METRICS: tuple[str, ...] = tuple(m.column for m in CATALOGUE)
+"""Per-trial metric columns: the catalogue's columns, which are the names twice's scorer writes
+(``assertions.METRICS``)."""
 
 CELL: tuple[str, ...] = ("model", "prompt", "task", "fault", "protection")
 """The columns that identify a cell."""
@@ -54,6 +49,14 @@ LEDGER_COLUMNS: tuple[str, ...] = (
 )
 """Frame columns computed from each trial's ledger."""
 
+PARSE_SHAPES: tuple[str, ...] = ("tag", "fenced", "bare", "text", "unparseable")
+"""How twice's local model server read each reply (its ``twice_parse.shape``, kept by inspect
+in every model event's raw response): a tool call in ``<tool_call>`` tags, in a fenced code
+block, as the bare JSON reply; plain text; or a call attempt it could not parse."""
+
+PARSE_COLUMNS: tuple[str, ...] = tuple(f"parse_{s}" for s in PARSE_SHAPES)
+"""Frame columns counting a trial's replies per parse shape (NaN for other models)."""
+
 RAW_COLUMNS: tuple[str, ...] = (
     "eval_id",
     "model",
@@ -69,33 +72,6 @@ RAW_COLUMNS: tuple[str, ...] = (
     "limit",
 )
 """Columns of the raw per-sample frame that :func:`tidy` shapes."""
-
-
-class LogReadError(Exception):
-    """A log directory that is missing, empty, or holds a log that cannot be read."""
-
-
-def log_files(log_dir: Location) -> list[Location]:
-    """The ``.eval``/``.json`` inspect logs under ``log_dir`` (a path or an fsspec URI).
-
-    Raises:
-        LogReadError: when the directory is missing or holds no logs.
-    """
-    root = as_location(log_dir)
-    if not is_dir(root):
-        raise LogReadError(f"log directory {str(root)!r} does not exist")
-    files = [
-        p
-        for p in find_files(root)
-        if name_of(p).endswith((".eval", ".json"))
-        and not name_of(p).startswith(("logs", "summary", "eval-set", "."))
-    ]
-    if not files:
-        raise LogReadError(
-            f"log directory {str(root)!r} holds no inspect logs (*.eval or *.json); "
-            "run `twice run --log-dir DIR` first"
-        )
-    return files
 
 
 def _twice_meta(value: Any) -> dict[str, Any]:
@@ -120,17 +96,20 @@ def trials_frame(logs: Location | Sequence[Location]) -> pd.DataFrame:
     ``effects``, then per retry source the attempts it sent and the excess effects it caused
     (the effects beyond an intent's expected count, and effects matching no intent, are
     charged to the source of the attempt that committed them; NaN when the trial was not
-    scored).
+    scored), and :data:`PARSE_COLUMNS`: how many of the trial's replies twice's local model
+    server read in each shape (NaN for models it did not serve).
 
     Args:
-        logs: A log directory, or a list of log files (paths, ``file://`` URIs as in
-            ``EvalLog.location``, or any fsspec URI such as ``s3://bucket/run/x.eval``).
+        logs: A log directory (a path or an fsspec URI such as ``s3://bucket/run``), whose
+            counted logs are read (:func:`read_log_dir`: the newest log of each task of the
+            last run, as ``summary.json`` and ``twice gate`` count), or a list of log files,
+            all read (paths, ``file://`` URIs as in ``EvalLog.location``, or fsspec URIs).
 
     Raises:
         LogReadError: when there are no logs or one cannot be read.
     """
     if isinstance(logs, (str, Path)):
-        paths = log_files(logs)
+        paths = read_log_dir(logs).files
     else:  # EvalLog.location is a file:// URI for logs eval_set found on disk
         paths = [as_location(str(p)) for p in logs]
     rows: list[dict[str, Any]] = []
@@ -147,7 +126,8 @@ def trials_frame(logs: Location | Sequence[Location]) -> pd.DataFrame:
             ) from None
     raw = pd.DataFrame(rows, columns=list(RAW_COLUMNS))
     frame = tidy(raw)
-    extra = pd.DataFrame(counts, index=frame.index, columns=list(LEDGER_COLUMNS), dtype="float64")
+    columns = [*LEDGER_COLUMNS, *PARSE_COLUMNS]
+    extra = pd.DataFrame(counts, index=frame.index, columns=columns, dtype="float64")
     return pd.concat([frame, extra], axis=1)
 
 
@@ -190,7 +170,26 @@ def _read_log(
                 "limit": limit.get("type") if isinstance(limit, dict) else limit,
             }
         )
-        counts.append(ledger_counts(sample.get("store"), score))
+        counts.append(
+            {**ledger_counts(sample.get("store"), score), **parse_counts(sample.get("events"))}
+        )
+
+
+def parse_counts(events: list[dict[str, Any]] | None) -> dict[str, float]:
+    """The :data:`PARSE_COLUMNS` of one trial from its events (all NaN when no model event
+    came from twice's local model server)."""
+    found = dict.fromkeys(PARSE_SHAPES, 0.0)
+    seen = False
+    for event in events or []:
+        if event.get("event") != "model":
+            continue
+        response = (event.get("call") or {}).get("response")
+        parse = response.get("twice_parse") if isinstance(response, dict) else None
+        shape = parse.get("shape") if isinstance(parse, dict) else None
+        if shape in found:
+            found[shape] += 1
+            seen = True
+    return {f"parse_{k}": (v if seen else math.nan) for k, v in found.items()}
 
 
 def tidy(raw: pd.DataFrame) -> pd.DataFrame:
@@ -270,16 +269,32 @@ def sample_records(path: Location) -> Iterator[dict[str, Any]]:
                 return
     log = read_eval_log(str(path))
     for sample in log.samples or []:
-        yield sample.model_dump(mode="json", exclude={"messages", "events", "attachments"})
+        yield sample.model_dump(mode="json", exclude={"messages", "attachments"})
 
 
-def _source(attempt: dict[str, Any]) -> str:
-    source = attempt.get("source")
-    return source if source in RETRY_SOURCES else "unknown"
+def _source(value: Any) -> str:
+    return value if value in RETRY_SOURCES else "unknown"
+
+
+def effect_facts(score: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The scorer's per-effect facts (``id, name, attempt, source, intent, excess, seen``).
+
+    twice's ``side_effects`` scorer writes them into its score metadata: the report reads
+    them instead of re-deriving excess and seen from the raw ledger. None when the trial was
+    not scored, or was scored by a twice older than these facts.
+    """
+    meta = (score or {}).get("metadata")
+    facts = meta.get("effects") if isinstance(meta, dict) else None
+    if not isinstance(facts, list):
+        return None
+    return [f for f in facts if isinstance(f, dict)]
 
 
 def ledger_counts(store: dict[str, Any] | None, score: dict[str, Any] | None) -> dict[str, float]:
     """The :data:`LEDGER_COLUMNS` of one trial, from its store and its ``side_effects`` score.
+
+    Attempts are counted from the ledger; which effects are excess, and whose attempt
+    committed them, come from the scorer's per-effect facts (:func:`effect_facts`).
 
     Args:
         store: The sample's store (the ledger is under :data:`LEDGER_KEY`).
@@ -295,21 +310,13 @@ def ledger_counts(store: dict[str, Any] | None, score: dict[str, Any] | None) ->
     for a in attempts:
         if a.get("mutating"):
             out["attempts"] += 1
-            out[f"attempts_{_source(a)}"] += 1
-    meta = (score or {}).get("metadata")
-    if not isinstance(meta, dict):
+            out[f"attempts_{_source(a.get('source'))}"] += 1
+    facts = effect_facts(score)
+    if facts is None:
         for s in RETRY_SOURCES:
             out[f"excess_{s}"] = math.nan
         return out
-    by_n = {a.get("n"): a for a in attempts}
-    source_of = {e.get("id"): _source(by_n.get(e.get("attempt"), {})) for e in effects}
-    claimed: set[Any] = set()
-    excess: list[Any] = []
-    for intent in meta.get("intents", []):
-        ids = list(intent.get("effects", []))
-        claimed.update(ids)
-        excess += ids[max(0, int(intent.get("expected", 1))) :]  # the later ones are the repeats
-    excess += [e.get("id") for e in effects if e.get("id") not in claimed]
-    for effect_id in excess:
-        out[f"excess_{source_of.get(effect_id, 'unknown')}"] += 1
+    for fact in facts:
+        if fact.get("excess"):
+            out[f"excess_{_source(fact.get('source'))}"] += 1
     return out

@@ -12,6 +12,11 @@ import posixpath
 from pathlib import Path
 from typing import IO, Any
 
+
+class LogReadError(Exception):
+    """A log directory that is missing, empty, or holds a log that cannot be read."""
+
+
 Location = str | Path
 """A local path, or a URI of any filesystem fsspec serves."""
 

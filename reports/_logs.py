@@ -1,4 +1,7 @@
-"""Which logs in a log directory count, and whether they are healthy.
+"""Which logs in a log directory count, and whether they are healthy: the one rule.
+
+``trials_frame(LOG_DIR)``, ``twice report``, ``twice gate`` and ``twice run``'s summary all
+count the logs :func:`read_log_dir` picks, so the four never disagree about a directory.
 
 A resumed ``eval_set`` leaves the log of the interrupted attempt beside the log that finished
 the task (both carry the task's ``task_id``). Reading every file would count the reused trials
@@ -15,19 +18,44 @@ import json
 from dataclasses import dataclass
 
 from inspect_ai.log import read_eval_log
-from twice.reports import (
+
+from ._shards import ShardSet, find_shards, require_complete
+from ._storage import (
     Location,
     LogReadError,
     as_location,
+    find_files,
     is_dir,
     is_file,
     join,
-    log_files,
     name_of,
     read_text,
 )
 
-from ._shards import ShardSet, find_shards, require_complete
+
+def log_files(log_dir: Location) -> list[Location]:
+    """Every ``.eval``/``.json`` inspect log under ``log_dir`` (counted or superseded).
+
+    ``log_dir`` may be a path or an fsspec URI (``s3://bucket/run``).
+
+    Raises:
+        LogReadError: when the directory is missing or holds no logs.
+    """
+    root = as_location(log_dir)
+    if not is_dir(root):
+        raise LogReadError(f"log directory {str(root)!r} does not exist")
+    files = [
+        p
+        for p in find_files(root)
+        if name_of(p).endswith((".eval", ".json"))
+        and not name_of(p).startswith(("logs", "summary", "eval-set", "."))
+    ]
+    if not files:
+        raise LogReadError(
+            f"log directory {str(root)!r} holds no inspect logs (*.eval or *.json); "
+            "run `twice run --log-dir DIR` first"
+        )
+    return files
 
 
 @dataclass(frozen=True)
