@@ -261,7 +261,7 @@ def run_suite(
     with gc_for_trials():
         # The directory, not the logs eval_set returned: one rule for which logs count
         # (reports.read_log_dir), shared with trials_frame, `twice report` and `twice gate`.
-        frame = trials_frame(log_dir)
+        frame = trials_frame(log_dir if tasks else [])  # a shard dealt no cells has no logs
     table = cells(frame)
     run = run_metadata(suite, model_args, mine)
     if shard is not None:
