@@ -17,6 +17,7 @@ import collections
 import inspect
 import json
 import re
+import urllib.parse
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -35,6 +36,7 @@ CALL_HEADER = "X-Twice-Call"
 BACKOFF_HEADER = "X-Twice-Backoff"
 """Request header carrying the virtual seconds the client waited before this attempt."""
 KEY_HEADER = "Idempotency-Key"
+FORM_TYPE = "application/x-www-form-urlencoded"
 
 
 def error_response(
@@ -124,7 +126,10 @@ class Service:
 
 def _params(request: httpx.Request, path_params: dict[str, str]) -> dict[str, Any]:
     params: dict[str, Any] = dict(request.url.params)
-    if request.content:
+    if request.content and request.headers.get("content-type", "").startswith(FORM_TYPE):
+        # Stripe's SDKs send form bodies; values stay strings, as on the wire.
+        params.update(urllib.parse.parse_qsl(request.content.decode(), keep_blank_values=True))
+    elif request.content:
         try:
             body = json.loads(request.content)
         except ValueError:
