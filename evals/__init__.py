@@ -1,4 +1,4 @@
-"""The twice CLI, the suite matrix and the release gate."""
+"""The twice CLI, the suite matrix, the release gate, and ``twice serve``."""
 
 from ._gate import (
     BaselinePolicy,
@@ -18,6 +18,17 @@ from ._logs import LogDir, LogEntry, check_log_dir, read_log_dir
 from ._power import trials_needed, trials_table
 from ._rates import CellRates, EvalRates, eval_rates
 from ._run import RunResult, build_tasks, check_model_args, run_metadata, run_suite
+from ._serve import (
+    ControlError,
+    ServeError,
+    TrialConfig,
+    TwiceServer,
+    parse_trial_config,
+    running_server,
+    serve,
+)
+from ._serve_eval import served_task
+from ._serve_log import RequestLog
 from ._suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
 
 __all__ = [
@@ -25,6 +36,7 @@ __all__ = [
     "Cell",
     "CellRates",
     "Check",
+    "ControlError",
     "EvalRates",
     "GateConfig",
     "GateError",
@@ -32,10 +44,14 @@ __all__ = [
     "LogDir",
     "LogEntry",
     "Matrix",
+    "RequestLog",
     "Rule",
     "RunResult",
+    "ServeError",
     "Suite",
     "SuiteError",
+    "TrialConfig",
+    "TwiceServer",
     "build_tasks",
     "check_log_dir",
     "check_model_args",
@@ -46,9 +62,13 @@ __all__ = [
     "load_gate",
     "load_suite",
     "parse_gate",
+    "parse_trial_config",
     "read_log_dir",
     "run_metadata",
     "run_suite",
+    "running_server",
+    "serve",
+    "served_task",
     "suite_from_flags",
     "trials_needed",
     "trials_table",

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import httpx
 from twice.assertions import score_trial
@@ -63,7 +63,9 @@ from twice.tasks import (
 )
 
 from ._serve_log import RequestLog
-from ._serve_mcp import LOOPBACK, TrialMcp
+
+if TYPE_CHECKING:
+    from ._serve_mcp import TrialMcp
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -282,6 +284,9 @@ class ServedTrial:
     def mcp_endpoint(self, host: str) -> TrialMcp:
         """The trial's MCP endpoint, made on first use."""
         if self.mcp is None:
+            # Imported here: mcp is an optional extra ("twice[serve]"), needed only for MCP.
+            from ._serve_mcp import TrialMcp
+
             self.mcp = TrialMcp(
                 f"twice-{self.config.task}",
                 self._tools,

@@ -29,6 +29,7 @@ from twice.tasks import RunCrashed, ToolSpec
 
 ASGIApp = Callable[..., Awaitable[None]]
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+"""Hosts on which MCP's DNS-rebinding protection is on."""
 _INTENT_KEYED = ("intent-key", "declared")
 """Protections under which a keyed tool sends the same key when the model repeats a call."""
 
