@@ -32,6 +32,7 @@ done and gets its saved response.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import json
@@ -125,16 +126,15 @@ def parse_trial_config(body: Any) -> TrialConfig:
     if unknown:
         raise ControlError(
             400,
-            f"unknown field(s) {', '.join(map(repr, unknown))}; accepted: {', '.join(TRIAL_FIELDS)}",
+            f"unknown field(s) {', '.join(map(repr, unknown))}; "
+            f"accepted: {', '.join(TRIAL_FIELDS)}",
             unknown[0],
         )
 
     def choice(name: str, allowed: Any, default: str | None) -> str:
         value = body.get(name, default)
         if not isinstance(value, str) or value not in allowed:
-            raise ControlError(
-                400, f"{name} {value!r} is not one of: {', '.join(allowed)}", name
-            )
+            raise ControlError(400, f"{name} {value!r} is not one of: {', '.join(allowed)}", name)
         return value
 
     task = choice("task", TASKS, None)
@@ -156,7 +156,9 @@ def parse_trial_config(body: Any) -> TrialConfig:
         or not 0 < hang <= MAX_HANG_SECONDS
     ):
         raise ControlError(
-            400, f"hang_seconds {hang!r} must be a number in (0, {MAX_HANG_SECONDS:g}]", "hang_seconds"
+            400,
+            f"hang_seconds {hang!r} must be a number in (0, {MAX_HANG_SECONDS:g}]",
+            "hang_seconds",
         )
     return TrialConfig(
         task=task,
@@ -207,9 +209,7 @@ class ServeContext(TrialContext):
         self.compensations = [Undo(**u) for u in data["compensations"]]
 
 
-def request_record(
-    method: str, url: str, headers: dict[str, str], body: bytes
-) -> dict[str, Any]:
+def request_record(method: str, url: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
     """What the log keeps of one service request (never an Authorization header)."""
     return {
         "method": method,
@@ -242,7 +242,9 @@ class ServedTrial:
         parts = task_parts(config.task)
         sample = next(s for s in parts.dataset if str(s.id) == config.sample)
         metadata = dict(sample.metadata or {})
-        services = Services(parts.services(metadata.get("state", {})), fault=get_fault(config.fault))
+        services = Services(
+            parts.services(metadata.get("state", {})), fault=get_fault(config.fault)
+        )
         protection = get_protection(config.protection)
         ctx = ServeContext(
             services,
@@ -407,10 +409,9 @@ class TwiceServer:
             if trial is None:
                 continue
             if record.kind == "request":
-                try:
+                # A fault's error (a lost reply) happened the same way when it was first served.
+                with contextlib.suppress(Exception):
                     trial.apply(record.data)
-                except Exception:
-                    pass  # the same fault (a lost reply) happened when it was first served
             elif record.kind == "observe":
                 trial.services.ledger.observations.append(record.data["text"])
             elif record.kind == "context":
@@ -451,7 +452,9 @@ class TwiceServer:
         except ControlError as err:
             await _send_json(send, err.status, _error(err.message, field=err.field))
 
-    async def _mcp(self, trial: ServedTrial, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _mcp(
+        self, trial: ServedTrial, scope: dict[str, Any], receive: Any, send: Any
+    ) -> None:
         length = _content_length(scope)
         if length is not None and length > MAX_SERVICE_BODY:
             raise ControlError(413, f"request body of {length} bytes; at most {MAX_SERVICE_BODY}")

@@ -61,7 +61,10 @@ def _mcp_function(tool: Tool, after_call: Callable[[], None]) -> tuple[str, str,
     params = []
     for p in sig.parameters.values():
         prop = tdef.parameters.properties.get(p.name)
-        described = Annotated[p.annotation, Field(description=prop.description if prop else None)]
+        description = prop.description if prop else None
+        # Built at run time from the tool's own signature, so pydantic (and the MCP schema)
+        # carries each parameter's docstring text.
+        described = Annotated[p.annotation, Field(description=description)]  # type: ignore[name-defined]
         params.append(p.replace(annotation=described))
 
     async def call(**kwargs: Any) -> str:

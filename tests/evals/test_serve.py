@@ -193,7 +193,11 @@ def test_serve_drop_closes_without_a_response_httpx(server: str, trial: Callable
     assert httpx.post(url, json=REFUND).json()["id"] == "re_2"
     assert verdict(server, t)["duplicated"] == 1.0
     first = ledger(server, t)["attempts"][0]
-    assert (first["fault"], first["delivered"], first["outcome"]) == ("lost_reply", False, "unknown")
+    assert (first["fault"], first["delivered"], first["outcome"]) == (
+        "lost_reply",
+        False,
+        "unknown",
+    )
 
 
 def test_serve_drop_is_a_connection_error_for_requests(
@@ -247,7 +251,10 @@ def test_serve_same_key_concurrent_posts_make_one_refund(
     async def burst() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=30) as client:
             return await asyncio.gather(
-                *(client.post(url, json=REFUND, headers={"Idempotency-Key": "same"}) for _ in range(50))
+                *(
+                    client.post(url, json=REFUND, headers={"Idempotency-Key": "same"})
+                    for _ in range(50)
+                )
             )
 
     responses = asyncio.run(burst())
@@ -261,7 +268,12 @@ def test_serve_same_key_concurrent_posts_make_one_refund(
 @pytest.fixture
 def stripe_sdk() -> Iterator[Callable[[str, float], None]]:
     """Point the module-level Stripe API at a trial: ``point(payments_url, timeout)``."""
-    saved = (stripe.api_key, stripe.api_base, stripe.default_http_client, stripe.max_network_retries)
+    saved = (
+        stripe.api_key,
+        stripe.api_base,
+        stripe.default_http_client,
+        stripe.max_network_retries,
+    )
 
     def point(url: str, timeout: float = 5) -> None:
         stripe.api_key = "sk_test_twice_not_a_secret"
@@ -376,7 +388,11 @@ def test_mcp_client_drives_a_trial(server: str, trial: Callable[..., Any]) -> No
     tools, results = asyncio.run(
         _mcp_session(
             t["urls"]["mcp"],
-            [("issue_refund", args), ("issue_refund", args), ("find_refunds", {"order_id": "order_1042"})],
+            [
+                ("issue_refund", args),
+                ("issue_refund", args),
+                ("find_refunds", {"order_id": "order_1042"}),
+            ],
         )
     )
     by_name = {tool.name: tool for tool in tools.tools}
@@ -384,9 +400,10 @@ def test_mcp_client_drives_a_trial(server: str, trial: Callable[..., Any]) -> No
     refund_hints = by_name["issue_refund"].annotations
     assert refund_hints.destructive_hint is True and refund_hints.idempotent_hint is False
     assert by_name["find_refunds"].annotations.read_only_hint is True
-    assert "order to refund" in by_name["issue_refund"].input_schema["properties"]["order_id"][
-        "description"
-    ]
+    assert (
+        "order to refund"
+        in by_name["issue_refund"].input_schema["properties"]["order_id"]["description"]
+    )
     lost, again, found = results
     assert lost.is_error and UNKNOWN_OUTCOME in lost.content[0].text
     assert not again.is_error and "re_2" in again.content[0].text
@@ -416,7 +433,9 @@ def test_restart_on_the_same_db_rebuilds_every_trial(tmp_path: Path) -> None:
     args = {"order_id": "order_1042", "amount": 4.99, "reason": "cracked"}
     with running_server(db) as running:
         url = running.url
-        a = httpx.post(f"{url}/_twice/trials", json={"task": "refund", "fault": "lost_reply"}).json()
+        a = httpx.post(
+            f"{url}/_twice/trials", json={"task": "refund", "fault": "lost_reply"}
+        ).json()
         b = httpx.post(
             f"{url}/_twice/trials",
             json={"task": "refund", "fault": "lost_reply", "protection": "intent-key"},

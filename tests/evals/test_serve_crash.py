@@ -78,7 +78,9 @@ def test_kill_9_mid_run_then_restart_restores_every_ledger(tmp_path: Path) -> No
         body = {"order_id": "order_1042", "amount": 499}
         with pytest.raises(httpx.RemoteProtocolError):
             httpx.post(refunds, json=body, headers={"Idempotency-Key": "a"})
-        assert httpx.post(refunds, json=body, headers={"Idempotency-Key": "a"}).json()["id"] == "re_1"
+        assert (
+            httpx.post(refunds, json=body, headers={"Idempotency-Key": "a"}).json()["id"] == "re_1"
+        )
 
         # A reply held for a minute is in flight when the server dies.
         hung_error: list[BaseException] = []

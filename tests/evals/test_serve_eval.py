@@ -32,9 +32,7 @@ def server() -> Iterator[str]:
 
 
 @pytest.mark.slow
-def test_served_eval_over_mcp_reproduces_the_reference_table(
-    server: str, tmp_path: Path
-) -> None:
+def test_served_eval_over_mcp_reproduces_the_reference_table(server: str, tmp_path: Path) -> None:
     by_cell = {}
     for fault, protection in sorted({(f, p) for f, p, _, _ in CASES}):
         models = [m for f, p, m, _ in CASES if (f, p) == (fault, protection)]
