@@ -2,27 +2,35 @@
 
 :func:`served_task` is a twice task whose tools are not in-process: each sample × epoch makes
 a trial on the server (``POST /_twice/trials``), the agent drives the trial's tools through
-inspect's ``mcp_server_http`` inside ``mcp_connection``, and the scorer reads the trial's
-verdict (the server computes it with the scorer's own code) and copies its ledger into the
-sample store, so the log reads like any other twice log.
+inspect's ``mcp_server_http`` inside ``mcp_connection`` (or an external command drives its
+services over HTTP), and when the agent stops, the trial's ledger is copied from the server
+into the sample store: twice's own ``side_effects`` scorer scores it, and the log reads like
+any other twice log.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
+import time
 from typing import Any
 
 import httpx
 from inspect_ai import Task
+from inspect_ai.agent import sandbox_agent_bridge
+from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageSystem
-from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import mcp_connection, mcp_server_http
-from inspect_ai.util import store
+from inspect_ai.util import sandbox, store
+from twice.assertions import side_effects
 from twice.mocks import LEDGER_STORE_KEY, STUB_STORE_KEY, get_fault
 from twice.tasks import get_protection, load_prompt, task_parts
 
 SERVED_STORE_KEY = "twice:served"
-"""Store key of the served trial: ``{"server", "id", "urls"}``."""
+"""Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
+is in the log)."""
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -52,6 +60,27 @@ async def trial_get(server: str, trial_id: str, what: str, token: str | None = N
     return r.json()
 
 
+async def sync_ledger(token: str | None = None) -> None:
+    """Copy the served trial's ledger into the sample store (where the scorer reads it)."""
+    served = store().get(SERVED_STORE_KEY)
+    ledger = await trial_get(served["server"], served["id"], "ledger", token)
+    store().set(LEDGER_STORE_KEY, ledger)
+
+
+@solver
+def served_agent(agent: Solver, token: str | None = None) -> Solver:
+    """Run ``agent``, then copy the trial's ledger into the store (even if the agent failed or
+    hit a limit: the ledger is what happened)."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        try:
+            return await agent(state, generate)
+        finally:
+            await sync_ledger(token)
+
+    return solve
+
+
 @solver
 def served_trial_setup(
     server: str,
@@ -77,7 +106,11 @@ def served_trial_setup(
             },
             token,
         )
-        store().set(SERVED_STORE_KEY, {"server": server, "id": trial["id"], "urls": trial["urls"]})
+        store().set(
+            SERVED_STORE_KEY,
+            {"server": server, "id": trial["id"], "urls": trial["urls"]},
+        )
+        await sync_ledger(token)
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
         store().set(
             STUB_STORE_KEY,
@@ -106,23 +139,102 @@ def mcp_agent() -> Solver:
     return solve
 
 
-@scorer(metrics={"*": [mean()]})
-def served_verdict(token: str | None = None) -> Scorer:
-    """Score a served trial from the server's verdict; keep its ledger in the sample store."""
+BRIDGE_API_KEY = "twice-agent-bridge"
+"""The dummy key an external agent is given: the bridge ignores it, and it is no secret."""
+OUTPUT_TAIL = 2000
 
-    async def score(state: TaskState, target: Target) -> Score:
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _wait_for_port(port: int, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"inspect's model proxy did not listen on 127.0.0.1:{port} within {seconds:g} s"
+                ) from None
+            await asyncio.sleep(0.1)
+        else:
+            writer.close()
+            return
+
+
+def agent_env(served: dict[str, Any], state: TaskState, model_port: int) -> dict[str, str]:
+    """What an external agent command is given: the trial's URLs, the task, the model.
+
+    ``TWICE_<SERVICE>_URL`` for every service (and ``TWICE_MCP_URL``), ``TWICE_TRIAL_ID``,
+    ``TWICE_INPUT`` (the user's request), ``TWICE_SYSTEM_PROMPT``, and an OpenAI-compatible
+    endpoint for the eval's model: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` (a dummy),
+    ``OPENAI_MODEL`` (``inspect``).
+    """
+    env = {f"TWICE_{name.upper()}_URL": url for name, url in served["urls"].items()}
+    system = next((m.text for m in state.messages if m.role == "system"), "")
+    env.update(
+        {
+            "TWICE_TRIAL_ID": served["id"],
+            "TWICE_INPUT": state.input_text,
+            "TWICE_SYSTEM_PROMPT": system,
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{model_port}/v1",
+            "OPENAI_API_KEY": BRIDGE_API_KEY,
+            "OPENAI_MODEL": "inspect",
+        }
+    )
+    return env
+
+
+@solver
+def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> Solver:
+    """Run an external agent command for the trial (``twice run --agent-cmd``).
+
+    The command runs through ``sh -c`` in ``cwd`` (default: the current directory) with
+    :func:`agent_env`; its model calls go through inspect's ``sandbox_agent_bridge`` (the
+    ``local`` sandbox: a proxy process on a free loopback port) to the eval's model, stub
+    models included. The trial is scored from its ledger whatever the command does; its exit
+    status and output tails are in the transcript.
+
+    Raises:
+        RuntimeError: when the command cannot be run at all (exit 126 or 127: not found or
+            not executable), which is a usage error, not a trial outcome.
+    """
+    where = cwd or os.getcwd()
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
         served = store().get(SERVED_STORE_KEY)
-        ledger = await trial_get(served["server"], served["id"], "ledger", token)
-        store().set(LEDGER_STORE_KEY, ledger)
-        verdict = await trial_get(served["server"], served["id"], "verdict", token)
-        return Score(
-            value=verdict["metrics"],
-            answer=state.output.completion[:500] if state.output else None,
-            explanation=verdict["explanation"],
-            metadata=verdict["evidence"],
+        port = _free_port()
+        async with sandbox_agent_bridge(port=port) as bridge:
+            await _wait_for_port(port)
+            result = await sandbox().exec(
+                ["sh", "-c", command],
+                env=agent_env(served, state, port),
+                cwd=where,
+                timeout=timeout,
+            )
+        transcript().info(
+            {
+                "agent_cmd": command,
+                "returncode": result.returncode,
+                "stdout": result.stdout[-OUTPUT_TAIL:],
+                "stderr": result.stderr[-OUTPUT_TAIL:],
+            }
         )
+        if result.returncode in (126, 127):
+            raise RuntimeError(
+                f"agent command {command!r} could not run (exit {result.returncode}): "
+                f"{result.stderr.strip()[-500:]}"
+            )
+        if bridge.state.messages:
+            state.messages = list(bridge.state.messages)
+        state.output = bridge.state.output
+        return state
 
-    return score
+    return solve
 
 
 def served_task(
@@ -136,6 +248,7 @@ def served_task(
     lost_reply: str = "drop",
     token: str | None = None,
     message_limit: int = 30,
+    sandbox: str | None = None,
 ) -> Task:
     """A twice task whose trials live in a ``twice serve`` server.
 
@@ -149,6 +262,7 @@ def served_task(
         lost_reply: ``drop`` or ``hang`` for lost replies over HTTP.
         token: The server's control-API token, if it has one.
         message_limit: Hard stop for agents that loop.
+        sandbox: The task's sandbox (``local`` for :func:`command_agent`).
 
     Raises:
         ValueError: for an unknown task, fault, protection or prompt.
@@ -163,9 +277,10 @@ def served_task(
         setup=served_trial_setup(
             server, task, fault, protection, p.name, p.text, lost_reply, token
         ),
-        solver=solver or mcp_agent(),
-        scorer=served_verdict(token),
+        solver=served_agent(solver or mcp_agent(), token),
+        scorer=side_effects(parts.end_state),
         message_limit=message_limit,
+        sandbox=sandbox,
         metadata={
             "twice": {
                 "task": task,

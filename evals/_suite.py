@@ -10,6 +10,9 @@ by two blocks runs once). Top-level keys set run options::
     tasks = ["refund"]
     faults = ["lost_reply", "timeout_before_commit"]
     protections = ["bare"]
+
+``agent_cmd = "node my_agent.js"`` at the top level runs that command as the agent of every
+trial, against ``twice serve`` (see ``twice run --agent-cmd``).
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class Suite:
     limit: int | None = None
     source: str = "flags"
     options: dict[str, Any] = field(default_factory=dict)
+    agent_cmd: str | None = None
+    """An external agent command run per trial against ``twice serve`` (``--agent-cmd``);
+    None: twice's own agent loop."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order."""
@@ -141,6 +147,8 @@ class Suite:
                     )
         if self.epochs < 1:
             raise SuiteError(f"epochs must be at least 1, got {self.epochs}")
+        if self.agent_cmd is not None and not self.agent_cmd.strip():
+            raise SuiteError("agent_cmd is empty; give the command that runs your agent")
 
 
 def _check(values: Sequence[str], known: dict[str, Any], what: str) -> None:
@@ -173,7 +181,7 @@ def load_suite(path: str | Path) -> Suite:
         raise SuiteError(f"suite file {str(p)!r} does not exist") from None
     except tomllib.TOMLDecodeError as ex:
         raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
-    known_top = {"matrix", "epochs", "limit", "description"}
+    known_top = {"matrix", "epochs", "limit", "description", "agent_cmd"}
     unknown = set(data) - known_top
     if unknown:
         raise SuiteError(
@@ -199,7 +207,10 @@ def load_suite(path: str | Path) -> Suite:
     limit = data.get("limit")
     if not isinstance(epochs, int) or (limit is not None and not isinstance(limit, int)):
         raise SuiteError(f"{p}: 'epochs' and 'limit' must be integers")
-    return Suite(tuple(matrices), epochs=epochs, limit=limit, source=str(p))
+    agent_cmd = data.get("agent_cmd")
+    if agent_cmd is not None and not isinstance(agent_cmd, str):
+        raise SuiteError(f"{p}: 'agent_cmd' must be a string (a shell command), got {agent_cmd!r}")
+    return Suite(tuple(matrices), epochs=epochs, limit=limit, source=str(p), agent_cmd=agent_cmd)
 
 
 def suite_from_flags(
@@ -212,6 +223,7 @@ def suite_from_flags(
     protections: Sequence[str],
     epochs: int | None,
     limit: int | None,
+    agent_cmd: str | None = None,
 ) -> Suite:
     """The suite a ``twice run`` command line asks for.
 
@@ -243,5 +255,7 @@ def suite_from_flags(
         suite = replace(suite, epochs=epochs)
     if limit is not None:
         suite = replace(suite, limit=limit)
+    if agent_cmd is not None:
+        suite = replace(suite, agent_cmd=agent_cmd)
     suite.validate()
     return suite

@@ -88,6 +88,12 @@ def cli() -> None:
     "plain in CI or a pipe.",
 )
 @click.option("--no-report", is_flag=True, help="Skip report.html.")
+@click.option(
+    "--agent-cmd",
+    help="Run this shell command as the agent of every trial, against a twice serve of the run: "
+    "it gets TWICE_<SERVICE>_URL, TWICE_INPUT, TWICE_SYSTEM_PROMPT and OPENAI_BASE_URL / "
+    "OPENAI_API_KEY for the eval's model (model name 'inspect').",
+)
 def run(
     models: tuple[str, ...],
     prompts: tuple[str, ...],
@@ -102,6 +108,7 @@ def run(
     max_connections: int | None,
     display: str | None,
     no_report: bool,
+    agent_cmd: str | None,
 ) -> None:
     """Run the suite: models × prompts × tasks × faults × protections × epochs.
 
@@ -119,6 +126,7 @@ def run(
             protections=protections,
             epochs=epochs,
             limit=limit,
+            agent_cmd=agent_cmd,
         )
         out = log_dir or default_log_dir()
         n_cells = sum(1 for _ in suite.cells())

@@ -47,6 +47,6 @@ def test_served_eval_over_mcp_reproduces_the_reference_table(server: str, tmp_pa
             # The ledger is in the sample store, as in any twice log.
             effects = sample.store["twice:ledger"]["effects"]
             by_cell[(fault, protection, log.eval.model)] = len(effects)
-            score = sample.scores["served_verdict"]
+            score = sample.scores["side_effects"]
             assert score.value["duplicated"] == float(len(effects) > 1)
     assert by_cell == {(f, p, m): n for f, p, m, n in CASES}
