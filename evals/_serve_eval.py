@@ -33,7 +33,13 @@ SERVED_STORE_KEY = "twice:served"
 is in the log)."""
 
 
+TOKEN_ENV = "TWICE_SERVE_TOKEN"
+"""Environment variable holding the server's control-API token, if it has one. Read when a
+request is made, never passed as a solver argument: inspect logs solver arguments."""
+
+
 def _headers(token: str | None) -> dict[str, str]:
+    token = token or os.environ.get(TOKEN_ENV)
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
@@ -60,15 +66,15 @@ async def trial_get(server: str, trial_id: str, what: str, token: str | None = N
     return r.json()
 
 
-async def sync_ledger(token: str | None = None) -> None:
+async def sync_ledger() -> None:
     """Copy the served trial's ledger into the sample store (where the scorer reads it)."""
     served = store().get(SERVED_STORE_KEY)
-    ledger = await trial_get(served["server"], served["id"], "ledger", token)
+    ledger = await trial_get(served["server"], served["id"], "ledger")
     store().set(LEDGER_STORE_KEY, ledger)
 
 
 @solver
-def served_agent(agent: Solver, token: str | None = None) -> Solver:
+def served_agent(agent: Solver) -> Solver:
     """Run ``agent``, then copy the trial's ledger into the store (even if the agent failed or
     hit a limit: the ledger is what happened)."""
 
@@ -76,7 +82,7 @@ def served_agent(agent: Solver, token: str | None = None) -> Solver:
         try:
             return await agent(state, generate)
         finally:
-            await sync_ledger(token)
+            await sync_ledger()
 
     return solve
 
@@ -90,7 +96,6 @@ def served_trial_setup(
     prompt_name: str,
     prompt_text: str,
     lost_reply: str = "drop",
-    token: str | None = None,
 ) -> Solver:
     """Make this sample × epoch's trial on the server; set the prompt and the stubs' plan."""
 
@@ -104,13 +109,12 @@ def served_trial_setup(
                 "protection": protection,
                 "lost_reply": lost_reply,
             },
-            token,
         )
         store().set(
             SERVED_STORE_KEY,
             {"server": server, "id": trial["id"], "urls": trial["urls"]},
         )
-        await sync_ledger(token)
+        await sync_ledger()
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
         store().set(
             STUB_STORE_KEY,
@@ -246,7 +250,6 @@ def served_task(
     prompt: str = "baseline",
     solver: Solver | None = None,
     lost_reply: str = "drop",
-    token: str | None = None,
     message_limit: int = 30,
     sandbox: str | None = None,
 ) -> Task:
@@ -260,7 +263,9 @@ def served_task(
         prompt: A built-in prompt name or a prompt file path.
         solver: The agent; default: the model drives the trial's tools over MCP.
         lost_reply: ``drop`` or ``hang`` for lost replies over HTTP.
-        token: The server's control-API token, if it has one.
+
+    A server started with ``--token`` needs the token in ``$TWICE_SERVE_TOKEN`` (never a task
+    or solver argument, which inspect would log).
         message_limit: Hard stop for agents that loop.
         sandbox: The task's sandbox (``local`` for :func:`command_agent`).
 
@@ -274,10 +279,8 @@ def served_task(
     return Task(
         name=task,
         dataset=parts.dataset,
-        setup=served_trial_setup(
-            server, task, fault, protection, p.name, p.text, lost_reply, token
-        ),
-        solver=served_agent(solver or mcp_agent(), token),
+        setup=served_trial_setup(server, task, fault, protection, p.name, p.text, lost_reply),
+        solver=served_agent(solver or mcp_agent()),
         scorer=side_effects(parts.end_state),
         message_limit=message_limit,
         sandbox=sandbox,

@@ -50,3 +50,22 @@ def test_served_eval_over_mcp_reproduces_the_reference_table(server: str, tmp_pa
             score = sample.scores["side_effects"]
             assert score.value["duplicated"] == float(len(effects) > 1)
     assert by_cell == {(f, p, m): n for f, p, m, n in CASES}
+
+
+@pytest.mark.slow
+def test_served_eval_with_a_token_keeps_it_out_of_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "tok-" + "7" * 24
+    monkeypatch.setenv("TWICE_SERVE_TOKEN", token)
+    with running_server(token=token) as running:
+        task = served_task("refund", running.url, fault="lost_reply")
+        [log] = inspect_eval(
+            task, model="stub/no-retry", limit=1, display="none", log_dir=str(tmp_path)
+        )
+    assert log.status == "success" and log.samples[0].error is None
+    assert len(log.samples[0].store["twice:ledger"]["effects"]) == 1
+    # The .eval file is a zip: look in what it holds, not its compressed bytes.
+    from inspect_ai.log import read_eval_log
+
+    assert token not in read_eval_log(log.location).model_dump_json()
