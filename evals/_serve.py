@@ -240,7 +240,9 @@ class ServedTrial:
     ) -> ServedTrial:
         """Build a trial from its sample's initial state."""
         parts = task_parts(config.task)
-        sample = next(s for s in parts.dataset if str(s.id) == config.sample)
+        sample = next((s for s in parts.dataset if str(s.id) == config.sample), None)
+        if sample is None:
+            raise ValueError(f"task {config.task!r} has no sample {config.sample!r}")
         metadata = dict(sample.metadata or {})
         services = Services(
             parts.services(metadata.get("state", {})), fault=get_fault(config.fault)
@@ -401,9 +403,15 @@ class TwiceServer:
             n += 1
             if record.kind == "create":
                 config = TrialConfig(**record.data)
-                self.trials[record.trial] = ServedTrial.create(
-                    record.trial, config, self._logger(record.trial)
-                )
+                try:
+                    self.trials[record.trial] = ServedTrial.create(
+                        record.trial, config, self._logger(record.trial)
+                    )
+                except ValueError as ex:
+                    raise ServeError(
+                        f"{self.request_log.path} cannot be replayed: trial {record.trial} "
+                        f"was made from something this twice does not have ({ex})"
+                    ) from None
                 continue
             trial = self.trials.get(record.trial)
             if trial is None:
@@ -649,7 +657,12 @@ def _prepare(
     sock = _bind(host, port)
     bound_port = sock.getsockname()[1]
     shown = host if host not in ("0.0.0.0", "::") else socket.gethostname()
-    app = TwiceServer(log, f"http://{_url_host(shown)}:{bound_port}", token=token, host=host)
+    try:
+        app = TwiceServer(log, f"http://{_url_host(shown)}:{bound_port}", token=token, host=host)
+    except BaseException:
+        sock.close()
+        log.close()
+        raise
     return sock, app
 
 

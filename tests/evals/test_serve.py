@@ -169,6 +169,17 @@ def test_serve_refuses_a_file_that_is_not_its_database(tmp_path: Path) -> None:
         _prepare("127.0.0.1", 0, junk, None)
 
 
+def test_serve_refuses_a_log_it_cannot_replay(tmp_path: Path) -> None:
+    from twice.evals import RequestLog
+
+    db = tmp_path / "old.sqlite"
+    log = RequestLog(db)
+    log.append("abc", "create", {"task": "refund", "sample": "refund-999"})
+    log.close()
+    with pytest.raises(ServeError, match=r"cannot be replayed: trial abc .*no sample 'refund-999'"):
+        _prepare("127.0.0.1", 0, db, None)
+
+
 def test_parse_trial_config_defaults() -> None:
     config = parse_trial_config({"task": "send_email"})
     assert (config.sample, config.fault, config.protection, config.lost_reply) == (
