@@ -14,7 +14,6 @@ from ._gate import (
     parse_gate,
     write_junit,
 )
-from ._logs import LogDir, LogEntry, check_log_dir, read_log_dir
 from ._power import trials_needed, trials_table
 from ._rates import CellRates, EvalRates, eval_rates
 from ._run import RunResult, build_tasks, check_model_args, run_metadata, run_suite
@@ -41,8 +40,6 @@ __all__ = [
     "GateConfig",
     "GateError",
     "GateResult",
-    "LogDir",
-    "LogEntry",
     "Matrix",
     "RequestLog",
     "Rule",
@@ -53,7 +50,6 @@ __all__ = [
     "TrialConfig",
     "TwiceServer",
     "build_tasks",
-    "check_log_dir",
     "check_model_args",
     "eval_rates",
     "evaluate_gate",
@@ -63,7 +59,6 @@ __all__ = [
     "load_suite",
     "parse_gate",
     "parse_trial_config",
-    "read_log_dir",
     "run_metadata",
     "run_suite",
     "running_server",

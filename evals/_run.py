@@ -17,10 +17,9 @@ import pandas as pd
 from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
-from twice.reports import LogReadError, cells, trials_frame, write_summary
+from twice.reports import LogReadError, cells, check_log_dir, trials_frame, write_summary
 from twice.tasks import get_task, load_prompt
 
-from ._logs import check_log_dir
 from ._suite import Cell, Suite, SuiteError
 
 CREDENTIAL_ARG = re.compile(
@@ -245,7 +244,9 @@ def run_suite(
         log_dir.mkdir(parents=True, exist_ok=True)
         logs = _eval_set(tasks, suite, log_dir, max_connections, display, retry_attempts)
     with gc_for_trials():
-        frame = trials_frame([log.location for log in logs])
+        # The directory, not the logs eval_set returned: one rule for which logs count
+        # (reports.read_log_dir), shared with trials_frame, `twice report` and `twice gate`.
+        frame = trials_frame(log_dir)
     table = cells(frame)
     run = run_metadata(suite, model_args)
     summary_path = write_summary(table, log_dir / "summary.json", run=run)

@@ -15,6 +15,7 @@ from ._faults import (
     NoFault,
     RateLimited,
     Schedule,
+    ServerErrorAfterCommit,
     TimeoutBeforeCommit,
     get_fault,
 )
@@ -26,18 +27,22 @@ from ._ledger import (
     Effect,
     Ledger,
     Outcome,
+    ledger_of,
+    ledgers,
     outcome_of,
 )
 from ._service import (
     BACKOFF_HEADER,
     CALL_HEADER,
     KEY_HEADER,
+    REPLAYED_HEADER,
     SOURCE_HEADER,
     Call,
     Route,
     Service,
     Services,
     error_response,
+    services_from_state,
 )
 from ._stub import (
     NOISY_DEFAULT_RATE,
@@ -67,6 +72,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "NOISY_DEFAULT_RATE",
     "NOISY_RETRY_RATES",
+    "REPLAYED_HEADER",
     "RETRY_SOURCES",
     "SOURCE_HEADER",
     "STUB_MODELS",
@@ -91,6 +97,7 @@ __all__ = [
     "RecordsService",
     "Route",
     "Schedule",
+    "ServerErrorAfterCommit",
     "Service",
     "Services",
     "StubAPI",
@@ -99,6 +106,9 @@ __all__ = [
     "TravelService",
     "error_response",
     "get_fault",
+    "ledger_of",
+    "ledgers",
     "noisy_retry_rate",
     "outcome_of",
+    "services_from_state",
 ]
