@@ -187,6 +187,21 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
                 f"process at {x['cpu_bound_ceiling']:.2f} of ideal; 0.9 needs a model slower "
                 f"than {x['break_even_delay']:.2f} s/turn"
             )
+    if want("sequential"):
+        import _sequential
+
+        gates = 2_000 if sizes.epochs == 1 else 20_000
+        log(f"sequential: {gates} simulated gates per true rate, and a stub run")
+        seq = _sequential.study(gates)
+        seq["stub_run"] = _sequential.stub_run(work, limit=4 if sizes.epochs == 1 else None)
+        results["sequential"] = seq
+        notes.append(
+            f"sequential: false-pass {seq['false_pass_rate']:.4f} at the threshold (alpha "
+            f"{seq['alpha']}; Wilson recomputed every round: "
+            f"{seq['wilson_peeking_false_pass_rate']:.4f}); mean trials "
+            + ", ".join(f"{k}: {v:.0f}" for k, v in seq["mean_trials"].items())
+            + f" vs {seq['fixed_trials']} fixed; stub run {seq['stub_run']}"
+        )
     if want("serve"):
         log(f"serve: {sizes.serve_clients} concurrent clients, {sizes.storm} same-key POSTs")
         import _serve_load
@@ -257,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=HERE / "out", help="scratch and cached logs")
     parser.add_argument(
         "--only",
-        help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,serve,"
-        "demo (the other figures already in --out are kept)",
+        help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,"
+        "sequential,serve,demo (the other figures already in --out are kept)",
     )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "LOG_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -282,11 +297,6 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_at_end"] = list(os.getloadavg())
     machine["bench_seconds"] = time.perf_counter() - w0
     results["machine"] = machine
-    if only is not None and args.out.exists():
-        # A subset updates its figures and keeps the rest of the last full run.
-        kept = json.loads(args.out.read_text(encoding="utf-8"))
-        kept.pop("machine", None)
-        results = {**kept, **results}
 
     print(table(results))
     print()
@@ -300,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{machine['bench_seconds']:.0f} s"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if only and args.out.is_file():  # a subset refreshes its figures, keeps the others
+        results = {**json.loads(args.out.read_text(encoding="utf-8")), **results}
     args.out.write_text(json.dumps(_round(results), indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0

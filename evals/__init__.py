@@ -29,11 +29,13 @@ from ._serve import (
 from ._serve_eval import served_task
 from ._serve_log import RequestLog
 from ._suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
+from ._until import CellState, run_until_decided
 
 __all__ = [
     "BaselinePolicy",
     "Cell",
     "CellRates",
+    "CellState",
     "Check",
     "ControlError",
     "EvalRates",
@@ -61,6 +63,7 @@ __all__ = [
     "parse_trial_config",
     "run_metadata",
     "run_suite",
+    "run_until_decided",
     "running_server",
     "serve",
     "served_task",

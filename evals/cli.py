@@ -89,6 +89,25 @@ def cli() -> None:
 )
 @click.option("--no-report", is_flag=True, help="Skip report.html.")
 @click.option(
+    "--until-decided",
+    "until_decided",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="GATE.toml",
+    help="Run each cell in rounds until this gate's verdict on it is settled (anytime-valid "
+    "bounds); replaces --epochs.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    help="With --until-decided: trials per cell per round, rounded up to whole epochs "
+    "(default: one epoch of the cell's samples).",
+)
+@click.option(
+    "--max-trials",
+    type=click.IntRange(min=1),
+    help="With --until-decided: most trials a cell may use (default 480).",
+)
+@click.option(
     "--agent-cmd",
     help="Run this shell command as the agent of every trial, against a twice serve of the run: "
     "it gets TWICE_<SERVICE>_URL, TWICE_INPUT, TWICE_SYSTEM_PROMPT and OPENAI_BASE_URL / "
@@ -108,6 +127,9 @@ def run(
     max_connections: int | None,
     display: str | None,
     no_report: bool,
+    until_decided: Path | None,
+    batch: int | None,
+    max_trials: int | None,
     agent_cmd: str | None,
 ) -> None:
     """Run the suite: models × prompts × tasks × faults × protections × epochs.
@@ -116,7 +138,39 @@ def run(
     """
     from ._run import default_log_dir, format_table, run_suite
 
+    if until_decided is None and (batch is not None or max_trials is not None):
+        raise click.UsageError("--batch and --max-trials only apply with --until-decided GATE.toml")
+    if until_decided is not None and agent_cmd is not None:
+        raise click.UsageError("--agent-cmd does not combine with --until-decided (yet)")
+    if until_decided is not None and epochs is not None:
+        raise click.UsageError(
+            "--epochs and --until-decided exclude each other: the rounds decide the epochs"
+        )
     try:
+        if until_decided is not None:
+            from ._until import run_sequential_cli
+
+            run_sequential_cli(
+                until_decided,
+                batch=batch,
+                max_trials=max_trials,
+                suite_flags={
+                    "config": config,
+                    "models": models,
+                    "prompts": prompts,
+                    "tasks": tasks,
+                    "faults": faults,
+                    "protections": protections,
+                    "epochs": None,
+                    "limit": limit,
+                },
+                log_dir=log_dir or default_log_dir(),
+                model_args=_model_args(model_arg),
+                max_connections=max_connections,
+                display=display or default_display(),
+                report=not no_report,
+            )
+            return
         suite = suite_from_flags(
             config=config,
             models=models,
@@ -265,7 +319,10 @@ def gate(
             err=True,
         )
         sys.exit(2)
-    result = evaluate_gate(frame, cfg, baseline=base_frame)
+    from ._until import sequential_record
+
+    sequential = sequential_record(log_dir)
+    result = evaluate_gate(frame, cfg, baseline=base_frame, sequential=sequential)
     skipped = f", {len(logs.superseded)} superseded log(s) not counted" if logs.superseded else ""
     click.echo(
         f"twice gate: {log_dir} ({len(logs.files)} log(s), {len(frame)} trial(s){skipped}) "
@@ -273,7 +330,8 @@ def gate(
     )
     click.echo(format_gate(result))
     if junit:
-        write_junit(result.checks, junit)
+        suite = "twice gate (sequential: anytime-valid bounds)" if sequential else "twice gate"
+        write_junit(result.checks, junit, suite=suite)
         click.echo(f"junit:  {junit}")
     sys.exit(0 if result.passed else 1)
 

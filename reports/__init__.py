@@ -25,6 +25,7 @@ from ._frame import (
 from ._html import render_report, report_data, write_report
 from ._logs import LogDir, LogEntry, LogReadError, check_log_dir, log_files, read_log_dir
 from ._metrics import CATALOGUE, COMPARED, Metric, crashed, metric
+from ._passk import no_dup_k
 
 __all__ = [
     "CATALOGUE",
@@ -50,6 +51,7 @@ __all__ = [
     "ledger_counts",
     "log_files",
     "metric",
+    "no_dup_k",
     "prompt_comparison",
     "read_log_dir",
     "render_report",

@@ -189,6 +189,7 @@ def run_info(trials: pd.DataFrame, run: dict[str, Any] | None) -> dict[str, Any]
         "versions": versions,
         "created": created,
         "suite": run.get("suite", ""),
+        "sequential": run.get("sequential") if isinstance(run.get("sequential"), dict) else None,
         "log_dirs": sorted({str(Path(local_path(str(p))).parent) for p in trials["log"].unique()}),
     }
     return info
@@ -258,6 +259,7 @@ def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]
                 "dup": _rate(r, "duplication", True),
                 "comp": _rate(r, "completion", False),
                 "excess": r["excess_effects_mean"],
+                "passk": passk_shown(r.get("no_dup_k") or {}),
                 "worst": worst,
                 # What the row pools: the headline rates are over all of these at once.
                 "pooled": {
@@ -270,6 +272,15 @@ def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]
     # Best first: the page is read top-down, so the table answers "which one" on its own.
     rows.sort(key=lambda r: (-_num(r["safe"]["rate"]), _num(r["dup"]["rate"])))
     return rows
+
+
+def passk_shown(values: dict[str, float]) -> list[tuple[int, float]]:
+    """The ``no_dup^k`` values the headline shows: k = 1, 2, 4, 8, ... and the largest k."""
+    ks = sorted(int(k) for k in values)
+    if not ks:
+        return []
+    shown = {k for k in ks if k & (k - 1) == 0} | {ks[-1]}
+    return [(k, values[str(k)]) for k in ks if k in shown]
 
 
 def _num(x: Any) -> float:
