@@ -14,6 +14,14 @@ from ._gate import (
     parse_gate,
     write_junit,
 )
+from ._local import (
+    LocalModelError,
+    LocalModelServer,
+    ServerOptions,
+    local_model_server,
+    model_home,
+)
+from ._local import install as install_local_model
 from ._power import trials_needed, trials_table
 from ._rates import CellRates, EvalRates, eval_rates
 from ._run import RunResult, build_tasks, check_model_args, run_metadata, run_suite
@@ -42,11 +50,14 @@ __all__ = [
     "GateConfig",
     "GateError",
     "GateResult",
+    "LocalModelError",
+    "LocalModelServer",
     "Matrix",
     "RequestLog",
     "Rule",
     "RunResult",
     "ServeError",
+    "ServerOptions",
     "Suite",
     "SuiteError",
     "TrialConfig",
@@ -56,9 +67,12 @@ __all__ = [
     "eval_rates",
     "evaluate_gate",
     "format_gate",
+    "install_local_model",
     "junit_xml",
     "load_gate",
     "load_suite",
+    "local_model_server",
+    "model_home",
     "parse_gate",
     "parse_trial_config",
     "run_metadata",

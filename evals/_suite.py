@@ -11,6 +11,8 @@ by two blocks runs once). Top-level keys set run options::
     faults = ["lost_reply", "timeout_before_commit"]
     protections = ["bare"]
 
+An optional ``[local_model]`` table (keys of :class:`ServerOptions`) makes the run start
+twice's local model server first and stop it at the end (``evals/real.toml``).
 ``agent_cmd = "node my_agent.js"`` at the top level runs that command as the agent of every
 trial, against ``twice serve`` (see ``twice run --agent-cmd``).
 """
@@ -25,6 +27,8 @@ from typing import Any
 
 from twice.mocks import FAULTS, STUB_MODELS
 from twice.tasks import PROTECTIONS, TASKS, load_prompt
+
+from ._local import ServerOptions, parse_options
 
 DEFAULT_SUITE = Path(__file__).parent / "default.toml"
 """The suite ``twice run`` runs with no flags: every stub model, offline."""
@@ -70,6 +74,8 @@ class Suite:
     epochs: int = 1
     limit: int | None = None
     source: str = "flags"
+    local_model: ServerOptions | None = None
+    """The ``[local_model]`` server this suite starts for its run, if any."""
     agent_cmd: str | None = None
     """An external agent command run per trial against ``twice serve`` (``--agent-cmd``);
     None: twice's own agent loop."""
@@ -176,7 +182,7 @@ def load_suite(path: str | Path) -> Suite:
         raise SuiteError(f"suite file {str(p)!r} does not exist") from None
     except tomllib.TOMLDecodeError as ex:
         raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
-    known_top = {"matrix", "epochs", "limit", "description", "agent_cmd"}
+    known_top = {"matrix", "epochs", "limit", "description", "local_model", "agent_cmd"}
     unknown = set(data) - known_top
     if unknown:
         raise SuiteError(
@@ -205,7 +211,20 @@ def load_suite(path: str | Path) -> Suite:
     agent_cmd = data.get("agent_cmd")
     if agent_cmd is not None and not isinstance(agent_cmd, str):
         raise SuiteError(f"{p}: 'agent_cmd' must be a string (a shell command), got {agent_cmd!r}")
-    return Suite(tuple(matrices), epochs=epochs, limit=limit, source=str(p), agent_cmd=agent_cmd)
+    local_model = None
+    if "local_model" in data:
+        try:
+            local_model = parse_options(data["local_model"], str(p))
+        except ValueError as ex:
+            raise SuiteError(str(ex)) from None
+    return Suite(
+        tuple(matrices),
+        epochs=epochs,
+        limit=limit,
+        source=str(p),
+        local_model=local_model,
+        agent_cmd=agent_cmd,
+    )
 
 
 def suite_from_flags(

@@ -22,7 +22,7 @@ from ._aggregate import cells, wilson
 from ._charts import PALETTE, interval_bar, rate_colour, scatter
 from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comparison
 from ._drill import WORST_N, clip, drill_down
-from ._frame import CELL, RETRY_SOURCES, local_path
+from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES, RETRY_SOURCES, local_path
 from ._metrics import COMPARED, crashed, metric
 
 _ENV = jinja2.Environment(
@@ -571,6 +571,20 @@ def _errors(trials: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def _parsing(trials: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per model, how twice's local model server read its replies (tool-call shapes)."""
+    if not set(PARSE_COLUMNS) <= set(trials.columns):
+        return []
+    out = []
+    for model, group in trials.groupby("model", sort=False):
+        counted = group[list(PARSE_COLUMNS)].dropna(how="all")
+        if counted.empty:
+            continue
+        sums = {s: int(counted[f"parse_{s}"].sum()) for s in PARSE_SHAPES}
+        out.append({"model": model, "trials": len(counted), "replies": sum(sums.values()), **sums})
+    return out
+
+
 def report_data(
     trials: pd.DataFrame,
     run: dict[str, Any] | None = None,
@@ -601,6 +615,7 @@ def report_data(
         "breakdowns": _breakdowns(trials, info) if len(trials) else [],
         "sources": _sources(trials, info) if len(trials) else None,
         "errors": _errors(trials) if len(trials) else [],
+        "parsing": _parsing(trials) if len(trials) else [],
         "worst_n": worst,
         "drill": drill_down(trials, worst) if len(trials) else [],
         "palette": PALETTE,
