@@ -150,8 +150,13 @@ def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Mo
     return cache[name]
 
 
-def build_tasks(suite: Suite, model_args: dict[str, Any] | None = None) -> list[Task]:
+def build_tasks(
+    suite: Suite, model_args: dict[str, Any] | None = None, server: str | None = None
+) -> list[Task]:
     """One inspect Task per cell, with its model attached.
+
+    With ``suite.agent_cmd``, each task's trials live in the ``twice serve`` at ``server`` and
+    the command is their agent (:func:`command_agent`).
 
     ``eval_set`` pairs a task with its finished log by name, task args, model, model args and
     version. The prompt is a task arg by *name or path*, so the task version carries the hash
@@ -161,8 +166,25 @@ def build_tasks(suite: Suite, model_args: dict[str, Any] | None = None) -> list[
     check_model_args(model_args or {})
     models: dict[str, Model] = {}
     out = []
+    if suite.agent_cmd is not None and server is None:
+        raise SuiteError("an agent command needs a twice serve URL to run its trials against")
     for cell in suite.cells():
-        task = get_task(cell.task)(fault=cell.fault, protection=cell.protection, prompt=cell.prompt)
+        if suite.agent_cmd is not None and server is not None:
+            from ._serve_eval import command_agent, served_task
+
+            task = served_task(
+                cell.task,
+                server,
+                fault=cell.fault,
+                protection=cell.protection,
+                prompt=cell.prompt,
+                solver=command_agent(suite.agent_cmd),
+                sandbox="local",
+            )
+        else:
+            task = get_task(cell.task)(
+                fault=cell.fault, protection=cell.protection, prompt=cell.prompt
+            )
         sha = load_prompt(cell.prompt).sha256
         out.append(
             task_with(
@@ -210,7 +232,6 @@ def run_suite(
         SuiteError: for a model that cannot be loaded, credential model args, or a log
             directory holding a log that cannot be read (checked before anything runs).
     """
-    tasks = build_tasks(suite, model_args)
     generate = dict(generate_config or {})
     if max_connections is None:  # a --max-connections flag wins over the suite's setting
         max_connections = generate.pop("max_connections", None)
@@ -219,7 +240,41 @@ def run_suite(
         check_log_dir(log_dir)
     except LogReadError as ex:
         raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
-    log_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        server = None
+        if suite.agent_cmd is not None:
+            # The external agent's trials live in a twice serve of this run (in memory: the
+            # inspect logs are the run's record).
+            from ._serve import running_server
+
+            server = stack.enter_context(running_server()).url
+        tasks = build_tasks(suite, model_args, server)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        logs = _eval_set(tasks, suite, log_dir, max_connections, display, retry_attempts, generate)
+    with gc_for_trials():
+        # The directory, not the logs eval_set returned: one rule for which logs count
+        # (reports.read_log_dir), shared with trials_frame, `twice report` and `twice gate`.
+        frame = trials_frame(log_dir)
+    table = cells(frame)
+    run = run_metadata(suite, model_args)
+    summary_path = write_summary(table, log_dir / "summary.json", run=run)
+    report_path = None
+    if report:
+        from twice.reports import write_report
+
+        report_path = write_report(frame, log_dir / "report.html", run=run)
+    return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
+
+
+def _eval_set(
+    tasks: list[Task],
+    suite: Suite,
+    log_dir: Path,
+    max_connections: int | None,
+    display: str | None,
+    retry_attempts: int,
+    generate: dict[str, Any],
+) -> list[EvalLog]:
     with gc_for_trials():
         _, logs = eval_set(
             tasks,
@@ -235,19 +290,7 @@ def run_suite(
             **eval_options(display),
             **generate,
         )
-    with gc_for_trials():
-        # The directory, not the logs eval_set returned: one rule for which logs count
-        # (reports.read_log_dir), shared with trials_frame, `twice report` and `twice gate`.
-        frame = trials_frame(log_dir)
-    table = cells(frame)
-    run = run_metadata(suite, model_args)
-    summary_path = write_summary(table, log_dir / "summary.json", run=run)
-    report_path = None
-    if report:
-        from twice.reports import write_report
-
-        report_path = write_report(frame, log_dir / "report.html", run=run)
-    return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
+    return logs
 
 
 def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -275,6 +318,7 @@ def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict
         "epochs": suite.epochs,
         "limit": suite.limit,
         "suite": suite.source,
+        "agent_cmd": suite.agent_cmd,
         "versions": {"twice": version("twice"), "inspect_ai": version("inspect_ai")},
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
