@@ -163,9 +163,15 @@ def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Mo
 
 
 def build_tasks(
-    suite: Suite, model_args: dict[str, Any] | None = None, cells: list[Cell] | None = None
+    suite: Suite,
+    model_args: dict[str, Any] | None = None,
+    server: str | None = None,
+    cells: list[Cell] | None = None,
 ) -> list[Task]:
     """One inspect Task per cell, with its model attached.
+
+    With ``suite.agent_cmd``, each task's trials live in the ``twice serve`` at ``server`` and
+    the command is their agent (:func:`command_agent`).
 
     ``eval_set`` pairs a task with its finished log by name, task args, model, model args and
     version. The prompt is a task arg by *name or path*, so the task version carries the hash
@@ -175,8 +181,25 @@ def build_tasks(
     check_model_args(model_args or {})
     models: dict[str, Model] = {}
     out = []
+    if suite.agent_cmd is not None and server is None:
+        raise SuiteError("an agent command needs a twice serve URL to run its trials against")
     for cell in suite.cells() if cells is None else cells:
-        task = get_task(cell.task)(fault=cell.fault, protection=cell.protection, prompt=cell.prompt)
+        if suite.agent_cmd is not None and server is not None:
+            from ._serve_eval import command_agent, served_task
+
+            task = served_task(
+                cell.task,
+                server,
+                fault=cell.fault,
+                protection=cell.protection,
+                prompt=cell.prompt,
+                solver=command_agent(suite.agent_cmd),
+                sandbox="local",
+            )
+        else:
+            task = get_task(cell.task)(
+                fault=cell.fault, protection=cell.protection, prompt=cell.prompt
+            )
         sha = load_prompt(cell.prompt).sha256
         out.append(
             task_with(
@@ -231,7 +254,6 @@ def run_suite(
     if shard is not None:
         log_dir = shard_dir(log_dir, shard)
     mine = None if shard is None else shard_cells(list(suite.cells()), shard)
-    tasks = build_tasks(suite, model_args, mine)
     generate = dict(generate_config or {})
     if max_connections is None:  # a --max-connections flag wins over the suite's setting
         max_connections = generate.pop("max_connections", None)
@@ -240,23 +262,20 @@ def run_suite(
         check_log_dir(log_dir)
     except LogReadError as ex:
         raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
-    make_dirs(log_dir)
-    logs: list[EvalLog] = []
-    if tasks:  # a shard may be dealt no cells (more shards than cells): it records that
-        with gc_for_trials():
-            _, logs = eval_set(
-                tasks,
-                log_dir=str(log_dir),
-                epochs=suite.epochs,
-                limit=suite.limit,
-                max_connections=max_connections,
-                display=display,  # type: ignore[arg-type]
-                retry_attempts=retry_attempts,
-                retry_wait=1,
-                fail_on_error=False,
-                log_dir_allow_dirty=True,
-                **eval_options(display),
-                **generate,
+    with contextlib.ExitStack() as stack:
+        server = None
+        if suite.agent_cmd is not None:
+            # The external agent's trials live in a twice serve of this run (in memory: the
+            # inspect logs are the run's record).
+            from ._serve import running_server
+
+            server = stack.enter_context(running_server()).url
+        tasks = build_tasks(suite, model_args, server, mine)
+        make_dirs(log_dir)
+        logs: list[EvalLog] = []
+        if tasks:  # a shard may be dealt no cells (more shards than cells): it records that
+            logs = _eval_set(
+                tasks, suite, log_dir, max_connections, display, retry_attempts, generate
             )
     with gc_for_trials():
         # The directory, not the logs eval_set returned: one rule for which logs count
@@ -273,6 +292,33 @@ def run_suite(
 
         report_path = write_report(frame, join(log_dir, "report.html"), run=run)
     return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
+
+
+def _eval_set(
+    tasks: list[Task],
+    suite: Suite,
+    log_dir: Location,
+    max_connections: int | None,
+    display: str | None,
+    retry_attempts: int,
+    generate: dict[str, Any],
+) -> list[EvalLog]:
+    with gc_for_trials():
+        _, logs = eval_set(
+            tasks,
+            log_dir=str(log_dir),
+            epochs=suite.epochs,
+            limit=suite.limit,
+            max_connections=max_connections,
+            display=display,  # type: ignore[arg-type]
+            retry_attempts=retry_attempts,
+            retry_wait=1,
+            fail_on_error=False,
+            log_dir_allow_dirty=True,
+            **eval_options(display),
+            **generate,
+        )
+    return logs
 
 
 def run_metadata(
@@ -303,6 +349,7 @@ def run_metadata(
         "epochs": suite.epochs,
         "limit": suite.limit,
         "suite": suite.source,
+        "agent_cmd": suite.agent_cmd,
         "versions": {"twice": version("twice"), "inspect_ai": version("inspect_ai")},
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }

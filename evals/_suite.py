@@ -13,6 +13,8 @@ by two blocks runs once). Top-level keys set run options::
 
 An optional ``[local_model]`` table (keys of :class:`ServerOptions`) makes the run start
 twice's local model server first and stop it at the end (``evals/real.toml``).
+``agent_cmd = "node my_agent.js"`` at the top level runs that command as the agent of every
+trial, against ``twice serve`` (see ``twice run --agent-cmd``).
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ class Suite:
     source: str = "flags"
     local_model: ServerOptions | None = None
     """The ``[local_model]`` server this suite starts for its run, if any."""
+    agent_cmd: str | None = None
+    """An external agent command run per trial against ``twice serve`` (``--agent-cmd``);
+    None: twice's own agent loop."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order."""
@@ -143,6 +148,8 @@ class Suite:
                     )
         if self.epochs < 1:
             raise SuiteError(f"epochs must be at least 1, got {self.epochs}")
+        if self.agent_cmd is not None and not self.agent_cmd.strip():
+            raise SuiteError("agent_cmd is empty; give the command that runs your agent")
 
 
 def _check(values: Sequence[str], known: dict[str, Any], what: str) -> None:
@@ -175,7 +182,7 @@ def load_suite(path: str | Path) -> Suite:
         raise SuiteError(f"suite file {str(p)!r} does not exist") from None
     except tomllib.TOMLDecodeError as ex:
         raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
-    known_top = {"matrix", "epochs", "limit", "description", "local_model"}
+    known_top = {"matrix", "epochs", "limit", "description", "local_model", "agent_cmd"}
     unknown = set(data) - known_top
     if unknown:
         raise SuiteError(
@@ -201,6 +208,9 @@ def load_suite(path: str | Path) -> Suite:
     limit = data.get("limit")
     if not isinstance(epochs, int) or (limit is not None and not isinstance(limit, int)):
         raise SuiteError(f"{p}: 'epochs' and 'limit' must be integers")
+    agent_cmd = data.get("agent_cmd")
+    if agent_cmd is not None and not isinstance(agent_cmd, str):
+        raise SuiteError(f"{p}: 'agent_cmd' must be a string (a shell command), got {agent_cmd!r}")
     local_model = None
     if "local_model" in data:
         try:
@@ -208,7 +218,12 @@ def load_suite(path: str | Path) -> Suite:
         except ValueError as ex:
             raise SuiteError(str(ex)) from None
     return Suite(
-        tuple(matrices), epochs=epochs, limit=limit, source=str(p), local_model=local_model
+        tuple(matrices),
+        epochs=epochs,
+        limit=limit,
+        source=str(p),
+        local_model=local_model,
+        agent_cmd=agent_cmd,
     )
 
 
@@ -222,6 +237,7 @@ def suite_from_flags(
     protections: Sequence[str],
     epochs: int | None,
     limit: int | None,
+    agent_cmd: str | None = None,
 ) -> Suite:
     """The suite a ``twice run`` command line asks for.
 
@@ -253,5 +269,7 @@ def suite_from_flags(
         suite = replace(suite, epochs=epochs)
     if limit is not None:
         suite = replace(suite, limit=limit)
+    if agent_cmd is not None:
+        suite = replace(suite, agent_cmd=agent_cmd)
     suite.validate()
     return suite
