@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,3 +37,26 @@ def demo(work: Path, extra: list[str]) -> dict[str, Any]:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     trials = sum(cell["trials"] for cell in summary["cells"])
     return {"seconds": wall, "cpu_seconds": cpu, "trials": trials, "command": " ".join(cmd[1:])}
+
+
+def workers(work: Path, extra: list[str], reps: int) -> dict[str, float]:
+    """``twice run --workers 2`` against ``--workers 1``: wall seconds, interleaved pairs.
+
+    Each run is a fresh process, start to exit (imports, the workers' own start-up, the merge
+    and the report included): what a user waits for. The speedup is the ratio of the medians.
+    """
+    one: list[dict[str, Any]] = []
+    two: list[dict[str, Any]] = []
+    for rep in range(reps):
+        order = [(one, "1"), (two, "2")] if rep % 2 == 0 else [(two, "2"), (one, "1")]
+        for runs, n in order:
+            runs.append(demo(work, [*extra, "--workers", n]))
+    t1 = statistics.median(r["seconds"] for r in one)
+    t2 = statistics.median(r["seconds"] for r in two)
+    return {
+        "one": t1,
+        "two": t2,
+        "speedup": t1 / t2,
+        "cpu_one": statistics.median(r["cpu_seconds"] for r in one),
+        "cpu_two": statistics.median(r["cpu_seconds"] for r in two),
+    }

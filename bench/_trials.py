@@ -1,8 +1,9 @@
 """Whole trials through inspect: twice vs a bare inspect trial, a fault vs none, concurrency.
 
 The bare trial is the floor twice stands on: the same dataset inputs and system prompt, the
-same turns (the model calls one tool, then answers), trivial tools that return a string (with
-the refund task's three signatures, so the model is offered the same schemas),
+same turns (the model makes each call of the sample's plan, one per turn, then answers: one
+call for most samples, two for the four two-refund samples), trivial tools that return a
+string (with the refund task's three signatures, so the model is offered the same schemas),
 mockllm with scripted outputs (usage set, so no tokenizer download) and a trivial scorer.
 The twice trial is the refund task under a stub model: services, ledger, protections, the
 setup solver and the side-effects scorer are what the ratio prices.
@@ -11,7 +12,11 @@ setup solver and the side-effects scorer are what the ratio prices.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +26,7 @@ from typing import Any
 from _common import Paired, paired, timed
 from inspect_ai import Task, eval
 from inspect_ai.dataset import MemoryDataset, Sample
-from inspect_ai.log import EvalLog
+from inspect_ai.log import EvalLog, read_eval_log
 from inspect_ai.model import (
     ChatMessage,
     ChatMessageTool,
@@ -34,12 +39,26 @@ from inspect_ai.model import (
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
 from inspect_ai.solver import TaskState, generate, system_message, use_tools
 from inspect_ai.tool import Tool, ToolChoice, ToolInfo, tool
+from twice.evals import read_log_dir
 from twice.evals._run import eval_options, gc_for_trials
 from twice.tasks import load_prompt, load_records, refund
 from twice.tasks.refund.refund import DATASET
 
 _USAGE = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=15)
 _ARGS = {"order_id": "order_1042", "amount": 4.99, "reason": "arrived cracked"}
+
+
+def _plans() -> dict[str, list[dict[str, Any]]]:
+    """Sample input → the arguments of each ``issue_refund`` call of its plan."""
+    out = {}
+    for line in DATASET.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            out[record["input"]] = [step["call"]["args"] for step in record["plan"]]
+    return out
+
+
+_PLANS = _plans()
 
 
 @tool
@@ -92,12 +111,19 @@ def get_order() -> Tool:
 def _scripted(
     input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice, config: GenerateConfig
 ) -> ModelOutput:
-    """One tool call, then an answer: the turns of a twice trial under no fault."""
-    if isinstance(input[-1], ChatMessageTool):
+    """Each call of the sample's plan, then an answer: the turns of a twice trial, no fault."""
+    user = next((m.text for m in input if m.role == "user"), "")
+    plan = _PLANS.get(user, [_ARGS])
+    done = sum(isinstance(m, ChatMessageTool) for m in input)
+    if done >= len(plan):
         out = ModelOutput.from_content("mockllm/model", f"Done. {input[-1].text}")
     else:
         out = ModelOutput.for_tool_call(
-            "mockllm/model", "issue_refund", dict(_ARGS), tool_call_id="call_1", content=""
+            "mockllm/model",
+            "issue_refund",
+            dict(plan[done]),
+            tool_call_id=f"call_{done + 1}",
+            content="",
         )
     out.usage = _USAGE
     return out
@@ -275,3 +301,48 @@ def concurrency(
             delay,
         )
     return twice["efficiency"], twice, bare
+
+
+def concurrency_workers(
+    work: Path, epochs: int, connections: int, delay: float, workers: int = 2
+) -> dict[str, float]:
+    """Trials per second of ``twice run --workers N`` with the same total connections.
+
+    Two cells (the refund task under two prompts, which stub/retry treats alike) so that
+    there are shards to deal, ``connections / N`` connections per worker, half the epochs
+    each: the same trials and connections as the one-process run. The clock runs from the
+    first eval's start to the last one's end, as in the logs (so interpreter start-up is
+    outside it, as it is for an in-process ``eval``).
+    """
+    per_cell = max(1, epochs // 2)
+    with scratch_dir(work, "concurrency-workers") as logs:
+        cmd = [
+            sys.executable, "-m", "twice.evals.cli", "run", "--model", "stub/retry",
+            "-M", f"delay={delay}", "--task", "refund", "--fault", "none",
+            "--prompt", "baseline", "--prompt", "cautious", "--epochs", str(per_cell),
+            "--max-connections", str(max(1, connections // workers)),
+            "--workers", str(workers), "--no-report", "--display", "none",
+            "--log-dir", str(logs),
+        ]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"`{' '.join(cmd)}` exited {done.returncode}:\n{done.stderr}")
+        starts, ends, trials = [], [], 0
+        for entry in read_log_dir(logs).current:
+            log = read_eval_log(str(entry.path), header_only=True)
+            starts.append(_when(log.stats.started_at))
+            ends.append(_when(log.stats.completed_at))
+            trials += log.results.completed_samples if log.results else 0
+    wall = max(ends) - min(starts)
+    ideal = connections / (2 * delay)
+    return {
+        "trials": trials,
+        "wall_seconds": wall,
+        "achieved_per_second": trials / wall,
+        "ideal_per_second": ideal,
+        "efficiency": trials / wall / ideal,
+    }
+
+
+def _when(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp).timestamp()

@@ -39,6 +39,7 @@ class Sizes:
     delay: float  # seconds the stub waits per turn
     concurrency_epochs: int
     demo_args: tuple[str, ...]  # extra `twice run` arguments (none: the default suite)
+    worker_reps: int  # interleaved pairs of `twice run --workers 1` / `--workers 2`
     serve_clients: int = 64  # concurrent clients against twice serve
     serve_requests: int = 100  # requests per client (half POST, half GET)
 
@@ -56,6 +57,7 @@ FULL = Sizes(
     delay=0.2,
     concurrency_epochs=11,
     demo_args=(),
+    worker_reps=2,
 )
 QUICK = Sizes(
     epochs=1,
@@ -70,6 +72,7 @@ QUICK = Sizes(
     delay=0.05,
     concurrency_epochs=1,
     demo_args=("--model", "stub/retry", "--fault", "none", "--limit", "2", "--no-report"),
+    worker_reps=1,
     serve_clients=8,
     serve_requests=10,
 )
@@ -81,6 +84,8 @@ TARGETS: dict[str, tuple[str, float]] = {
     "report_vs_read_ratio": ("<=", 1.5),
     "report_peak_mb_100k": ("<=", 1024.0),
     "concurrency_efficiency_64": (">=", 0.9),
+    "concurrency_vs_bare": (">=", 0.9),
+    "workers_speedup": (">=", 1.7),
     "demo_seconds": ("<=", 60.0),
 }
 
@@ -99,7 +104,7 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
     import _service
     import _synthetic
     import _trials
-    from _demo import demo
+    from _demo import demo, workers
 
     results: dict[str, Any] = {}
     notes: list[str] = []
@@ -179,6 +184,21 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
             work, sizes.concurrency_epochs, sizes.connections, sizes.delay
         )
         results["concurrency_efficiency_64"] = eff
+        log(f"concurrency: twice run --workers 2, {sizes.connections} connections in all")
+        w = _trials.concurrency_workers(
+            work, sizes.concurrency_epochs, sizes.connections, sizes.delay
+        )
+        # twice as a user runs it on this machine (a worker per core) over one bare process.
+        results["concurrency_vs_bare"] = w["achieved_per_second"] / b["achieved_per_second"]
+        results["concurrency_vs_bare_one_process"] = (
+            c["achieved_per_second"] / b["achieved_per_second"]
+        )
+        notes.append(
+            f"concurrency, twice --workers 2: {w['trials']} trials in {w['wall_seconds']:.1f} s "
+            f"= {w['achieved_per_second']:.1f}/s ({w['efficiency']:.2f} of ideal); "
+            f"vs bare {results['concurrency_vs_bare']:.2f}, one twice process vs bare "
+            f"{results['concurrency_vs_bare_one_process']:.2f}"
+        )
         for name, x in (("twice", c), ("bare inspect", b)):
             notes.append(
                 f"concurrency, {name}: {x['trials']} trials in {x['wall_seconds']:.1f} s = "
@@ -187,6 +207,16 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
                 f"process at {x['cpu_bound_ceiling']:.2f} of ideal; 0.9 needs a model slower "
                 f"than {x['break_even_delay']:.2f} s/turn"
             )
+    if want("workers"):
+        args = list(sizes.demo_args)
+        log(f"workers: twice run {' '.join(args) or '(default suite)'} --workers 2 vs 1")
+        w = workers(work, args, sizes.worker_reps)
+        results["workers_speedup"] = w["speedup"]
+        notes.append(
+            f"workers: --workers 1 {w['one']:.1f} s, --workers 2 {w['two']:.1f} s wall "
+            f"(medians of {sizes.worker_reps} interleaved pairs; CPU {w['cpu_one']:.1f} vs "
+            f"{w['cpu_two']:.1f} s)"
+        )
     if want("sequential"):
         import _sequential
 
@@ -273,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,"
-        "sequential,serve,demo (the other figures already in --out are kept)",
+        "workers,sequential,serve,demo (the other figures already in --out are kept)",
     )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "LOG_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

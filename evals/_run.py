@@ -17,9 +17,21 @@ import pandas as pd
 from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
-from twice.reports import LogReadError, cells, check_log_dir, trials_frame, write_summary
+from twice.reports import (
+    Location,
+    LogReadError,
+    Shard,
+    as_location,
+    cells,
+    check_log_dir,
+    join,
+    make_dirs,
+    trials_frame,
+    write_summary,
+)
 from twice.tasks import get_task, load_prompt
 
+from ._shards import shard_cells, shard_dir
 from ._suite import Cell, Suite, SuiteError
 
 CREDENTIAL_ARG = re.compile(
@@ -41,11 +53,11 @@ KEY_ENV_HINT = (
 class RunResult:
     """What a suite run produced."""
 
-    log_dir: Path
+    log_dir: Location
     logs: list[EvalLog]
     table: pd.DataFrame
-    summary_path: Path
-    report_path: Path | None
+    summary_path: Location
+    report_path: Location | None
     failed: list[str]
     """Human lines for every eval that errored or trial that crashed."""
 
@@ -151,7 +163,10 @@ def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Mo
 
 
 def build_tasks(
-    suite: Suite, model_args: dict[str, Any] | None = None, server: str | None = None
+    suite: Suite,
+    model_args: dict[str, Any] | None = None,
+    server: str | None = None,
+    cells: list[Cell] | None = None,
 ) -> list[Task]:
     """One inspect Task per cell, with its model attached.
 
@@ -161,14 +176,14 @@ def build_tasks(
     ``eval_set`` pairs a task with its finished log by name, task args, model, model args and
     version. The prompt is a task arg by *name or path*, so the task version carries the hash
     of the prompt text: editing a prompt file makes its old logs stale instead of silently
-    reusing them on resume.
+    reusing them on resume. ``cells`` restricts the tasks to those cells (a shard's share).
     """
     check_model_args(model_args or {})
     models: dict[str, Model] = {}
     out = []
     if suite.agent_cmd is not None and server is None:
         raise SuiteError("an agent command needs a twice serve URL to run its trials against")
-    for cell in suite.cells():
+    for cell in suite.cells() if cells is None else cells:
         if suite.agent_cmd is not None and server is not None:
             from ._serve_eval import command_agent, served_task
 
@@ -213,25 +228,32 @@ def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
 
 def run_suite(
     suite: Suite,
-    log_dir: Path,
+    log_dir: Location,
     *,
     model_args: dict[str, Any] | None = None,
     max_connections: int | None = None,
     display: str | None = "none",
     retry_attempts: int = 1,
     report: bool = True,
+    shard: Shard | None = None,
     generate_config: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
 
     Re-running with the same ``log_dir`` resumes: finished evals are reused, not redone, and
-    the finished samples of an interrupted eval are kept. ``generate_config`` holds inspect
-    generate settings for every eval (``temperature``, ``seed``, ``max_retries``...).
+    the finished samples of an interrupted eval are kept. ``log_dir`` may be an fsspec URI
+    (``s3://bucket/run``). With ``shard``, only the cells dealt to it run, into
+    ``log_dir/shard-i-of-n/`` (which is then the result's ``log_dir``). ``generate_config``
+    holds inspect generate settings for every eval (``temperature``, ``seed``, ``max_retries``...).
 
     Raises:
         SuiteError: for a model that cannot be loaded, credential model args, or a log
             directory holding a log that cannot be read (checked before anything runs).
     """
+    log_dir = as_location(log_dir)
+    if shard is not None:
+        log_dir = shard_dir(log_dir, shard)
+    mine = None if shard is None else shard_cells(list(suite.cells()), shard)
     generate = dict(generate_config or {})
     if max_connections is None:  # a --max-connections flag wins over the suite's setting
         max_connections = generate.pop("max_connections", None)
@@ -248,28 +270,34 @@ def run_suite(
             from ._serve import running_server
 
             server = stack.enter_context(running_server()).url
-        tasks = build_tasks(suite, model_args, server)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        logs = _eval_set(tasks, suite, log_dir, max_connections, display, retry_attempts, generate)
+        tasks = build_tasks(suite, model_args, server, mine)
+        make_dirs(log_dir)
+        logs: list[EvalLog] = []
+        if tasks:  # a shard may be dealt no cells (more shards than cells): it records that
+            logs = _eval_set(
+                tasks, suite, log_dir, max_connections, display, retry_attempts, generate
+            )
     with gc_for_trials():
         # The directory, not the logs eval_set returned: one rule for which logs count
         # (reports.read_log_dir), shared with trials_frame, `twice report` and `twice gate`.
-        frame = trials_frame(log_dir)
+        frame = trials_frame(log_dir if tasks else [])  # a shard dealt no cells has no logs
     table = cells(frame)
-    run = run_metadata(suite, model_args)
-    summary_path = write_summary(table, log_dir / "summary.json", run=run)
+    run = run_metadata(suite, model_args, mine)
+    if shard is not None:
+        run["shard"] = {"index": shard.index, "count": shard.count}
+    summary_path = write_summary(table, join(log_dir, "summary.json"), run=run)
     report_path = None
-    if report:
+    if report and len(frame):
         from twice.reports import write_report
 
-        report_path = write_report(frame, log_dir / "report.html", run=run)
+        report_path = write_report(frame, join(log_dir, "report.html"), run=run)
     return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
 
 
 def _eval_set(
     tasks: list[Task],
     suite: Suite,
-    log_dir: Path,
+    log_dir: Location,
     max_connections: int | None,
     display: str | None,
     retry_attempts: int,
@@ -293,19 +321,22 @@ def _eval_set(
     return logs
 
 
-def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_metadata(
+    suite: Suite, model_args: dict[str, Any] | None = None, cells: list[Cell] | None = None
+) -> dict[str, Any]:
     """What was run, for summary.json and the report: axes, prompt texts and hashes, versions.
 
     Model args are recorded minus anything credential-like (there should be none: see
-    :func:`check_model_args`), and only when they are plain data.
+    :func:`check_model_args`), and only when they are plain data. ``cells`` restricts the
+    axes to those cells (a shard's share).
     """
-    cells_: list[Cell] = list(suite.cells())
+    cells_: list[Cell] = list(suite.cells()) if cells is None else cells
     prompts = {}
     for name in dict.fromkeys(c.prompt for c in cells_):
         p = load_prompt(name)
         prompts[p.name] = {"source": p.source, "sha256": p.sha256, "text": p.text}
     return {
-        "models": suite.models(),
+        "models": list(dict.fromkeys(c.model for c in cells_)),
         "model_args": {
             k: v
             for k, v in (model_args or {}).items()

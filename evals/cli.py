@@ -7,9 +7,9 @@ or unreadable/errored logs. ``report`` exits 2 when the logs cannot be read.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,8 +72,9 @@ def cli() -> None:
 @click.option("--limit", type=click.IntRange(min=1), help="Samples per task (first N).")
 @click.option(
     "--log-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where logs, summary.json and report.html go; rerun with the same directory to resume.",
+    type=str,  # not click.Path: a URI must stay a string (Path("s3://b/x") is "s3:/b/x")
+    help="Where logs, summary.json and report.html go (a path or an fsspec URI such as "
+    "s3://bucket/run); rerun with the same directory to resume.",
 )
 @click.option(
     "-M",
@@ -90,6 +91,18 @@ def cli() -> None:
     "plain in CI or a pipe.",
 )
 @click.option("--no-report", is_flag=True, help="Skip report.html.")
+@click.option(
+    "--shard",
+    metavar="I/N",
+    help="Run only shard I of N (a stable split of the cells) into LOG_DIR/shard-I-of-N/; "
+    "`twice report`/`gate` on LOG_DIR merge the shards.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Local processes, each running one shard, merged at the end. Default: one per usable "
+    "CPU, with at least 8 cells each (1 for smaller suites).",
+)
 @click.option(
     "--until-decided",
     "until_decided",
@@ -124,11 +137,13 @@ def run(
     config: str | None,
     epochs: int | None,
     limit: int | None,
-    log_dir: Path | None,
+    log_dir: str | None,
     model_arg: tuple[str, ...],
     max_connections: int | None,
     display: str | None,
     no_report: bool,
+    shard: str | None,
+    workers: int | None,
     until_decided: Path | None,
     batch: int | None,
     max_trials: int | None,
@@ -139,6 +154,8 @@ def run(
     With no flags, runs the default offline suite of stub models.
     """
     from ._run import default_log_dir, format_table, run_suite
+    from ._shards import default_workers, parse_shard
+    from ._workers import run_parallel
 
     if until_decided is None and (batch is not None or max_trials is not None):
         raise click.UsageError("--batch and --max-trials only apply with --until-decided GATE.toml")
@@ -148,6 +165,13 @@ def run(
         raise click.UsageError(
             "--epochs and --until-decided exclude each other: the rounds decide the epochs"
         )
+    if until_decided is not None and (shard or (workers or 1) > 1):
+        raise click.UsageError(
+            "--until-decided runs in one process: drop --shard/--workers (the rounds need "
+            "every cell's verdict)"
+        )
+    if until_decided is not None and log_dir and "://" in log_dir:
+        raise click.UsageError(f"--until-decided needs a local --log-dir, not {log_dir!r}")
     try:
         if until_decided is not None:
             from ._until import run_sequential_cli
@@ -166,7 +190,7 @@ def run(
                     "epochs": None,
                     "limit": limit,
                 },
-                log_dir=log_dir or default_log_dir(),
+                log_dir=Path(log_dir) if log_dir else default_log_dir(),
                 model_args=_model_args(model_arg),
                 max_connections=max_connections,
                 display=display or default_display(),
@@ -184,22 +208,58 @@ def run(
             limit=limit,
             agent_cmd=agent_cmd,
         )
-        out = log_dir or default_log_dir()
+        part = parse_shard(shard) if shard else None
+        if part and workers and workers > 1:
+            raise SuiteError("--shard runs one shard in this process: drop --workers")
+        out = log_dir or str(default_log_dir())
         n_cells = sum(1 for _ in suite.cells())
         local = suite.local_model
-        with _local_server(local) as server:
-            click.echo(f"twice: running {n_cells} cell(s), logs in {out}", err=True)
-            result = run_suite(
-                suite,
-                out,
-                model_args=_model_args(model_arg),
-                max_connections=max_connections,
-                display=display or default_display(),
-                report=not no_report,
-                generate_config=local.generate_config() if local else None,
+        default = 1 if part or local else default_workers(n_cells)
+        n_workers = min(workers or default, n_cells)
+        if local is not None and n_workers > 1:
+            raise SuiteError(
+                "a suite with a [local_model] runs in one process (one model server): "
+                "drop --workers or set it to 1"
             )
-            if server is not None:
-                _server_end(server, result.failed)
+        where = f", shard {part}" if part else f", {n_workers} workers" if n_workers > 1 else ""
+        click.echo(f"twice: running {n_cells} cell(s){where}, logs in {out}", err=True)
+        if n_workers > 1:
+            # Each worker rebuilds the same suite from the same flags and runs its share.
+            args = [
+                f"--{flag}={value}"
+                for flag, values in (
+                    ("model", models),
+                    ("prompt", prompts),
+                    ("task", tasks),
+                    ("fault", faults),
+                    ("protection", protections),
+                    ("config", (config,) if config else ()),
+                    ("epochs", (epochs,) if epochs else ()),
+                    ("limit", (limit,) if limit else ()),
+                    ("max-connections", (max_connections,) if max_connections else ()),
+                    ("display", (display if display in ("plain", "log") else "none",)),
+                )
+                for value in values
+            ]
+            args += [a for m in model_arg for a in ("-M", m)]
+            result = run_parallel(
+                suite, out, args, n_workers, model_args=_model_args(model_arg),
+                report=not no_report,
+            )  # fmt: skip
+        else:
+            with _local_server(local) as server:
+                result = run_suite(
+                    suite,
+                    out,
+                    model_args=_model_args(model_arg),
+                    max_connections=max_connections,
+                    display=display or default_display(),
+                    report=not no_report,
+                    shard=part,
+                    generate_config=local.generate_config() if local else None,
+                )
+                if server is not None:
+                    _server_end(server, result.failed)
     except SuiteError as ex:
         raise click.UsageError(str(ex)) from None
     click.echo(format_table(result.table))
@@ -315,13 +375,18 @@ def list_() -> None:
         click.echo(f"  stub/{name:<19} {doc}")
 
 
-def _trials(log_dir: Path, what: str) -> tuple[Any, Any]:
-    """Read a log directory for gate/report: (LogDir, trial frame); LogReadError → exit 2."""
-    from twice.reports import LogReadError, read_log_dir, trials_frame
+def _trials(log_dir: str, what: str) -> tuple[Any, Any]:
+    """Read a log directory for gate/report: (LogDir, trial frame); LogReadError → exit 2.
+
+    A directory of shards is merged, and its merged ``summary.json`` written (recording them).
+    """
+    from twice.reports import LogReadError
+
+    from ._workers import merge
 
     try:
-        logs = read_log_dir(log_dir)
-        return logs, trials_frame(logs.files)
+        merged = merge(log_dir)
+        return merged.logs, merged.frame
     except LogReadError as ex:
         raise click.BadParameter(str(ex), param_hint=what) from None
 
@@ -340,7 +405,7 @@ def _errored(logs: Any, frame: Any) -> list[str]:
 
 
 @cli.command()
-@click.argument("log_dir", type=click.Path(path_type=Path))
+@click.argument("log_dir", type=str)  # a path or an fsspec URI: kept a string
 @click.option(
     "--config",
     "config",
@@ -351,8 +416,8 @@ def _errored(logs: Any, frame: Any) -> list[str]:
 @click.option(
     "--baseline",
     "baseline_dir",
-    type=click.Path(path_type=Path),
-    help="Fail when a rate is significantly worse than in these logs.",
+    type=str,
+    help="Fail when a rate is significantly worse than in these logs (path or URI).",
 )
 @click.option(
     "--junit",
@@ -365,9 +430,9 @@ def _errored(logs: Any, frame: Any) -> list[str]:
     help="Gate on the scored trials even if some evals or trials errored.",
 )
 def gate(
-    log_dir: Path,
+    log_dir: str,
     config: Path,
-    baseline_dir: Path | None,
+    baseline_dir: str | None,
     junit: Path | None,
     allow_errors: bool,
 ) -> None:
@@ -422,46 +487,47 @@ def gate(
 
 
 @cli.command()
-@click.argument("log_dir", type=click.Path(path_type=Path))
+@click.argument("log_dir", type=str)  # a path or an fsspec URI: kept a string
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write the HTML. Default: LOG_DIR/report.html.",
+    type=str,
+    help="Where to write the HTML (path or URI). Default: LOG_DIR/report.html.",
 )
 @click.option(
     "--baseline",
     "baseline_dir",
-    type=click.Path(path_type=Path),
-    help="Compare against these logs.",
+    type=str,
+    help="Compare against these logs (path or URI).",
 )
-def report(log_dir: Path, output: Path | None, baseline_dir: Path | None) -> None:
+def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     """Write the HTML report for LOG_DIR (replaces the file only once it is rendered)."""
-    from twice.reports import write_report
+    from twice.reports import is_remote, join, write_report, write_text
 
     from ._gate import temp_beside
+    from ._workers import read_run
 
     _, frame = _trials(log_dir, "LOG_DIR")
     extra: dict[str, Any] = {}
     if baseline_dir is not None:
         extra["baseline"] = _trials(baseline_dir, "--baseline")[1]
-    run: dict[str, Any] | None = None
-    summary = log_dir / "summary.json"
-    if summary.is_file():
+    # The run record: the merged one when LOG_DIR holds shards (just written), else the run's.
+    run = read_run(log_dir, warn=lambda m: click.echo(f"warning: {m}", err=True))
+    out = output or str(join(log_dir, "report.html"))
+    # Render to a temporary file, then replace the target whole (a rename beside it, or one
+    # upload to object storage): a failure never leaves a half-written report or deletes the
+    # previous one.
+    with tempfile.TemporaryDirectory(prefix="twice-report-") as scratch:
+        target = Path(scratch) / "report.html" if is_remote(out) else Path(out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_beside(target)
         try:
-            run = json.loads(summary.read_text(encoding="utf-8")).get("run")
-        except (ValueError, AttributeError) as ex:
-            click.echo(f"warning: ignoring unreadable {summary}: {ex}", err=True)
-    out = output or log_dir / "report.html"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Render beside the target, then rename: a failure never leaves a half-written report
-    # or deletes the previous one.
-    tmp = temp_beside(out)
-    try:
-        write_report(frame, tmp, run=run, **extra)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+            write_report(frame, tmp, run=run, **extra)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        if is_remote(out):
+            write_text(out, target.read_text(encoding="utf-8"))
     click.echo(f"report: {out}")
 
 

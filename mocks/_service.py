@@ -1,9 +1,15 @@
-"""Services as respx routes on a per-trial router.
+"""Services as respx routes, bound per trial.
 
 A :class:`Service` declares routes (method, path, ``service.resource.verb`` name, handler).
-A :class:`Services` set binds several services to one trial: one ledger, one fault, one respx
-router used as an httpx transport. Nothing is patched globally, so trials running
-concurrently never see each other's state.
+A :class:`Services` set binds several services to one trial: one ledger, one fault, and an
+httpx transport. Nothing is patched globally, so trials running concurrently never see each
+other's state.
+
+The respx router is built once per *layout* (which services, at which base URLs, with which
+routes) and shared by every trial with that layout: building one cost more than the rest of a
+stub trial's service work. The transport binds the trial's :class:`Services` to each request
+(a context variable, set for the duration of the request), and the router's side effects
+dispatch to the bound set.
 
 Every request goes through one pipeline: record the attempt, apply the idempotency-key rules,
 run the fault's ``before_commit`` hook, let other requests in (the "in flight" window), run the
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import inspect
 import json
 import re
@@ -227,6 +234,97 @@ _HANDLER_FAILED = {
 }
 
 
+_BOUND: contextvars.ContextVar[Services] = contextvars.ContextVar("twice_services")
+"""The :class:`Services` a request being served belongs to (set by its transport)."""
+
+Layout = tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...]
+"""(service name, base URL, ((method, path, route name), ...)) per service of a set."""
+
+
+class _SharedRouter(respx.Router):
+    """A router shared by every trial of one layout; it keeps no record of calls.
+
+    respx records every request and response on the router and its route; shared by a whole
+    run, those lists would hold every request of every trial. The ledger is the record.
+    """
+
+    def record(
+        self,
+        request: httpx.Request,
+        *,
+        response: httpx.Response | None = None,
+        route: respx.Route | None = None,
+    ) -> None:
+        return None
+
+
+_ROUTERS: dict[tuple[Layout, bool], respx.Router] = {}
+MAX_ROUTERS = 256
+"""Routers kept for reuse (one per layout and blocking/async; a suite has a handful)."""
+
+
+def _bound() -> Services:
+    try:
+        return _BOUND.get()
+    except LookupError:
+        raise RuntimeError(
+            "a shared services router was called outside a Services transport; "
+            "use Services.client() / sync_client() / dispatch()"
+        ) from None
+
+
+def _shared_router(layout: Layout, *, sync: bool) -> respx.Router:
+    """The router of ``layout``: built on first use, then reused by every trial."""
+    router = _ROUTERS.get((layout, sync))
+    if router is not None:
+        return router
+    router = _SharedRouter(assert_all_called=False, assert_all_mocked=False)
+    for _service, base_url, routes in layout:
+        for method, path, name in routes:
+            pattern = re.escape(base_url) + path + r"/?(\?.*)?$"
+            router.route(method=method, url__regex=pattern, name=name).mock(
+                side_effect=_side_effect(name, sync=sync)
+            )
+    router.route(name="unmatched").mock(side_effect=lambda request: _bound()._unmatched(request))
+    if len(_ROUTERS) >= MAX_ROUTERS:
+        _ROUTERS.clear()
+    _ROUTERS[(layout, sync)] = router
+    return router
+
+
+def _side_effect(name: str, *, sync: bool) -> Callable[..., Any]:
+    """The side effect of route ``name``: the bound trial's pipeline for it."""
+    if sync:
+
+        def run_sync(request: httpx.Request, **path_params: str) -> httpx.Response:
+            services = _bound()
+            steps = services._pipeline(*services._routes[name], request, path_params)
+            try:
+                while True:
+                    next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+        run_sync.__signature__ = _SIDE_EFFECT_SIGNATURE  # type: ignore[attr-defined]
+        return run_sync
+
+    async def run_async(request: httpx.Request, **path_params: str) -> httpx.Response:
+        services = _bound()
+        steps = services._pipeline(*services._routes[name], request, path_params)
+        try:
+            while True:
+                with services._lock:
+                    next(steps)
+                # The in-flight window: a concurrent request with the same key sees the
+                # reservation here and gets 409, as it would against a real server.
+                await asyncio.sleep(0)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    run_async.__signature__ = _SIDE_EFFECT_SIGNATURE  # type: ignore[attr-defined]
+    return run_async
+
+
 class Services:
     """The mock services of one trial, their shared ledger and fault, and an httpx client.
 
@@ -250,10 +348,21 @@ class Services:
                 raise ValueError(f"two services named {service.name!r} in one Services set")
             service._services = self
             self.services[service.name] = service
+        # Route name → (service, route) of this trial: what the shared router dispatches to.
+        self._routes: dict[str, tuple[Service, Route]] = {}
+        layout = []
+        for service in self.services.values():
+            routes = service.routes()
+            self._routes.update((r.name, (service, r)) for r in routes)
+            layout.append(
+                (service.name, service.base_url, tuple((r.method, r.path, r.name) for r in routes))
+            )
+        self._layout: Layout = tuple(layout)
         # Re-entrant: the blocking path holds it for a whole request, and the unmatched route
         # (shared by both paths) takes it again.
         self._lock = threading.RLock()
-        self.router = self._build_router(sync=False)
+        self.router = _shared_router(self._layout, sync=False)
+        """The (shared) respx router serving this set's async requests."""
         self._sync_router: respx.Router | None = None
         # Mutating attempts so far, in total (key None) and per route: a fault's schedule
         # counts them on every attempt, and a trial's ledger only grows.
@@ -263,8 +372,8 @@ class Services:
         return self.services[name]
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
-        """An async httpx client whose transport is this trial's router."""
-        return httpx.AsyncClient(transport=httpx.MockTransport(self.router.async_handler), **kwargs)
+        """An async httpx client whose transport serves this trial's services."""
+        return httpx.AsyncClient(transport=httpx.MockTransport(self._serve_async), **kwargs)
 
     def sync_client(self, **kwargs: Any) -> httpx.Client:
         """A blocking httpx client on the same services (no in-flight window)."""
@@ -272,9 +381,9 @@ class Services:
 
     @property
     def sync_router(self) -> respx.Router:
-        """A router whose side effects are synchronous, for blocking clients."""
+        """The (shared) router whose side effects are synchronous, for blocking clients."""
         if self._sync_router is None:
-            self._sync_router = self._build_router(sync=True)
+            self._sync_router = _shared_router(self._layout, sync=True)
         return self._sync_router
 
     def dispatch(self, request: httpx.Request) -> httpx.Response:
@@ -283,49 +392,20 @@ class Services:
         Thread-safe: requests from several threads are served one at a time.
         """
         with self._lock:
-            return self.sync_router.handler(request)
-
-    # -- routing ---------------------------------------------------------------------------
-
-    def _build_router(self, *, sync: bool) -> respx.Router:
-        router = respx.Router(assert_all_called=False, assert_all_mocked=False)
-        for service in self.services.values():
-            for route in service.routes():
-                pattern = re.escape(service.base_url) + route.path + r"/?(\?.*)?$"
-                router.route(method=route.method, url__regex=pattern, name=route.name).mock(
-                    side_effect=self._side_effect(service, route, sync=sync)
-                )
-        router.route(name="unmatched").mock(side_effect=self._unmatched)
-        return router
-
-    def _side_effect(self, service: Service, route: Route, *, sync: bool) -> Callable[..., Any]:
-        if sync:
-
-            def run_sync(request: httpx.Request, **path_params: str) -> httpx.Response:
-                steps = self._pipeline(service, route, request, path_params)
-                try:
-                    while True:
-                        next(steps)
-                except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
-
-            run_sync.__signature__ = _SIDE_EFFECT_SIGNATURE  # type: ignore[attr-defined]
-            return run_sync
-
-        async def run_async(request: httpx.Request, **path_params: str) -> httpx.Response:
-            steps = self._pipeline(service, route, request, path_params)
+            token = _BOUND.set(self)
             try:
-                while True:
-                    with self._lock:
-                        next(steps)
-                    # The in-flight window: a concurrent request with the same key sees the
-                    # reservation here and gets 409, as it would against a real server.
-                    await asyncio.sleep(0)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+                return self.sync_router.handler(request)
+            finally:
+                _BOUND.reset(token)
 
-        run_async.__signature__ = _SIDE_EFFECT_SIGNATURE  # type: ignore[attr-defined]
-        return run_async
+    async def _serve_async(self, request: httpx.Request) -> httpx.Response:
+        # A context variable is per asyncio task: concurrent trials (and concurrent requests,
+        # each its own task under gather) each see their own binding.
+        token = _BOUND.set(self)
+        try:
+            return await self.router.async_handler(request)
+        finally:
+            _BOUND.reset(token)
 
     def _unmatched(self, request: httpx.Request) -> httpx.Response:
         with self._lock:

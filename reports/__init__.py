@@ -26,9 +26,27 @@ from ._frame import (
     trials_frame,
 )
 from ._html import render_report, report_data, write_report
-from ._logs import LogDir, LogEntry, LogReadError, check_log_dir, log_files, read_log_dir
+from ._logs import LogDir, LogEntry, check_log_dir, log_files, read_log_dir
 from ._metrics import CATALOGUE, COMPARED, Metric, crashed, metric
 from ._passk import no_dup_k
+from ._shards import SHARD_DIR, Shard, ShardSet, find_shards, require_complete
+from ._storage import (
+    Location,
+    LogReadError,
+    as_location,
+    find_files,
+    is_dir,
+    is_file,
+    is_remote,
+    join,
+    list_dir,
+    make_dirs,
+    name_of,
+    open_binary,
+    parent_of,
+    read_text,
+    write_text,
+)
 
 __all__ = [
     "CATALOGUE",
@@ -39,13 +57,18 @@ __all__ = [
     "PARSE_COLUMNS",
     "PARSE_SHAPES",
     "RETRY_SOURCES",
+    "SHARD_DIR",
     "WORST_N",
     "BaselineTest",
     "Difference",
+    "Location",
     "LogDir",
     "LogEntry",
     "LogReadError",
     "Metric",
+    "Shard",
+    "ShardSet",
+    "as_location",
     "baseline_comparison",
     "baseline_test",
     "cells",
@@ -53,15 +76,28 @@ __all__ = [
     "crashed",
     "difference",
     "drill_down",
+    "find_files",
+    "find_shards",
+    "is_dir",
+    "is_file",
+    "is_remote",
+    "join",
     "ledger_counts",
+    "list_dir",
     "log_files",
+    "make_dirs",
     "metric",
+    "name_of",
     "no_dup_k",
+    "open_binary",
+    "parent_of",
     "parse_counts",
     "prompt_comparison",
     "read_log_dir",
+    "read_text",
     "render_report",
     "report_data",
+    "require_complete",
     "severity",
     "summary",
     "tidy",
@@ -71,4 +107,5 @@ __all__ = [
     "worst_trials",
     "write_report",
     "write_summary",
+    "write_text",
 ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -13,6 +12,7 @@ from statsmodels.stats.proportion import proportion_confint
 from ._frame import CELL
 from ._metrics import CATALOGUE, crashed
 from ._passk import no_dup_k
+from ._storage import Location, as_location, write_text
 
 ALPHA = 0.05
 
@@ -84,8 +84,11 @@ def summary(table: pd.DataFrame, **extra: Any) -> dict[str, Any]:
     return {"cells": records, **extra}
 
 
-def write_summary(table: pd.DataFrame, path: str | Path, **extra: Any) -> Path:
-    """Write ``summary.json`` (DESIGN.md's contract; NaN rates become null)."""
-    out = Path(path)
-    out.write_text(json.dumps(summary(table, **extra), indent=2) + "\n", encoding="utf-8")
+def write_summary(table: pd.DataFrame, path: Location, **extra: Any) -> Location:
+    """Write ``summary.json`` (DESIGN.md's contract; NaN rates become null).
+
+    ``path`` may be an fsspec URI (``s3://bucket/run/summary.json``).
+    """
+    out = as_location(path)
+    write_text(out, json.dumps(summary(table, **extra), indent=2) + "\n")
     return out

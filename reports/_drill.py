@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -19,6 +18,7 @@ from inspect_ai.log import EvalSample, read_eval_log_sample
 from ._charts import timeline
 from ._frame import CELL, LEDGER_KEY, SCORER, effect_facts, local_path
 from ._metrics import crashed
+from ._storage import name_of, parent_of
 
 WORST_N = 20
 """Trials drilled into by default."""
@@ -131,7 +131,7 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
     shown), the transcript, and the scorer's evidence. All texts are clipped to :data:`CLIP`.
     """
     path = local_path(str(row["log"]))
-    log_dir, log_file = str(Path(path).parent), Path(path).name
+    log_dir, log_file = parent_of(path), name_of(path)
     detail: dict[str, Any] = {
         "cell": {k: row[k] for k in CELL},
         "sample": row["sample"],

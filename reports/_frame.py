@@ -19,8 +19,9 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 from inspect_ai.log import read_eval_log
 
-from ._logs import LogReadError, read_log_dir
+from ._logs import read_log_dir
 from ._metrics import CATALOGUE
+from ._storage import Location, LogReadError, as_location, is_remote, name_of, open_binary
 
 METRICS: tuple[str, ...] = tuple(m.column for m in CATALOGUE)
 """Per-trial metric columns: the catalogue's columns, which are the names twice's scorer writes
@@ -85,7 +86,7 @@ def _twice_meta(value: Any) -> dict[str, Any]:
     return {}
 
 
-def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
+def trials_frame(logs: Location | Sequence[Location]) -> pd.DataFrame:
     """Read twice logs into one row per trial.
 
     Columns: ``model, prompt, task, fault, protection, epoch, sample``, every per-trial metric
@@ -99,10 +100,10 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     server read in each shape (NaN for models it did not serve).
 
     Args:
-        logs: A log directory, whose counted logs are read (:func:`read_log_dir`: the newest
-            log of each task of the last run, as ``summary.json`` and ``twice gate`` count),
-            or a list of log files, all read (paths or ``file://`` URIs, as in
-            ``EvalLog.location``).
+        logs: A log directory (a path or an fsspec URI such as ``s3://bucket/run``), whose
+            counted logs are read (:func:`read_log_dir`: the newest log of each task of the
+            last run, as ``summary.json`` and ``twice gate`` count), or a list of log files,
+            all read (paths, ``file://`` URIs as in ``EvalLog.location``, or fsspec URIs).
 
     Raises:
         LogReadError: when there are no logs or one cannot be read.
@@ -110,7 +111,7 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     if isinstance(logs, (str, Path)):
         paths = read_log_dir(logs).files
     else:  # EvalLog.location is a file:// URI for logs eval_set found on disk
-        paths = [Path(local_path(str(p))) for p in logs]
+        paths = [as_location(str(p)) for p in logs]
     rows: list[dict[str, Any]] = []
     counts: list[dict[str, float]] = []
     seen: set[str] = set()
@@ -131,7 +132,7 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
 
 
 def _read_log(
-    path: Path, rows: list[dict[str, Any]], counts: list[dict[str, float]], seen: set[str]
+    path: Location, rows: list[dict[str, Any]], counts: list[dict[str, float]], seen: set[str]
 ) -> None:
     # One pass per log: the header through inspect, then every sample's JSON once for both
     # the summary columns and the ledger (samples_df plus a ledger pass read everything
@@ -143,7 +144,7 @@ def _read_log(
         "task_name": header.task,
         # one string per log, so tidy() parses each eval's metadata once
         "eval_metadata": json.dumps(header.metadata or {}, default=str),
-        "log": path.resolve().as_uri(),
+        "log": str(path) if is_remote(path) else Path(path).resolve().as_uri(),
     }
     for sample in sample_records(path):
         # A sample found twice (a copied log, a directory read twice) is one trial, as in
@@ -249,22 +250,24 @@ def local_path(location: str) -> str:
     return os.path.abspath(location) if "://" not in location else location
 
 
-def sample_records(path: str | Path) -> Iterator[dict[str, Any]]:
+def sample_records(path: Location) -> Iterator[dict[str, Any]]:
     """Every sample of one log as plain JSON (``id, epoch, store, scores, ...``).
 
     ``.eval`` logs are zip files holding one JSON member per sample; parsing those members
     directly is about 20x faster than validating them into inspect's ``EvalSample`` (1080 demo
     samples: 0.3 s instead of ~5 s), which matters because the report needs every trial's
-    ledger. Any other log goes through inspect's reader.
+    ledger. Any other log goes through inspect's reader. ``path`` may be an fsspec URI.
     """
-    p = Path(path)
-    if p.suffix == ".eval" and zipfile.is_zipfile(p):
-        with zipfile.ZipFile(p) as z:
-            for name in z.namelist():
-                if name.startswith("samples/") and name.endswith(".json"):
-                    yield json.loads(z.read(name))
-        return
-    log = read_eval_log(str(p))
+    if name_of(path).endswith(".eval"):
+        with open_binary(path) as f:
+            if zipfile.is_zipfile(f):
+                f.seek(0)
+                with zipfile.ZipFile(f) as z:
+                    for name in z.namelist():
+                        if name.startswith("samples/") and name.endswith(".json"):
+                            yield json.loads(z.read(name))
+                return
+    log = read_eval_log(str(path))
     for sample in log.samples or []:
         yield sample.model_dump(mode="json", exclude={"messages", "attachments"})
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -24,6 +23,7 @@ from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comp
 from ._drill import WORST_N, clip, drill_down
 from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES, RETRY_SOURCES, local_path
 from ._metrics import COMPARED, crashed, metric
+from ._storage import Location, as_location, parent_of, write_text
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader(__package__ or "twice.reports", "templates"),
@@ -190,7 +190,7 @@ def run_info(trials: pd.DataFrame, run: dict[str, Any] | None) -> dict[str, Any]
         "created": created,
         "suite": run.get("suite", ""),
         "sequential": run.get("sequential") if isinstance(run.get("sequential"), dict) else None,
-        "log_dirs": sorted({str(Path(local_path(str(p))).parent) for p in trials["log"].unique()}),
+        "log_dirs": sorted({parent_of(local_path(str(p))) for p in trials["log"].unique()}),
     }
     return info
 
@@ -473,7 +473,7 @@ def _baseline_section(trials: pd.DataFrame, baseline: pd.DataFrame) -> dict[str,
         "same": [r for r in rows if r["flag"] == "same"],
         "counts": counts,
         "trials": len(baseline),
-        "log_dirs": sorted({str(Path(local_path(str(p))).parent) for p in baseline["log"].unique()})
+        "log_dirs": sorted({parent_of(local_path(str(p))) for p in baseline["log"].unique()})
         if len(baseline)
         else [],
     }
@@ -635,20 +635,20 @@ def render_report(
 
 def write_report(
     trials: pd.DataFrame,
-    path: str | Path,
+    path: Location,
     run: dict[str, Any] | None = None,
     baseline: pd.DataFrame | None = None,
-) -> Path:
+) -> Location:
     """Write the report to ``path`` and return it.
 
     Args:
         trials: The trial frame of the run (:func:`reports.trials_frame`).
-        path: Where to write the HTML file (one self-contained file).
+        path: Where to write the HTML file (one self-contained file); may be an fsspec URI.
         run: What was run (models, prompts with texts, axes, versions, date), as ``evals``
             records it; anything missing is read from the logs.
         baseline: The trial frame of an earlier run: cells are compared and regressions and
             improvements flagged.
     """
-    out = Path(path)
-    out.write_text(render_report(trials, run, baseline), encoding="utf-8")
+    out = as_location(path)
+    write_text(out, render_report(trials, run, baseline))
     return out

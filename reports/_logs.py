@@ -16,32 +16,40 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from inspect_ai.log import read_eval_log
 
+from ._shards import ShardSet, find_shards, require_complete
+from ._storage import (
+    Location,
+    LogReadError,
+    as_location,
+    find_files,
+    is_dir,
+    is_file,
+    join,
+    name_of,
+    read_text,
+)
 
-class LogReadError(Exception):
-    """A log directory that is missing, empty, or holds a log that cannot be read."""
 
-
-def log_files(log_dir: str | Path) -> list[Path]:
+def log_files(log_dir: Location) -> list[Location]:
     """Every ``.eval``/``.json`` inspect log under ``log_dir`` (counted or superseded).
+
+    ``log_dir`` may be a path or an fsspec URI (``s3://bucket/run``).
 
     Raises:
         LogReadError: when the directory is missing or holds no logs.
     """
-    root = Path(log_dir)
-    if not root.is_dir():
+    root = as_location(log_dir)
+    if not is_dir(root):
         raise LogReadError(f"log directory {str(root)!r} does not exist")
-    files = sorted(
+    files = [
         p
-        for p in root.rglob("*")
-        if p.suffix in (".eval", ".json")
-        and p.is_file()
-        and not p.name.startswith(("logs", "summary", "eval-set"))
-        and p.name != "summary.json"
-    )
+        for p in find_files(root)
+        if name_of(p).endswith((".eval", ".json"))
+        and not name_of(p).startswith(("logs", "summary", "eval-set", "."))
+    ]
     if not files:
         raise LogReadError(
             f"log directory {str(root)!r} holds no inspect logs (*.eval or *.json); "
@@ -54,7 +62,7 @@ def log_files(log_dir: str | Path) -> list[Path]:
 class LogEntry:
     """The header facts of one inspect log."""
 
-    path: Path
+    path: Location
     task: str
     model: str
     status: str
@@ -69,15 +77,17 @@ class LogEntry:
 class LogDir:
     """The logs of one directory: the newest per task, and the superseded attempts."""
 
-    root: Path
+    root: Location
     current: tuple[LogEntry, ...]
     superseded: tuple[LogEntry, ...]
     """Older attempts of a task, and logs of tasks the last run did not include."""
     missing: tuple[str, ...] = ()
     """Tasks the last run planned (``eval-set.json``) that have no log at all."""
+    shards: ShardSet | None = None
+    """The shard directories merged into this one, when the run was sharded."""
 
     @property
-    def files(self) -> list[Path]:
+    def files(self) -> list[Location]:
         """The log files that count (newest per task)."""
         return [e.path for e in self.current]
 
@@ -87,12 +97,14 @@ class LogDir:
         for e in self.current:
             if e.status != "success":
                 why = f": {e.error}" if e.error else ""
-                lines.append(f"{e.path.name} ({e.task} on {e.model}) has status {e.status!r}{why}")
+                lines.append(
+                    f"{name_of(e.path)} ({e.task} on {e.model}) has status {e.status!r}{why}"
+                )
         lines += [f"{m} has no log: the run stopped before it started" for m in self.missing]
         return lines
 
 
-def _entry(path: Path) -> LogEntry:
+def _entry(path: Location) -> LogEntry:
     try:
         log = read_eval_log(str(path), header_only=True)
     except Exception as ex:  # inspect raises zip, JSON and validation errors alike
@@ -111,13 +123,13 @@ def _entry(path: Path) -> LogEntry:
     )
 
 
-def _planned(root: Path) -> dict[str, str] | None:
+def _planned(root: Location) -> dict[str, str] | None:
     """Task id → description of the tasks of the last ``eval_set`` run into ``root``."""
-    path = root / "eval-set.json"
-    if not path.is_file():
+    path = join(root, "eval-set.json")
+    if not is_file(path):
         return None
     try:
-        tasks = json.loads(path.read_text(encoding="utf-8"))["tasks"]
+        tasks = json.loads(read_text(path))["tasks"]
         return {
             t["task_id"]: f"task {t['name']} on {t['model']} ({json.dumps(t.get('task_args', {}))})"
             for t in tasks
@@ -129,28 +141,74 @@ def _planned(root: Path) -> dict[str, str] | None:
         ) from None
 
 
-def read_log_dir(log_dir: str | Path) -> LogDir:
+def read_log_dir(log_dir: Location) -> LogDir:
     """Read the headers of every log in ``log_dir`` and pick the ones that count.
 
     Those are the newest log of each task, restricted to the tasks of the last run when the
-    directory holds inspect's ``eval-set.json``.
+    directory holds inspect's ``eval-set.json``. A directory of ``shard-i-of-n``
+    subdirectories (``twice run --shard``/``--workers``) is read as one run: each shard by its
+    own ``eval-set.json``; logs beside the shard directories do not count. ``log_dir`` may be
+    an fsspec URI (``s3://bucket/run``).
 
     Raises:
-        LogReadError: when the directory is missing, holds no logs, or holds a log that
-            cannot be read (naming it).
+        LogReadError: when the directory is missing, holds no logs, holds a log that cannot be
+            read (naming it), or lacks one of its shards (naming it).
     """
-    root = Path(log_dir)
+    root = as_location(log_dir)
+    shards = find_shards(root)
+    if shards is None:
+        return _read_one(root, allow_empty=False)
+    require_complete(shards, root)
+    parts = [_read_one(shards.dirs[i], allow_empty=True) for i in sorted(shards.dirs)]
+    current = tuple(e for p in parts for e in p.current)
+    counted = set(shards.dirs.values())
+    beside = (
+        tuple(
+            _entry(p)
+            for p in log_files(root)
+            if not any(str(p).startswith(f"{d}/") for d in counted)
+        )
+        if _has_logs(root)
+        else ()
+    )
+    if not current:
+        raise LogReadError(
+            f"log directory {str(root)!r} has all {shards.count} shard(s) but none holds a "
+            "log; rerun `twice run --shard i/n` into it"
+        )
+    return LogDir(
+        root,
+        current,
+        tuple(e for p in parts for e in p.superseded) + beside,
+        tuple(m for p in parts for m in p.missing),
+        shards,
+    )
+
+
+def _has_logs(root: Location) -> bool:
+    try:
+        log_files(root)
+    except LogReadError:
+        return False
+    return True
+
+
+def _read_one(root: Location, *, allow_empty: bool) -> LogDir:
+    if allow_empty and not _has_logs(root):
+        # A shard dealt no cells (more shards than cells) or one that never started: the
+        # latter's planned tasks, if any were recorded, show up as missing.
+        return LogDir(root, (), (), tuple((_planned(root) or {}).values()))
     entries = [_entry(p) for p in log_files(root)]
     planned = _planned(root)
     newest: dict[str, LogEntry] = {}
-    for e in sorted(entries, key=lambda e: (e.created, e.path.name)):
+    for e in sorted(entries, key=lambda e: (e.created, name_of(e.path))):
         if planned is None or e.task_id in planned:
             newest[e.task_id] = e
     current = tuple(newest.values())
-    kept = {e.path for e in current}
-    superseded = tuple(e for e in entries if e.path not in kept)
+    kept = {str(e.path) for e in current}
+    superseded = tuple(e for e in entries if str(e.path) not in kept)
     missing = tuple(desc for tid, desc in (planned or {}).items() if tid not in newest)
-    if not current:
+    if not current and not allow_empty:
         raise LogReadError(
             f"log directory {str(root)!r} holds no logs of the tasks in its eval-set.json; "
             "rerun `twice run` with the same --log-dir"
@@ -158,7 +216,7 @@ def read_log_dir(log_dir: str | Path) -> LogDir:
     return LogDir(root, current, superseded, missing)
 
 
-def check_log_dir(log_dir: str | Path) -> None:
+def check_log_dir(log_dir: Location) -> None:
     """Check that an existing log directory can be resumed into (every log readable).
 
     A directory that does not exist yet, or holds no logs, is fine.
@@ -166,8 +224,8 @@ def check_log_dir(log_dir: str | Path) -> None:
     Raises:
         LogReadError: naming a log that cannot be read.
     """
-    root = Path(log_dir)
-    if not root.is_dir():
+    root = as_location(log_dir)
+    if not is_dir(root):
         return
     try:
         files = log_files(root)

@@ -1,0 +1,157 @@
+"""Shards: a deterministic share of a suite's cells per process or machine, merged afterwards.
+
+``twice run --shard i/n`` runs the cells dealt to shard ``i`` into ``LOG_DIR/shard-i-of-n/``.
+Each shard keeps its own inspect ``eval-set.json``: two ``eval_set`` runs sharing a directory
+undercount, because that file is last-writer-wins. ``twice report`` and ``twice gate`` on
+``LOG_DIR`` read every ``shard-*-of-n`` directory as one run, and refuse (exit 2) when a shard
+is missing. ``twice run --workers N`` is the same mechanism on one machine: N local shard
+processes, then the merge.
+
+The deal: cells are ordered by the SHA-256 of their axes (model, prompt, task, fault,
+protection) and dealt round-robin, so every process and machine computes the same split from
+the same suite (Python's ``hash()`` is salted per process and would not), and shard sizes
+differ by at most one cell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from twice.reports import Location, Shard, ShardSet, join
+
+from ._suite import Cell, SuiteError
+
+MIN_CELLS_PER_WORKER = 8
+"""Fewest cells a default worker gets: a worker process costs about as much CPU to start
+(importing inspect) as a few stub cells take to run, so small suites stay in one process."""
+
+
+def parse_shard(text: str) -> Shard:
+    """``"2/3"`` → ``Shard(2, 3)``.
+
+    Raises:
+        SuiteError: unless the text is ``i/n`` with ``1 <= i <= n``.
+    """
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or not 1 <= int(m[1]) <= int(m[2]):
+        raise SuiteError(
+            f"--shard {text!r} is not i/n with 1 <= i <= n (e.g. 1/4 ... 4/4; in a Kubernetes "
+            "Indexed Job: --shard $((JOB_COMPLETION_INDEX + 1))/N)"
+        )
+    return Shard(int(m[1]), int(m[2]))
+
+
+def cell_digest(cell: Cell) -> str:
+    """A stable hex digest of the cell's axes (the same in every process and on every machine)."""
+    axes = [cell.model, cell.prompt, cell.task, cell.fault, cell.protection]
+    return hashlib.sha256(json.dumps(axes).encode("utf-8")).hexdigest()
+
+
+def shard_cells(cells: Sequence[Cell], shard: Shard) -> list[Cell]:
+    """The cells dealt to ``shard``, in suite order.
+
+    Cells sorted by :func:`cell_digest` are dealt round-robin: the shards of one suite are
+    disjoint, cover it, and differ in size by at most one cell.
+    """
+    ranked = sorted(range(len(cells)), key=lambda i: cell_digest(cells[i]))
+    mine = {i for rank, i in enumerate(ranked) if rank % shard.count == shard.index - 1}
+    return [c for i, c in enumerate(cells) if i in mine]
+
+
+def shard_dir(log_dir: Location, shard: Shard) -> Location:
+    """``LOG_DIR/shard-i-of-n``."""
+    return join(log_dir, shard.name)
+
+
+def merged_run(runs: Sequence[dict[str, Any]], shards: ShardSet) -> dict[str, Any]:
+    """One ``run`` record for the merged shards: the axes are the union of the shards' axes."""
+    merged: dict[str, Any] = dict(runs[0]) if runs else {}
+    for key in ("models", "tasks", "faults", "protections"):
+        merged[key] = list(dict.fromkeys(v for r in runs for v in r.get(key) or []))
+    prompts: dict[str, Any] = {}
+    for r in runs:
+        prompts.update(r.get("prompts") or {})
+    if runs:
+        merged["prompts"] = prompts
+    merged.pop("shard", None)
+    merged["shards"] = shards.record()
+    return merged
+
+
+# -- local workers ----------------------------------------------------------------------------
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_workers(n_cells: int, cpus: int | None = None) -> int:
+    """The fastest worker count here: one per usable CPU, each with at least
+    :data:`MIN_CELLS_PER_WORKER` cells (one process when the suite is smaller than that)."""
+    cpus = usable_cpus() if cpus is None else cpus
+    return max(1, min(cpus, n_cells // MIN_CELLS_PER_WORKER))
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    """How one worker process ended."""
+
+    shard: Shard
+    returncode: int
+    seconds: float
+    stderr_tail: str
+
+
+def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[WorkerExit]:
+    """Run ``twice run ARGS --shard i/count --log-dir LOG_DIR`` for every i, concurrently.
+
+    The workers are local processes of this Python. On Ctrl-C each gets SIGINT (so it stops
+    like an interrupted run, keeping its finished samples), then this re-raises.
+    """
+    procs: list[tuple[Shard, subprocess.Popen[bytes], float, Any]] = []
+    base = [sys.executable, "-m", "twice.evals.cli", "run", *args, "--log-dir", str(log_dir)]
+    try:
+        for i in range(1, count + 1):
+            shard = Shard(i, count)
+            cmd = [*base, "--shard", str(shard), "--workers", "1"]
+            # stderr to a file, not a pipe: a worker blocked on a full pipe would never end.
+            err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finally)
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+            procs.append((shard, proc, time.perf_counter(), err))
+        out = []
+        for shard, proc, t0, err in procs:
+            proc.wait()
+            seconds = time.perf_counter() - t0
+            err.seek(0)
+            tail = err.read().decode("utf-8", "replace").strip().splitlines()[-5:]
+            out.append(WorkerExit(shard, proc.returncode, seconds, "\n".join(tail)))
+        return out
+    except BaseException:
+        for _, proc, _, _ in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for _, proc, _, _ in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        raise
+    finally:
+        for *_, err in procs:
+            err.close()

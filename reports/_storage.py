@@ -1,0 +1,156 @@
+"""Log locations that may be local paths or fsspec URIs (``s3://bucket/run``, ``gs://...``).
+
+Inspect writes and reads logs through fsspec, so a log directory may live in object storage.
+A URI must stay a string: ``pathlib.Path("s3://b/run")`` collapses the double slash into
+``s3:/b/run``, which then names a local directory. Local paths keep being :class:`Path`.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from pathlib import Path
+from typing import IO, Any
+
+
+class LogReadError(Exception):
+    """A log directory that is missing, empty, or holds a log that cannot be read."""
+
+
+Location = str | Path
+"""A local path, or a URI of any filesystem fsspec serves."""
+
+
+def is_remote(location: Location) -> bool:
+    """True for a URI other than ``file://`` (``s3://b/x``, ``gs://b/x``, ``memory://x``)."""
+    text = str(location)
+    return "://" in text and not text.startswith("file://")
+
+
+def as_location(location: Location) -> Location:
+    """A URI as the string it is, anything else (a path, ``file://``) as a :class:`Path`."""
+    if is_remote(location):
+        return str(location).rstrip("/")
+    text = str(location)
+    if text.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        return Path(unquote(urlparse(text).path))
+    return Path(text)
+
+
+def join(base: Location, *names: str) -> Location:
+    """``base/name/...``: a URI joined with ``/``, a path with pathlib."""
+    if is_remote(base):
+        return posixpath.join(str(base).rstrip("/"), *names)
+    return Path(base).joinpath(*names)
+
+
+def name_of(location: Location) -> str:
+    """The last component (a file's name)."""
+    return (
+        posixpath.basename(str(location).rstrip("/"))
+        if is_remote(location)
+        else Path(location).name
+    )
+
+
+def parent_of(location: Location) -> str:
+    """The directory holding ``location``, as a string."""
+    if is_remote(location):
+        return posixpath.dirname(str(location).rstrip("/"))
+    return str(Path(location).parent)
+
+
+def _fs(location: str) -> tuple[Any, str]:
+    from fsspec.core import url_to_fs
+
+    fs, path = url_to_fs(location)
+    # A listing cached by an earlier call of this process (or by inspect, which shares the
+    # cached filesystem instance) would miss logs written since: ask the store.
+    fs.invalidate_cache()
+    return fs, path
+
+
+def _protocol(location: str) -> str:
+    return location.split("://", 1)[0]
+
+
+def is_dir(location: Location) -> bool:
+    """True when the directory (or, in object storage, the prefix) exists and is not a file."""
+    if not is_remote(location):
+        return Path(location).is_dir()
+    fs, path = _fs(str(location))
+    return bool(fs.isdir(path))
+
+
+def is_file(location: Location) -> bool:
+    """True when ``location`` is an existing file (object)."""
+    if not is_remote(location):
+        return Path(location).is_file()
+    fs, path = _fs(str(location))
+    return bool(fs.isfile(path))
+
+
+def list_dir(location: Location) -> list[Location]:
+    """The immediate children of a directory (empty when it does not exist)."""
+    if not is_remote(location):
+        root = Path(location)
+        return sorted(root.iterdir()) if root.is_dir() else []
+    fs, path = _fs(str(location))
+    if not fs.isdir(path):
+        return []
+    proto = _protocol(str(location))
+    return sorted(f"{proto}://{p.rstrip('/')}" for p in fs.ls(path, detail=False))
+
+
+def find_files(location: Location) -> list[Location]:
+    """Every file under a directory, recursively, sorted (empty when it does not exist)."""
+    if not is_remote(location):
+        root = Path(location)
+        return sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+    fs, path = _fs(str(location))
+    proto = _protocol(str(location))
+    return sorted(f"{proto}://{p}" for p in fs.find(path))
+
+
+def open_binary(location: Location) -> IO[bytes]:
+    """Open a file for reading bytes (seekable: a zip archive can be read in place)."""
+    if not is_remote(location):
+        return open(location, "rb")
+    fs, path = _fs(str(location))
+    return fs.open(path, "rb")  # type: ignore[no-any-return]
+
+
+def read_text(location: Location) -> str:
+    """A whole UTF-8 text file."""
+    if not is_remote(location):
+        return Path(location).read_text(encoding="utf-8")
+    with open_binary(location) as f:
+        return f.read().decode("utf-8")
+
+
+def write_text(location: Location, text: str) -> None:
+    """Write a UTF-8 text file whole, replacing it only once written.
+
+    Locally the text goes to a temporary file beside the target, then is renamed over it;
+    an object store replaces an object only when its upload completes.
+    """
+    if is_remote(location):
+        fs, path = _fs(str(location))
+        fs.pipe_file(path, text.encode("utf-8"))
+        return
+    out = Path(location)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def make_dirs(location: Location) -> None:
+    """Create a local directory and its parents; object stores have no directories to make."""
+    if not is_remote(location):
+        Path(location).mkdir(parents=True, exist_ok=True)

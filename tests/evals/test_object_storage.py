@@ -1,0 +1,230 @@
+"""Log directories in object storage: run, report and gate through moto's S3 server.
+
+The server is moto's, on 127.0.0.1 (an ephemeral port), started and stopped by the fixture;
+credentials are dummies. Nothing reaches a real cloud.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytest.importorskip("s3fs", reason="the s3 extra (pip install 'twice[s3]') is not installed")
+moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+
+Twice = Callable[..., Any]
+
+RUN = [
+    "--model", "stub/retry", "--model", "stub/verify", "--task", "refund",
+    "--fault", "lost_reply", "--limit", "2", "--display", "none",
+]  # fmt: skip
+GATE = '[[rule]]\nmetric = "duplication_rate"\nmax = 0.5\n'
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A moto S3 server on 127.0.0.1 with an empty bucket ``twice``; yields an s3fs filesystem.
+
+    moto keeps its buckets in process memory, shared by every server it starts: the fixture
+    empties them again when it stops.
+    """
+    import s3fs
+    from moto.backends import get_backend
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for key, value in {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    # fsspec caches filesystem instances: one made for an earlier server would point there.
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem()
+    fs.mkdir("twice")
+    try:
+        yield fs
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        server.stop()
+        for backend in get_backend("s3").values():
+            backend.reset()
+
+
+def test_storage_helpers_keep_uris(s3: Any) -> None:
+    from twice.reports import as_location, is_remote, join, name_of, parent_of, read_text
+    from twice.reports import write_text as put
+
+    assert as_location("s3://twice/run/") == "s3://twice/run"
+    assert join("s3://twice/run", "shard-1-of-2", "x.eval") == "s3://twice/run/shard-1-of-2/x.eval"
+    assert is_remote("s3://twice/x") and not is_remote("file:///tmp/x")
+    assert not is_remote("logs/run")
+    put("s3://twice/a/b.json", "{}")
+    assert read_text("s3://twice/a/b.json") == "{}"
+    assert name_of("s3://twice/a/b.json") == "b.json"
+    assert parent_of("s3://twice/a/b.json") == "s3://twice/a"
+
+
+@pytest.mark.slow
+def test_run_report_gate_round_trip_through_s3(s3: Any, twice: Twice, tmp_path: Any) -> None:
+    uri = "s3://twice/runs/one"
+    result = twice("run", *RUN, "--log-dir", uri)
+    assert result.exit_code == 0, result.output
+    names = {p.rsplit("/", 1)[-1] for p in s3.find("twice/runs/one")}
+    assert {"summary.json", "report.html", "eval-set.json"} <= names
+    assert sum(n.endswith(".eval") for n in names) == 2
+    assert not (tmp_path / "s3:").exists()  # never mangled into a local s3:/twice/... path
+    summary = json.loads(s3.cat("twice/runs/one/summary.json"))
+    dup = {c["model"]: c["duplication_rate"] for c in summary["cells"]}
+    assert dup == {"stub/retry": 1.0, "stub/verify": 0.0}
+
+    s3.rm("twice/runs/one/report.html")
+    report = twice("report", uri)
+    assert report.exit_code == 0, report.output
+    assert "stub/verify" in s3.cat("twice/runs/one/report.html").decode()
+
+    (tmp_path / "gate.toml").write_text(GATE)
+    gate = twice("gate", uri, "--config", tmp_path / "gate.toml")
+    assert gate.exit_code == 1, gate.output  # stub/retry duplicates every time
+    assert "2 log(s), 4 trial(s)" in gate.stdout
+
+    # Resuming into the bucket reuses the finished logs instead of running them again.
+    again = twice("run", *RUN, "--log-dir", uri, "--no-report")
+    assert again.exit_code == 0, again.output
+    assert sum(p.endswith(".eval") for p in s3.find("twice/runs/one")) == 2
+
+
+@pytest.mark.slow
+def test_shards_and_workers_through_s3(s3: Any, twice: Twice, tmp_path: Any) -> None:
+    uri = "s3://twice/runs/sharded"
+    (tmp_path / "gate.toml").write_text(GATE)
+    assert twice("run", *RUN, "--no-report", "--shard", "1/2", "--log-dir", uri).exit_code == 0
+    missing = twice("gate", uri, "--config", tmp_path / "gate.toml")
+    assert missing.exit_code == 2
+    assert "shard-2-of-2" in missing.output
+    assert twice("run", *RUN, "--no-report", "--shard", "2/2", "--log-dir", uri).exit_code == 0
+    gate = twice("gate", uri, "--config", tmp_path / "gate.toml")
+    assert gate.exit_code == 1, gate.output
+    merged = json.loads(s3.cat("twice/runs/sharded/summary.json"))
+    assert merged["run"]["shards"] == {"count": 2, "dirs": ["shard-1-of-2", "shard-2-of-2"]}
+    assert len(merged["cells"]) == 2
+
+    # Workers are separate processes: they reach the bucket through the same environment.
+    proc = subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "run", *RUN, "--workers", "2",
+         "--log-dir", "s3://twice/runs/workers"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    workers = json.loads(s3.cat("twice/runs/workers/summary.json"))
+    assert [c["duplication_rate"] for c in workers["cells"]] == [
+        c["duplication_rate"] for c in merged["cells"]
+    ]
+    assert s3.exists("twice/runs/workers/report.html")
+
+
+# -- the cluster recipe (docs/cluster), run here as far as one machine allows -------------------
+
+CLUSTER = Path(__file__).parents[2] / "docs" / "cluster"
+TINY_SUITE = """\
+limit = 1
+[[matrix]]
+models = ["stub/retry", "stub/verify"]
+tasks = ["refund"]
+faults = ["lost_reply", "none"]
+"""
+TINY_GATE = '[[rule]]\nmetric = "completion_rate"\nmin = 0.0\n'
+
+
+def _sh(script: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a recipe's shell step with twice's own interpreter first on PATH."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={**os.environ, **env, "PATH": path},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def _recipe_env(tmp_path: Path, log_dir: str) -> dict[str, str]:
+    (tmp_path / "suite.toml").write_text(TINY_SUITE)
+    (tmp_path / "gate.toml").write_text(TINY_GATE)
+    # The recipes' suite and gate, swapped for tiny ones; everything else as written.
+    return {"SUITE": "suite.toml", "GATE": "gate.toml", "LOG_DIR": log_dir}
+
+
+def _merged_ok(s3: Any, prefix: str, shards: int) -> None:
+    merged = json.loads(s3.cat(f"{prefix}/summary.json"))
+    assert merged["run"]["shards"]["count"] == shards
+    assert sorted((c["model"], c["fault"]) for c in merged["cells"]) == [
+        ("stub/retry", "lost_reply"),
+        ("stub/retry", "none"),
+        ("stub/verify", "lost_reply"),
+        ("stub/verify", "none"),
+    ]
+
+
+@pytest.mark.slow
+def test_github_actions_recipe(s3: Any, tmp_path: Path) -> None:
+    workflow = yaml.safe_load((CLUSTER / "github-actions.yml").read_text())
+    shards = int(workflow["env"]["SHARDS"])
+    job = workflow["jobs"]["shard"]
+    assert job["strategy"]["matrix"]["shard"] == list(range(1, shards + 1))
+    assert workflow["jobs"]["report-and-gate"]["needs"] == "shard"
+    step = next(s for s in job["steps"] if "twice run" in s.get("run", ""))
+    env = _recipe_env(tmp_path, "s3://twice/gha/run-1")
+    assert workflow["env"]["LOG_DIR"].startswith("s3://")
+
+    # The report job first: with no shard yet it must refuse, not pass on nothing.
+    final = next(
+        s["run"]
+        for s in workflow["jobs"]["report-and-gate"]["steps"]
+        if "twice" in s.get("run", "")
+    )
+    assert _sh(final, env, tmp_path).returncode == 2
+    for shard in range(1, shards + 1):
+        script = step["run"].replace("${{ matrix.shard }}", str(shard))
+        done = _sh(script, {**env, "SHARDS": str(shards)}, tmp_path)
+        assert done.returncode == 0, done.stderr
+    result = _sh(final, env, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "gate.xml").is_file()
+    _merged_ok(s3, "twice/gha/run-1", shards)
+
+
+@pytest.mark.slow
+def test_kubernetes_recipe(s3: Any, tmp_path: Path) -> None:
+    docs = list(yaml.safe_load_all((CLUSTER / "kubernetes.yaml").read_text()))
+    shards_job, final_job = docs
+    spec = shards_job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    container = spec["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    shards = int(env["SHARDS"])
+    assert spec["completions"] == shards
+    run_env = _recipe_env(tmp_path, "s3://twice/k8s/run-1")
+    # Kubernetes gives each pod its index in JOB_COMPLETION_INDEX, from 0.
+    for index in range(shards):
+        pod_env = {**run_env, "SHARDS": str(shards), "JOB_COMPLETION_INDEX": str(index)}
+        done = _sh(container["args"][0], pod_env, tmp_path)
+        assert done.returncode == 0, done.stderr
+    final = final_job["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    result = _sh(final, run_env, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert s3.exists("twice/k8s/run-1/report.html")
+    _merged_ok(s3, "twice/k8s/run-1", shards)

@@ -1,0 +1,240 @@
+"""Shards and workers: a deterministic split of the cells, merged back into the same numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twice.evals import Cell, SuiteError, suite_from_flags
+from twice.evals._shards import (
+    MIN_CELLS_PER_WORKER,
+    Shard,
+    cell_digest,
+    default_workers,
+    parse_shard,
+    shard_cells,
+)
+
+Twice = Callable[..., Any]
+
+SUITE = [
+    "--model", "stub/retry", "--model", "stub/verify", "--model", "stub/noisy",
+    "--task", "refund", "--fault", "lost_reply", "--fault", "none", "--limit", "3",
+    "--display", "none", "--no-report",
+]  # fmt: skip
+"""Six cells, three trials each; stub/noisy makes the rates strictly between 0 and 1."""
+
+GATE = '[[rule]]\nmetric = "completion_rate"\nmin = 0.0\n'
+
+
+def _cells(n_models: int = 6) -> list[Cell]:
+    suite = suite_from_flags(
+        config=None,
+        models=[f"stub/{m}" for m in ("retry", "no-retry", "verify", "drift", "parallel", "noisy")][
+            :n_models
+        ],
+        prompts=["baseline", "cautious", "persistent"],
+        tasks=["refund", "send_email"],
+        faults=["lost_reply", "none"],
+        protections=[],
+        epochs=None,
+        limit=None,
+    )
+    return list(suite.cells())
+
+
+def _summary_cells(path: Path) -> dict[tuple[str, ...], dict[str, Any]]:
+    doc = json.loads(path.read_text())
+    return {
+        tuple(c[k] for k in ("model", "prompt", "task", "fault", "protection")): c
+        for c in doc["cells"]
+    }
+
+
+# -- the split ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "1/0", "2", "a/b", "1/2/3", "-1/2"])
+def test_parse_shard_rejects(text: str) -> None:
+    with pytest.raises(SuiteError, match=r"is not i/n with 1 <= i <= n"):
+        parse_shard(text)
+
+
+def test_parse_shard_accepts() -> None:
+    assert parse_shard("2/3") == Shard(2, 3)
+    assert parse_shard(" 1 / 1 ") == Shard(1, 1)
+    assert Shard(2, 3).name == "shard-2-of-3"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7])
+def test_shards_are_disjoint_cover_the_suite_and_balanced(n: int) -> None:
+    cells = _cells()
+    parts = [shard_cells(cells, Shard(i, n)) for i in range(1, n + 1)]
+    flat = [c for p in parts for c in p]
+    assert sorted(flat, key=cell_digest) == sorted(cells, key=cell_digest)
+    assert len(set(flat)) == len(flat)
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1, sizes
+    for p in parts:  # each share keeps suite order
+        assert p == [c for c in cells if c in p]
+
+
+def test_cell_digest_is_sha256_of_the_axes() -> None:
+    # Pinned: the split must be the same on every machine and Python (never ``hash()``).
+    cell = Cell("stub/retry", "baseline", "refund", "lost_reply", "bare")
+    assert cell_digest(cell) == "867ed860e0b6e9a2e555add9c0188114f73575c68680df1b3a111e7f296e935e"
+
+
+def test_split_is_the_same_in_another_process_with_another_hash_seed() -> None:
+    code = (
+        "from twice.evals import suite_from_flags\n"
+        "from twice.evals._shards import Shard, shard_cells\n"
+        "s = suite_from_flags(config=None, models=['stub/retry', 'stub/no-retry', 'stub/verify',"
+        " 'stub/drift', 'stub/parallel', 'stub/noisy'], prompts=['baseline', 'cautious',"
+        " 'persistent'], tasks=['refund', 'send_email'], faults=['lost_reply', 'none'],"
+        " protections=[], epochs=None, limit=None)\n"
+        "print([[c.model, c.prompt, c.task, c.fault] for c in shard_cells(list(s.cells()),"
+        " Shard(2, 3))])\n"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outs) == 1
+    here = [[c.model, c.prompt, c.task, c.fault] for c in shard_cells(_cells(), Shard(2, 3))]
+    assert json.loads(outs.pop().replace("'", '"')) == here
+
+
+def test_default_workers() -> None:
+    assert default_workers(1, cpus=8) == 1
+    assert default_workers(2 * MIN_CELLS_PER_WORKER - 1, cpus=8) == 1
+    assert default_workers(2 * MIN_CELLS_PER_WORKER, cpus=8) == 2
+    assert default_workers(57, cpus=2) == 2  # the default suite on this machine
+    assert default_workers(1000, cpus=4) == 4
+    assert default_workers(1000, cpus=1) == 1
+
+
+# -- runs ----------------------------------------------------------------------------------------
+
+
+def test_bad_shard_is_a_usage_error(twice: Twice, tmp_path: Path) -> None:
+    result = twice("run", *SUITE, "--shard", "3/2", "--log-dir", tmp_path / "x")
+    assert result.exit_code == 2
+    assert "'3/2' is not i/n" in result.output
+    result = twice("run", *SUITE, "--shard", "1/2", "--workers", "2", "--log-dir", tmp_path)
+    assert result.exit_code == 2
+    assert "drop --workers" in result.output
+
+
+@pytest.fixture(scope="module")
+def unsharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from click.testing import CliRunner
+    from twice.evals.cli import cli
+
+    log_dir = tmp_path_factory.mktemp("unsharded") / "logs"
+    result = CliRunner().invoke(cli, ["run", *SUITE, "--log-dir", str(log_dir)])
+    assert result.exit_code == 0, result.output
+    return log_dir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2, 3])
+def test_sharded_run_merges_to_the_unsharded_summary(
+    twice: Twice, tmp_path: Path, unsharded: Path, n: int
+) -> None:
+    log_dir = tmp_path / "logs"
+    for i in range(1, n + 1):
+        result = twice("run", *SUITE, "--shard", f"{i}/{n}", "--log-dir", log_dir)
+        assert result.exit_code == 0, result.output
+        assert (log_dir / f"shard-{i}-of-{n}" / "eval-set.json").is_file()
+        shard_summary = json.loads((log_dir / f"shard-{i}-of-{n}" / "summary.json").read_text())
+        assert shard_summary["run"]["shard"] == {"index": i, "count": n}
+        assert len(shard_summary["cells"]) in (6 // n, 6 // n + 1)
+    assert not (log_dir / "summary.json").exists()  # nothing merged yet
+
+    (tmp_path / "gate.toml").write_text(GATE)
+    gate = twice("gate", log_dir, "--config", tmp_path / "gate.toml")
+    assert gate.exit_code == 0, gate.output
+    assert f"{3 * 6} trial(s)" in gate.stdout
+
+    report = twice("report", log_dir)
+    assert report.exit_code == 0, report.output
+    assert (log_dir / "report.html").is_file()
+    merged = json.loads((log_dir / "summary.json").read_text())
+    assert merged["run"]["shards"] == {
+        "count": n,
+        "dirs": [f"shard-{i}-of-{n}" for i in range(1, n + 1)],
+    }
+    assert merged["run"]["models"] and set(merged["run"]["models"]) == {
+        "stub/retry",
+        "stub/verify",
+        "stub/noisy",
+    }
+    want = _summary_cells(unsharded / "summary.json")
+    assert _summary_cells(log_dir / "summary.json") == want
+    assert any(0 < c["duplication_rate"] < 1 for c in want.values())  # not all trivial
+
+
+@pytest.mark.slow
+def test_workers_merge_to_the_unsharded_summary(tmp_path: Path, unsharded: Path) -> None:
+    log_dir = tmp_path / "logs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "run", *SUITE, "--workers", "2",
+         "--log-dir", str(log_dir)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "2 workers" in proc.stderr
+    assert sorted(p.name for p in log_dir.iterdir() if p.is_dir()) == [
+        "shard-1-of-2",
+        "shard-2-of-2",
+    ]
+    merged = json.loads((log_dir / "summary.json").read_text())
+    assert merged["run"]["shards"]["count"] == 2
+    assert merged["run"]["faults"] == ["lost_reply", "none"]
+    assert _summary_cells(log_dir / "summary.json") == _summary_cells(unsharded / "summary.json")
+    assert "stub/noisy" in proc.stdout  # the merged table is printed
+
+
+@pytest.mark.slow
+def test_missing_or_mixed_shards_exit_2(twice: Twice, tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    (tmp_path / "gate.toml").write_text(GATE)
+    assert twice("run", *SUITE, "--shard", "2/3", "--log-dir", log_dir).exit_code == 0
+    for args in (("gate", log_dir, "--config", tmp_path / "gate.toml"), ("report", log_dir)):
+        result = twice(*args)
+        assert result.exit_code == 2, result.output
+        assert "missing 2 of 3 shard(s): shard-1-of-3, shard-3-of-3" in result.output
+        assert "--shard 1/3" in result.output
+    assert not (log_dir / "summary.json").exists()
+
+    (log_dir / "shard-1-of-2").mkdir()
+    result = twice("report", log_dir)
+    assert result.exit_code == 2
+    assert "mixes shard counts (-of-2, -of-3)" in result.output
+
+
+def test_more_shards_than_cells_leaves_an_empty_shard(twice: Twice, tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    one = ["--model", "stub/retry", "--task", "refund", "--fault", "none", "--limit", "1"]
+    rest = ["--display", "none", "--no-report", "--log-dir", log_dir]
+    assert twice("run", *one, "--shard", "1/2", *rest).exit_code == 0
+    assert twice("run", *one, "--shard", "2/2", *rest).exit_code == 0
+    empty = [d for d in log_dir.iterdir() if not list(d.glob("*.eval"))]
+    assert len(empty) == 1
+    assert json.loads((empty[0] / "summary.json").read_text())["cells"] == []
+    result = twice("report", log_dir)
+    assert result.exit_code == 0, result.output
+    assert len(json.loads((log_dir / "summary.json").read_text())["cells"]) == 1
