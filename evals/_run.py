@@ -1,16 +1,28 @@
-"""Run a suite through inspect's ``eval_set`` (one process, resumable) and summarise it."""
+"""Run a suite through inspect's ``eval_set`` (one process, resumable) and summarise it.
+
+What a run guarantees (README "Reliability"): one run per log directory (a lock); an
+interrupted run (SIGINT, SIGTERM) exits 130/143 with ``summary.json`` marked incomplete and
+naming the missing cells, and the same command resumes it; ``summary.json`` and
+``report.html`` are replaced by rename, never left half-written; a model endpoint that cannot
+be reached ends the run (exit 1) within a bounded time, named in one line; no API key from
+the environment reaches what the run writes.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
 import gc
-import re
-from collections.abc import Iterator
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pandas as pd
@@ -18,24 +30,23 @@ from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
 from twice.reports import LogReadError, cells, trials_frame, write_summary
-from twice.tasks import get_task, load_prompt
+from twice.tasks import Prompt, get_task, load_prompt
 
-from ._logs import check_log_dir
+from ._endpoint import EndpointState, guard_model
+from ._gate import temp_beside
+from ._lock import lock_log_dir
+from ._logs import check_log_dir, read_log_dir
+from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args, scrub, secret_values
 from ._suite import Cell, Suite, SuiteError
 
-CREDENTIAL_ARG = re.compile(
-    r"(^|_)(api_?key|key|token|secret|password|passwd|credentials?|auth|authorization|headers)"
-    r"($|_)|^aws_",
-    re.I,
-)
-"""Model-arg names that carry credentials (``api_key``, ``azure_ad_token``, ``client_secret``,
-``default_headers``...): refused, because keys come from the environment. Inspect drops only
-``api_key`` and ``aws_*`` from the model args it logs."""
+DEFAULT_TIMEOUT = 300
+"""Seconds a model call may take, retries included (``--timeout``)."""
 
-KEY_ENV_HINT = (
-    "OPENAI_API_KEY for openai/, ANTHROPIC_API_KEY for anthropic/, "
-    "<SERVICE>_API_KEY for openai-api/<service>/"
-)
+DEFAULT_MAX_RETRIES = 3
+"""Retries of a failed model call (``--max-retries``); inspect's own default is unlimited."""
+
+EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
+"""Exit codes of an interrupted run: 128 + the signal number, as a shell reports it."""
 
 
 @dataclass
@@ -49,11 +60,26 @@ class RunResult:
     report_path: Path | None
     failed: list[str]
     """Human lines for every eval that errored or trial that crashed."""
+    missing: list[Cell] = field(default_factory=list)
+    """Planned cells with no finished log (an interrupted or failed run)."""
+    interrupted: str | None = None
+    """``SIGINT`` or ``SIGTERM`` when the run was stopped by one."""
+    unreachable: list[str] = field(default_factory=list)
+    """One line per model whose endpoint could not be reached."""
+    reused: int = 0
+    """Cells whose finished logs an earlier run left (resumed, not run again)."""
 
     @property
     def ok(self) -> bool:
-        """True when every eval ran to completion and no trial crashed."""
-        return not self.failed
+        """True when every planned cell ran to completion and no trial crashed."""
+        return not (self.failed or self.missing or self.interrupted or self.unreachable)
+
+    @property
+    def exit_code(self) -> int:
+        """DESIGN.md's ``twice run`` exit code: 0 all ran, 1 failed, 130/143 interrupted."""
+        if self.interrupted:
+            return EXIT_INTERRUPTED.get(self.interrupted, 130)
+        return 0 if self.ok else 1
 
 
 def eval_options(display: str | None) -> dict[str, Any]:
@@ -114,21 +140,6 @@ def _plain(text: str) -> str:
     return " ".join(text.replace("ERROR:", "").split()).rstrip(".")
 
 
-def check_model_args(model_args: dict[str, Any]) -> None:
-    """Refuse model args that carry credentials: API keys come from the environment only.
-
-    Raises:
-        SuiteError: naming the argument and the environment variables to use instead.
-    """
-    for key in model_args:
-        if CREDENTIAL_ARG.search(key):
-            raise SuiteError(
-                f"model arg {key!r} looks like a credential; twice takes API keys from the "
-                f"environment only (so they stay out of shell history, logs and reports): set "
-                f"{KEY_ENV_HINT}"
-            )
-
-
 def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
     if name not in cache:
         try:
@@ -149,26 +160,55 @@ def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Mo
     return cache[name]
 
 
-def build_tasks(suite: Suite, model_args: dict[str, Any] | None = None) -> list[Task]:
+def build_tasks(
+    suite: Suite,
+    model_args: dict[str, Any] | None = None,
+    *,
+    guards: dict[str, EndpointState] | None = None,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> list[Task]:
     """One inspect Task per cell, with its model attached.
 
     ``eval_set`` pairs a task with its finished log by name, task args, model, model args and
     version. The prompt is a task arg by *name or path*, so the task version carries the hash
-    of the prompt text: editing a prompt file makes its old logs stale instead of silently
+    of the prompt file: editing a prompt file makes its old logs stale instead of silently
     reusing them on resume.
+
+    Args:
+        suite: What to run.
+        model_args: Provider model args (``-M``); credentials are refused.
+        guards: When given, every model gets an endpoint guard (see ``_endpoint``), keyed
+            here by model name.
+        max_retries: Retries the guard allows before it calls an endpoint unreachable.
+        timeout: Seconds one model call may take.
+
+    Raises:
+        SuiteError: for credential model args, a model that cannot be loaded, or a task that
+            cannot be built (a dataset record of the wrong type, naming file and line).
     """
     check_model_args(model_args or {})
     models: dict[str, Model] = {}
+    prompts: dict[str, Prompt] = {}
     out = []
     for cell in suite.cells():
-        task = get_task(cell.task)(fault=cell.fault, protection=cell.protection, prompt=cell.prompt)
-        sha = load_prompt(cell.prompt).sha256
-        out.append(
-            task_with(
-                task,
-                model=_model(cell.model, model_args or {}, models),
-                version=f"{task.version}+prompt.{sha[:12]}",
+        try:
+            task = get_task(cell.task)(
+                fault=cell.fault, protection=cell.protection, prompt=cell.prompt
             )
+        except ValueError as ex:
+            raise SuiteError(f"task {cell.task!r} cannot be built: {ex}") from None
+        prompt = prompts.get(cell.prompt) or prompts.setdefault(
+            cell.prompt, load_prompt(cell.prompt)
+        )
+        new = cell.model not in models
+        model = _model(cell.model, model_args or {}, models)
+        if guards is not None and new:
+            guards[cell.model] = guard_model(
+                model, max_retries=max_retries, attempt_timeout=timeout
+            )
+        out.append(
+            task_with(task, model=model, version=f"{task.version}+prompt.{prompt.sha256[:12]}")
         )
     return out
 
@@ -176,7 +216,7 @@ def build_tasks(suite: Suite, model_args: dict[str, Any] | None = None) -> list[
 def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
     lines = []
     for log in logs:
-        if log.status != "success":
+        if log.status not in ("success", "cancelled"):
             message = log.error.message if log.error else log.status
             lines.append(f"eval {log.eval.task} on {log.eval.model} {log.status}: {message}")
     for row in table.itertuples():
@@ -185,7 +225,132 @@ def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
                 f"{row.errors} trial(s) crashed in {row.model} / {row.prompt} / {row.task} / "
                 f"{row.fault} / {row.protection}"
             )
-    return lines
+    return [scrub(line) for line in lines]
+
+
+# -- interruption --------------------------------------------------------------------------
+
+
+@dataclass
+class Interrupts:
+    """Which signal stopped the run, if one did.
+
+    SIGINT is left to inspect (asyncio's handler cancels the run, inspect marks unfinished
+    logs ``cancelled`` and returns); SIGTERM, which would otherwise kill the process without
+    a word, is turned into the same orderly stop and remembered, so the run exits 143.
+    """
+
+    signal: str | None = None
+
+
+@contextmanager
+def _stop_on_sigterm(state: Interrupts) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals can only be handled in the main thread
+        return
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        state.signal = state.signal or "SIGTERM"
+        # Whatever handles Ctrl-C now (asyncio's runner cancels the run; Python's default
+        # raises KeyboardInterrupt) handles this too. A shell starts background jobs with
+        # SIGINT ignored: then stop as Python's default would.
+        on_int = signal.getsignal(signal.SIGINT)
+        if callable(on_int):
+            on_int(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+LAST_INTERRUPT = Interrupts()
+"""The signal that stopped the last run in this process (the CLI's exit code reads it)."""
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def write_atomic(path: Path, write: Callable[[Path], object]) -> Path:
+    """Have ``write(tmp)`` write beside ``path``, scrub API keys from it, rename it in place.
+
+    A failed or interrupted write leaves the previous file whole (and no temp file).
+    """
+    tmp = temp_beside(path)
+    try:
+        write(tmp)
+        secrets = secret_values()
+        if secrets:
+            text = tmp.read_text(encoding="utf-8")
+            clean = scrub(text, secrets)
+            if clean != text:
+                tmp.write_text(clean, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _cell_dict(cell: Cell, names: dict[str, str]) -> dict[str, str]:
+    return {
+        "model": cell.model,
+        "prompt": names[cell.prompt],
+        "task": cell.task,
+        "fault": cell.fault,
+        "protection": cell.protection,
+    }
+
+
+def _prepare_log_dir(log_dir: Path) -> None:
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as ex:
+        raise SuiteError(
+            f"log directory {str(log_dir)!r} cannot be created: {ex.strerror or ex}; "
+            "pass a --log-dir you can write to"
+        ) from None
+
+
+def _finished_cells(log_dir: Path, planned: list[Cell]) -> tuple[set[Cell], list[Path], bool]:
+    """The planned cells with a finished log, the log files that count for them, and
+    whether one of those logs was cancelled (an interrupted run).
+
+    One rule with ``twice gate`` and ``twice report``: the newest log of each task of the
+    last run (``read_log_dir``); a task is a planned cell when ``eval-set.json`` says so.
+    """
+    try:
+        logs = read_log_dir(log_dir)
+    except LogReadError:
+        return set(), [], False
+    try:
+        tasks = json.loads((log_dir / "eval-set.json").read_text(encoding="utf-8"))["tasks"]
+        by_id = {
+            t["task_id"]: Cell(
+                t["model"],
+                t["task_args"]["prompt"],
+                t["name"],
+                t["task_args"]["fault"],
+                t["task_args"]["protection"],
+            )
+            for t in tasks
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return set(), [], False
+    wanted = set(planned)
+    finished: set[Cell] = set()
+    files = []
+    cancelled = False
+    for entry in logs.current:
+        cell = by_id.get(entry.task_id)
+        if cell in wanted:
+            files.append(entry.path)
+            cancelled = cancelled or entry.status == "cancelled"
+            if entry.status == "success":
+                finished.add(cell)  # type: ignore[arg-type]
+    return finished, files, cancelled
 
 
 def run_suite(
@@ -197,47 +362,139 @@ def run_suite(
     display: str | None = "none",
     retry_attempts: int = 1,
     report: bool = True,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    timeout: int = DEFAULT_TIMEOUT,
 ) -> RunResult:
     """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
 
     Re-running with the same ``log_dir`` resumes: finished evals are reused, not redone, and
-    the finished samples of an interrupted eval are kept.
+    the finished samples of an interrupted eval are kept. While it runs, the directory is
+    locked and ``summary.json`` says so (``"complete": false``); at the end it holds the
+    planned cells' counts, and when cells are missing (an interrupt, a failed eval) it stays
+    ``"complete": false`` and names them.
 
     Raises:
-        SuiteError: for a model that cannot be loaded, credential model args, or a log
-            directory holding a log that cannot be read (checked before anything runs).
+        SuiteError: for a model that cannot be loaded, credential model args, a log
+            directory that cannot be created or written, one locked by another live run
+            (``LogDirLockedError``), or one holding a log that cannot be read (all checked
+            before anything runs).
     """
-    tasks = build_tasks(suite, model_args)
+    guards: dict[str, EndpointState] = {}
+    tasks = build_tasks(suite, model_args, guards=guards, max_retries=max_retries, timeout=timeout)
+    planned = list(suite.cells())
+    _prepare_log_dir(log_dir)
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(lock_log_dir(log_dir))
+        except OSError as ex:
+            raise SuiteError(
+                f"log directory {str(log_dir)!r} cannot be written: {ex.strerror or ex}; "
+                "pass a --log-dir you can write to"
+            ) from None
+        return _run_locked(
+            suite, tasks, planned, log_dir, guards,
+            model_args=model_args, max_connections=max_connections, display=display,
+            retry_attempts=retry_attempts, report=report, max_retries=max_retries,
+            timeout=timeout,
+        )  # fmt: skip
+
+
+def _run_locked(
+    suite: Suite,
+    tasks: list[Task],
+    planned: list[Cell],
+    log_dir: Path,
+    guards: dict[str, EndpointState],
+    *,
+    model_args: dict[str, Any] | None,
+    max_connections: int | None,
+    display: str | None,
+    retry_attempts: int,
+    report: bool,
+    max_retries: int,
+    timeout: int,
+) -> RunResult:
     try:
         check_log_dir(log_dir)
     except LogReadError as ex:
         raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with gc_for_trials():
-        _, logs = eval_set(
-            tasks,
-            log_dir=str(log_dir),
-            epochs=suite.epochs,
-            limit=suite.limit,
-            max_connections=max_connections,
-            display=display,  # type: ignore[arg-type]
-            retry_attempts=retry_attempts,
-            retry_wait=1,
-            fail_on_error=False,
-            log_dir_allow_dirty=True,
-            **eval_options(display),
-        )
-    with gc_for_trials():
-        frame = trials_frame([log.location for log in logs])
-    table = cells(frame)
     run = run_metadata(suite, model_args)
-    summary_path = write_summary(table, log_dir / "summary.json", run=run)
+    names = {p: load_prompt(p).name for p in dict.fromkeys(c.prompt for c in planned)}
+    reused = _finished_cells(log_dir, planned)[0]
+    summary_path = log_dir / "summary.json"
+    # Until the run ends, summary.json says it is running: a reader never mistakes an old
+    # complete summary for this run's, even if this process is killed.
+    write_atomic(
+        summary_path,
+        lambda tmp: write_summary(
+            pd.DataFrame(),
+            tmp,
+            run=run,
+            complete=False,
+            status="running",
+            missing=[_cell_dict(c, names) for c in planned],
+        ),
+    )
+    state = LAST_INTERRUPT
+    state.signal = None
+    logs: list[EvalLog] = []
+    with gc_for_trials(), _stop_on_sigterm(state):
+        try:
+            _, logs = eval_set(
+                tasks,
+                log_dir=str(log_dir),
+                epochs=suite.epochs,
+                limit=suite.limit,
+                max_connections=max_connections,
+                display=display,  # type: ignore[arg-type]
+                retry_attempts=retry_attempts,
+                retry_wait=1,
+                fail_on_error=False,
+                log_dir_allow_dirty=True,
+                max_retries=max_retries,
+                timeout=timeout,
+                attempt_timeout=timeout,
+                **eval_options(display),
+            )
+        except KeyboardInterrupt:
+            state.signal = state.signal or "SIGINT"
+    finished, files, cancelled = _finished_cells(log_dir, planned)
+    # Inspect answers Ctrl-C by cancelling the run, marking the unfinished logs "cancelled"
+    # and returning as if done: those logs are how an interrupt is known.
+    if cancelled or any(log.status == "cancelled" for log in logs):
+        state.signal = state.signal or "SIGINT"
+    with gc_for_trials():
+        frame = trials_frame(files) if files else pd.DataFrame()
+    if state.signal and not frame.empty:
+        # Trials the interrupt cut short are logged as errors; they are not trials that ran
+        # (the rerun runs them), so they are not counted as crashes either.
+        frame = frame[~frame["error"].str.startswith("CancelledError")]
+    table = cells(frame) if not frame.empty else pd.DataFrame()
+    missing = [c for c in planned if c not in finished]
+    extra: dict[str, Any] = {
+        "complete": not missing,
+        "status": "complete" if not missing else "incomplete",
+    }
+    if missing:
+        extra["missing"] = [_cell_dict(c, names) for c in missing]
+    if state.signal:
+        extra["interrupted"] = state.signal
+    write_atomic(summary_path, lambda tmp: write_summary(table, tmp, run=run, **extra))
     report_path = None
-    if report:
+    if report and not frame.empty:
         from twice.reports import write_report
 
-        report_path = write_report(frame, log_dir / "report.html", run=run)
-    return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
+        report_path = write_atomic(
+            log_dir / "report.html", lambda tmp: write_report(frame, tmp, run=run)
+        )
+    unreachable = [g.line() for g in guards.values() if g.down]
+    # After an interrupt, the trials it cut short are recorded as errors: not crashes.
+    failed = _failures(logs, table) if not frame.empty and not state.signal else []
+    return RunResult(
+        log_dir, logs, table, summary_path, report_path, failed,
+        missing=missing, interrupted=state.signal, unreachable=unreachable,
+        reused=len(reused & set(planned)),
+    )  # fmt: skip
 
 
 def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -250,7 +507,15 @@ def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict
     prompts = {}
     for name in dict.fromkeys(c.prompt for c in cells_):
         p = load_prompt(name)
-        prompts[p.name] = {"source": p.source, "sha256": p.sha256, "text": p.text}
+        # The digest and size name the prompt; the text is an excerpt (a 10 MB prompt file
+        # is not copied into summary.json and the report).
+        prompts[p.name] = {
+            "source": p.source,
+            "sha256": p.sha256,
+            "bytes": p.size,
+            "text": p.excerpt,
+            "truncated": p.truncated,
+        }
     return {
         "models": suite.models(),
         "model_args": {
