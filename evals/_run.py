@@ -143,7 +143,9 @@ def _plain(text: str) -> str:
 def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
     if name not in cache:
         try:
-            cache[name] = get_model(name, **model_args)
+            # Not memoized: each run puts its own endpoint guard on a fresh model, and a guard
+            # that found an endpoint down must not outlive its run in this process.
+            cache[name] = get_model(name, memoize=False, **model_args)
         except Exception as ex:  # providers raise many types: missing keys, unknown APIs
             provider = name.split("/", 1)[0]
             known = _providers()

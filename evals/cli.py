@@ -49,6 +49,11 @@ def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
 def _writable_output(path: Path, what: str) -> None:
     """Refuse an output path whose directory cannot be made or written, before any work."""
     parent = path.parent
+    blocker = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise click.BadParameter(
+            f"cannot write {str(path)!r}: {str(blocker)!r} is not a directory", param_hint=what
+        )
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as ex:
