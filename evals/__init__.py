@@ -17,7 +17,8 @@ from ._gate import (
 from ._logs import LogDir, LogEntry, check_log_dir, read_log_dir
 from ._power import trials_needed, trials_table
 from ._rates import CellRates, EvalRates, eval_rates
-from ._run import RunResult, build_tasks, check_model_args, run_metadata, run_suite
+from ._run import RunResult, build_tasks, run_metadata, run_suite
+from ._secrets import check_model_args
 from ._suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
 
 __all__ = [
