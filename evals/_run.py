@@ -491,7 +491,7 @@ def _run_locked(
         )
     unreachable = [g.line() for g in guards.values() if g.down]
     # After an interrupt, the trials it cut short are recorded as errors: not crashes.
-    failed = _failures(logs, table) if not frame.empty and not state.signal else []
+    failed = [] if state.signal else _failures(logs, table)
     return RunResult(
         log_dir, logs, table, summary_path, report_path, failed,
         missing=missing, interrupted=state.signal, unreachable=unreachable,
