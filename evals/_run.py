@@ -29,13 +29,19 @@ import pandas as pd
 from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
-from twice.reports import LogReadError, cells, trials_frame, write_summary
+from twice.reports import (
+    LogReadError,
+    cells,
+    check_log_dir,
+    read_log_dir,
+    trials_frame,
+    write_summary,
+)
 from twice.tasks import Prompt, get_task, load_prompt
 
 from ._endpoint import EndpointState, guard_model
 from ._gate import temp_beside
 from ._lock import lock_log_dir
-from ._logs import check_log_dir, read_log_dir
 from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args, scrub, secret_values
 from ._suite import Cell, Suite, SuiteError
 

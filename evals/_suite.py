@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,6 @@ class Suite:
     epochs: int = 1
     limit: int | None = None
     source: str = "flags"
-    options: dict[str, Any] = field(default_factory=dict)
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order."""
@@ -87,10 +86,6 @@ class Suite:
     def models(self) -> list[str]:
         """Distinct models, in order."""
         return list(dict.fromkeys(c.model for c in self.cells()))
-
-    def prompts(self) -> list[str]:
-        """Distinct prompts, in order."""
-        return list(dict.fromkeys(c.prompt for c in self.cells()))
 
     def override(self, **axes: Sequence[str]) -> Suite:
         """Replace the named axes in every block (flags given with ``--config``)."""

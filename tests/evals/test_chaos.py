@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from twice.evals import read_log_dir
-from twice.reports import cells, trials_frame
+from twice.reports import cells, read_log_dir, trials_frame
 
 HANG_RUN = Path(__file__).parent / "scripts" / "hang_run.py"
 DEADLINE_S = 240.0
