@@ -149,8 +149,10 @@ def _plain(text: str) -> str:
 def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
     if name not in cache:
         try:
-            # Not memoized: each run puts its own endpoint guard on a fresh model, and a guard
-            # that found an endpoint down must not outlive its run in this process.
+            # Not memoized: each run puts its own endpoint guard on a fresh model (a guard that
+            # found an endpoint down must not outlive its run), and inspect's cache keys a model
+            # by its arguments, not by the environment its provider read (LOCAL_BASE_URL of a
+            # local server on a new port).
             cache[name] = get_model(name, memoize=False, **model_args)
         except Exception as ex:  # providers raise many types: missing keys, unknown APIs
             provider = name.split("/", 1)[0]
@@ -372,6 +374,7 @@ def run_suite(
     report: bool = True,
     max_retries: int = DEFAULT_MAX_RETRIES,
     timeout: int = DEFAULT_TIMEOUT,
+    generate_config: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
 
@@ -379,7 +382,9 @@ def run_suite(
     the finished samples of an interrupted eval are kept. While it runs, the directory is
     locked and ``summary.json`` says so (``"complete": false``); at the end it holds the
     planned cells' counts, and when cells are missing (an interrupt, a failed eval) it stays
-    ``"complete": false`` and names them.
+    ``"complete": false`` and names them. ``generate_config`` holds inspect generate settings
+    for every eval (``temperature``, ``seed``...); its ``max_retries`` and ``timeout``, when
+    set, win over the arguments of those names.
 
     Raises:
         SuiteError: for a model that cannot be loaded, credential model args, a log
@@ -387,6 +392,13 @@ def run_suite(
             (``LogDirLockedError``), or one holding a log that cannot be read (all checked
             before anything runs).
     """
+    generate = dict(generate_config or {})
+    if max_connections is None:  # a --max-connections flag wins over the suite's setting
+        max_connections = generate.pop("max_connections", None)
+    generate.pop("max_connections", None)
+    max_retries = int(generate.pop("max_retries", max_retries))
+    timeout = int(generate.pop("timeout", timeout))
+    generate.pop("attempt_timeout", None)
     guards: dict[str, EndpointState] = {}
     tasks = build_tasks(suite, model_args, guards=guards, max_retries=max_retries, timeout=timeout)
     planned = list(suite.cells())
@@ -403,7 +415,7 @@ def run_suite(
             suite, tasks, planned, log_dir, guards,
             model_args=model_args, max_connections=max_connections, display=display,
             retry_attempts=retry_attempts, report=report, max_retries=max_retries,
-            timeout=timeout,
+            timeout=timeout, generate=generate,
         )  # fmt: skip
 
 
@@ -421,6 +433,7 @@ def _run_locked(
     report: bool,
     max_retries: int,
     timeout: int,
+    generate: dict[str, Any],
 ) -> RunResult:
     try:
         check_log_dir(log_dir)
@@ -463,6 +476,7 @@ def _run_locked(
                 timeout=timeout,
                 attempt_timeout=timeout,
                 **eval_options(display),
+                **generate,
             )
         except KeyboardInterrupt:
             state.signal = state.signal or "SIGINT"

@@ -10,6 +10,9 @@ by two blocks runs once). Top-level keys set run options::
     tasks = ["refund"]
     faults = ["lost_reply", "timeout_before_commit"]
     protections = ["bare"]
+
+An optional ``[local_model]`` table (keys of :class:`ServerOptions`) makes the run start
+twice's local model server first and stop it at the end (``evals/real.toml``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any
 from twice.mocks import FAULTS, STUB_MODELS
 from twice.tasks import PROTECTIONS, TASKS, load_prompt
 from twice.tasks._prompts import read_regular_file
+
+from ._local import ServerOptions, parse_options
 
 DEFAULT_SUITE = Path(__file__).parent / "default.toml"
 """The suite ``twice run`` runs with no flags: every stub model, offline."""
@@ -68,6 +73,8 @@ class Suite:
     epochs: int = 1
     limit: int | None = None
     source: str = "flags"
+    local_model: ServerOptions | None = None
+    """The ``[local_model]`` server this suite starts for its run, if any."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order."""
@@ -180,7 +187,7 @@ def load_suite(path: str | Path) -> Suite:
         ) from None
     except tomllib.TOMLDecodeError as ex:
         raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
-    known_top = {"matrix", "epochs", "limit", "description"}
+    known_top = {"matrix", "epochs", "limit", "description", "local_model"}
     unknown = set(data) - known_top
     if unknown:
         raise SuiteError(
@@ -208,7 +215,19 @@ def load_suite(path: str | Path) -> Suite:
         matrices.append(Matrix(**{k: v for k, v in axes.items() if v is not None}))
     epochs = _count(data, "epochs", p)
     limit = _count(data, "limit", p)
-    return Suite(tuple(matrices), epochs=epochs or 1, limit=limit, source=str(p))
+    local_model = None
+    if "local_model" in data:
+        try:
+            local_model = parse_options(data["local_model"], str(p))
+        except ValueError as ex:
+            raise SuiteError(str(ex)) from None
+    return Suite(
+        tuple(matrices),
+        epochs=epochs or 1,
+        limit=limit,
+        source=str(p),
+        local_model=local_model,
+    )
 
 
 def _count(data: dict[str, Any], key: str, where: Path) -> int | None:

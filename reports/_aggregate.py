@@ -12,6 +12,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from ._frame import CELL
 from ._metrics import CATALOGUE, crashed
+from ._passk import no_dup_k
 
 ALPHA = 0.05
 
@@ -39,9 +40,12 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     Rates are over the trials that were scored; ``errors`` counts trials that crashed (they are
     reported, never dropped silently). Columns: the cell keys, ``trials``, ``errors``, then every
     metric of the catalogue (``reports.CATALOGUE``) in its order, each rate followed by its
-    interval ``<prefix>_ci`` as ``[lo, hi]``, then ``tokens_mean``.
+    interval ``<prefix>_ci`` as ``[lo, hi]``, then ``tokens_mean``
+    and ``no_dup_k`` (``{"1": ..., "k": ...}``: the chance all k trials of a sample are
+    exactly-once, see :mod:`._passk`).
     """
     rows: list[dict[str, Any]] = []
+    passk = no_dup_k(trials, by)
     for key, group in trials.groupby(list(by), sort=True, dropna=False):
         keys = key if isinstance(key, tuple) else (key,)
         scored = group[group["completed"].notna()]
@@ -57,6 +61,7 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
             else:
                 row[m.name] = float(scored[m.column].mean()) if n else math.nan
         row["tokens_mean"] = float(group["total_tokens"].mean())
+        row["no_dup_k"] = passk.get(tuple(keys), {})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -66,6 +71,8 @@ def _clean(value: Any) -> Any:
         return None
     if isinstance(value, list):
         return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
     if hasattr(value, "item"):  # numpy scalars
         return _clean(value.item())
     return value
