@@ -268,8 +268,9 @@ def run(
         click.echo(f"report:  {result.report_path}")
     for line in result.unreachable:
         click.echo(f"error: {line}", err=True)
-    if not result.unreachable:
-        for line in result.failed:
+    for line in result.failed:
+        # An unreachable model's crashed trials are said by its one line above.
+        if not (result.unreachable and " trial(s) crashed in " in line):
             click.echo(f"error: {line}", err=True)
     if result.missing:
         shown = ", ".join(
