@@ -23,7 +23,7 @@ from ._checks import (
     parse_assertion,
     parse_assertions,
 )
-from ._inspect import EndStateCheck, side_effect_assertions, side_effects
+from ._inspect import EndStateCheck, score_trial, side_effect_assertions, side_effects
 from ._metrics import METRICS, EffectFacts, Intent, IntentResult, TrialMetrics, trial_metrics
 from ._verdict import Verdict, describe_attempt
 
@@ -50,6 +50,7 @@ __all__ = [
     "no_unseen_effects",
     "parse_assertion",
     "parse_assertions",
+    "score_trial",
     "side_effect_assertions",
     "side_effects",
     "trial_metrics",

@@ -12,11 +12,29 @@ from inspect_ai.util import store
 from twice.mocks import LEDGER_STORE_KEY, Ledger
 
 from ._checks import Assertion, check_all, parse_assertions
-from ._metrics import Intent, trial_metrics
+from ._metrics import Intent, TrialMetrics, trial_metrics
 from ._verdict import format_failures
 
 EndStateCheck = Callable[[Ledger, dict[str, Any]], str | None]
 """``(ledger, sample metadata) -> None`` when the end state is right, else the reason."""
+
+
+def score_trial(
+    ledger: Ledger, metadata: dict[str, Any], end_state: EndStateCheck | None = None
+) -> TrialMetrics:
+    """Every per-trial metric of one trial, from its ledger and its sample's metadata.
+
+    The one place a trial is judged: the inspect scorer below and ``twice serve``'s verdict
+    endpoint both call it.
+
+    Args:
+        ledger: The trial's ledger.
+        metadata: The sample's metadata; ``metadata["intents"]`` lists what should happen.
+        end_state: The task's end-state check, if it has one.
+    """
+    intents = [Intent.from_dict(i) for i in metadata.get("intents", [])]
+    problem = end_state(ledger, metadata) if end_state else None
+    return trial_metrics(ledger, intents, problem)
 
 
 def _store_ledger() -> Ledger:
@@ -43,10 +61,7 @@ def side_effects(end_state: EndStateCheck | None = None) -> Scorer:
     """
 
     async def score(state: TaskState, target: Target) -> Score:
-        ledger = _store_ledger()
-        intents = [Intent.from_dict(i) for i in state.metadata.get("intents", [])]
-        problem = end_state(ledger, state.metadata) if end_state else None
-        m = trial_metrics(ledger, intents, problem)
+        m = score_trial(_store_ledger(), state.metadata, end_state)
         return Score(
             value=m.values(),
             answer=state.output.completion[:500] if state.output else None,

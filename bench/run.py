@@ -39,6 +39,8 @@ class Sizes:
     delay: float  # seconds the stub waits per turn
     concurrency_epochs: int
     demo_args: tuple[str, ...]  # extra `twice run` arguments (none: the default suite)
+    serve_clients: int = 64  # concurrent clients against twice serve
+    serve_requests: int = 100  # requests per client (half POST, half GET)
 
 
 FULL = Sizes(
@@ -68,6 +70,8 @@ QUICK = Sizes(
     delay=0.05,
     concurrency_epochs=1,
     demo_args=("--model", "stub/retry", "--fault", "none", "--limit", "2", "--no-report"),
+    serve_clients=8,
+    serve_requests=10,
 )
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -198,6 +202,20 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
             + ", ".join(f"{k}: {v:.0f}" for k, v in seq["mean_trials"].items())
             + f" vs {seq['fixed_trials']} fixed; stub run {seq['stub_run']}"
         )
+    if want("serve"):
+        log(f"serve: {sizes.serve_clients} concurrent clients, {sizes.storm} same-key POSTs")
+        import _serve_load
+
+        s = _serve_load.serve_load(sizes.serve_clients, sizes.serve_requests // 2, sizes.storm)
+        d = s.pop("details")
+        results.update(s)
+        notes.append(
+            f"serve: {d['twice']['requests']:.0f} requests from {sizes.serve_clients} clients "
+            f"in {d['twice']['seconds']:.1f} s, p50 {d['twice']['p50_ms']:.1f} ms; bare uvicorn "
+            f"{d['bare']['rps']:.0f} req/s, p99 {d['bare']['p99_ms']:.1f} ms; same key: "
+            f"{sizes.storm} POSTs in {d['same_key']['seconds']:.2f} s, statuses "
+            f"{d['same_key']['statuses']}, refund ids {d['same_key']['ids']}"
+        )
     if want("demo"):
         log(f"demo: twice run {' '.join(sizes.demo_args) or '(default suite)'}")
         d = demo(work, list(sizes.demo_args))
@@ -228,18 +246,12 @@ def table(results: dict[str, Any]) -> str:
         else:
             shown = f"{value:.3f}" if isinstance(value, float) else str(value)
         rows.append((key, shown, _verdict(key, value) if isinstance(value, float) else ""))
-    if "concurrent_same_key" in results:
-        effects = results["concurrent_same_key"]["effects"]
-        rows = [
-            (
-                k,
-                v,
-                ("== 1  ok" if effects == 1 else "== 1  MISSED")
-                if k == "concurrent_same_key"
-                else t,
-            )
-            for k, v, t in rows
-        ]
+    once = {
+        k: ("== 1  ok" if results[k]["effects"] == 1 else "== 1  MISSED")
+        for k in ("concurrent_same_key", "serve_same_key")
+        if k in results
+    }
+    rows = [(k, v, once.get(k, t)) for k, v, t in rows]
     width = max(len(r[0]) for r in rows) if rows else 0
     vwidth = max(len(r[1]) for r in rows) if rows else 0
     return "\n".join(f"{k:<{width}}  {v:>{vwidth}}  {t}" for k, v, t in rows)
@@ -261,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,"
-        "sequential,demo (the other figures already in --out are kept)",
+        "sequential,serve,demo (the other figures already in --out are kept)",
     )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "LOG_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

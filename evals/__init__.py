@@ -1,4 +1,4 @@
-"""The twice CLI, the suite matrix and the release gate."""
+"""The twice CLI, the suite matrix, the release gate, and ``twice serve``."""
 
 from ._gate import (
     BaselinePolicy,
@@ -26,6 +26,17 @@ from ._power import trials_needed, trials_table
 from ._rates import CellRates, EvalRates, eval_rates
 from ._run import RunResult, build_tasks, run_metadata, run_suite
 from ._secrets import check_model_args
+from ._serve import (
+    ControlError,
+    ServeError,
+    TrialConfig,
+    TwiceServer,
+    parse_trial_config,
+    running_server,
+    serve,
+)
+from ._serve_eval import served_task
+from ._serve_log import RequestLog
 from ._suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
 from ._until import CellState, run_until_decided
 
@@ -35,6 +46,7 @@ __all__ = [
     "CellRates",
     "CellState",
     "Check",
+    "ControlError",
     "EvalRates",
     "GateConfig",
     "GateError",
@@ -42,11 +54,15 @@ __all__ = [
     "LocalModelError",
     "LocalModelServer",
     "Matrix",
+    "RequestLog",
     "Rule",
     "RunResult",
+    "ServeError",
     "ServerOptions",
     "Suite",
     "SuiteError",
+    "TrialConfig",
+    "TwiceServer",
     "build_tasks",
     "check_model_args",
     "eval_rates",
@@ -59,9 +75,13 @@ __all__ = [
     "local_model_server",
     "model_home",
     "parse_gate",
+    "parse_trial_config",
     "run_metadata",
     "run_suite",
     "run_until_decided",
+    "running_server",
+    "serve",
+    "served_task",
     "suite_from_flags",
     "trials_needed",
     "trials_table",

@@ -173,12 +173,16 @@ def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Mo
 def build_tasks(
     suite: Suite,
     model_args: dict[str, Any] | None = None,
+    server: str | None = None,
     *,
     guards: dict[str, EndpointState] | None = None,
     max_retries: int = DEFAULT_MAX_RETRIES,
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> list[Task]:
     """One inspect Task per cell, with its model attached.
+
+    With ``suite.agent_cmd``, each task's trials live in the ``twice serve`` at ``server`` and
+    the command is their agent (:func:`command_agent`).
 
     ``eval_set`` pairs a task with its finished log by name, task args, model, model args and
     version. The prompt is a task arg by *name or path*, so the task version carries the hash
@@ -201,16 +205,31 @@ def build_tasks(
     models: dict[str, Model] = {}
     prompts: dict[str, Prompt] = {}
     out = []
+    if suite.agent_cmd is not None and server is None:
+        raise SuiteError("an agent command needs a twice serve URL to run its trials against")
     for cell in suite.cells():
         try:
-            task = get_task(cell.task)(
-                fault=cell.fault, protection=cell.protection, prompt=cell.prompt
-            )
+            if suite.agent_cmd is not None and server is not None:
+                from ._serve_eval import command_agent, served_task
+
+                task = served_task(
+                    cell.task,
+                    server,
+                    fault=cell.fault,
+                    protection=cell.protection,
+                    prompt=cell.prompt,
+                    solver=command_agent(suite.agent_cmd),
+                    sandbox="local",
+                )
+            else:
+                task = get_task(cell.task)(
+                    fault=cell.fault, protection=cell.protection, prompt=cell.prompt
+                )
         except ValueError as ex:
             raise SuiteError(f"task {cell.task!r} cannot be built: {ex}") from None
-        prompt = prompts.get(cell.prompt) or prompts.setdefault(
-            cell.prompt, load_prompt(cell.prompt)
-        )
+        if cell.prompt not in prompts:  # read (and hash) each prompt file once
+            prompts[cell.prompt] = load_prompt(cell.prompt)
+        prompt = prompts[cell.prompt]
         new = cell.model not in models
         model = _model(cell.model, model_args or {}, models)
         if guards is not None and new:
@@ -400,10 +419,20 @@ def run_suite(
     timeout = int(generate.pop("timeout", timeout))
     generate.pop("attempt_timeout", None)
     guards: dict[str, EndpointState] = {}
-    tasks = build_tasks(suite, model_args, guards=guards, max_retries=max_retries, timeout=timeout)
     planned = list(suite.cells())
-    _prepare_log_dir(log_dir)
     with contextlib.ExitStack() as stack:
+        server = None
+        if suite.agent_cmd is not None:
+            # The external agent's trials live in a twice serve of this run (in memory: the
+            # inspect logs are the run's record).
+            from ._serve import running_server
+
+            server = stack.enter_context(running_server()).url
+        # Tasks and models first: bad input is refused before the log dir is touched.
+        tasks = build_tasks(
+            suite, model_args, server, guards=guards, max_retries=max_retries, timeout=timeout
+        )
+        _prepare_log_dir(log_dir)
         try:
             stack.enter_context(lock_log_dir(log_dir))
         except OSError as ex:
@@ -552,6 +581,7 @@ def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict
         "epochs": suite.epochs,
         "limit": suite.limit,
         "suite": suite.source,
+        "agent_cmd": suite.agent_cmd,
         "versions": {"twice": version("twice"), "inspect_ai": version("inspect_ai")},
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }

@@ -13,6 +13,8 @@ by two blocks runs once). Top-level keys set run options::
 
 An optional ``[local_model]`` table (keys of :class:`ServerOptions`) makes the run start
 twice's local model server first and stop it at the end (``evals/real.toml``).
+``agent_cmd = "node my_agent.js"`` at the top level runs that command as the agent of every
+trial, against ``twice serve`` (see ``twice run --agent-cmd``).
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class Suite:
     source: str = "flags"
     local_model: ServerOptions | None = None
     """The ``[local_model]`` server this suite starts for its run, if any."""
+    agent_cmd: str | None = None
+    """An external agent command run per trial against ``twice serve`` (``--agent-cmd``);
+    None: twice's own agent loop."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order."""
@@ -146,6 +151,8 @@ class Suite:
             raise SuiteError(f"epochs must be a positive integer, got {self.epochs!r}")
         if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
             raise SuiteError(f"limit must be a positive integer, got {self.limit!r}")
+        if self.agent_cmd is not None and not self.agent_cmd.strip():
+            raise SuiteError("agent_cmd is empty; give the command that runs your agent")
 
 
 def _check(values: Sequence[str], known: dict[str, Any], what: str) -> None:
@@ -187,7 +194,7 @@ def load_suite(path: str | Path) -> Suite:
         ) from None
     except tomllib.TOMLDecodeError as ex:
         raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
-    known_top = {"matrix", "epochs", "limit", "description", "local_model"}
+    known_top = {"matrix", "epochs", "limit", "description", "local_model", "agent_cmd"}
     unknown = set(data) - known_top
     if unknown:
         raise SuiteError(
@@ -215,6 +222,9 @@ def load_suite(path: str | Path) -> Suite:
         matrices.append(Matrix(**{k: v for k, v in axes.items() if v is not None}))
     epochs = _count(data, "epochs", p)
     limit = _count(data, "limit", p)
+    agent_cmd = data.get("agent_cmd")
+    if agent_cmd is not None and not isinstance(agent_cmd, str):
+        raise SuiteError(f"{p}: 'agent_cmd' must be a string (a shell command), got {agent_cmd!r}")
     local_model = None
     if "local_model" in data:
         try:
@@ -227,6 +237,7 @@ def load_suite(path: str | Path) -> Suite:
         limit=limit,
         source=str(p),
         local_model=local_model,
+        agent_cmd=agent_cmd,
     )
 
 
@@ -250,6 +261,7 @@ def suite_from_flags(
     protections: Sequence[str],
     epochs: int | None,
     limit: int | None,
+    agent_cmd: str | None = None,
 ) -> Suite:
     """The suite a ``twice run`` command line asks for.
 
@@ -281,5 +293,7 @@ def suite_from_flags(
         suite = replace(suite, epochs=epochs)
     if limit is not None:
         suite = replace(suite, limit=limit)
+    if agent_cmd is not None:
+        suite = replace(suite, agent_cmd=agent_cmd)
     suite.validate()
     return suite

@@ -1,4 +1,4 @@
-"""The ``twice`` command line: ``run``, ``list``, ``gate``, ``report``, ``trials``.
+"""The ``twice`` command line: ``run``, ``list``, ``gate``, ``report``, ``trials``, ``serve``.
 
 Exit codes (DESIGN.md): ``run`` exits 0 when every planned trial ran (whatever the rates), 1
 when an eval errored, a trial crashed or a model could not be reached, 2 on bad usage (or a
@@ -161,6 +161,12 @@ def cli() -> None:
     type=click.IntRange(min=1),
     help="With --until-decided: most trials a cell may use (default 480).",
 )
+@click.option(
+    "--agent-cmd",
+    help="Run this shell command as the agent of every trial, against a twice serve of the run: "
+    "it gets TWICE_<SERVICE>_URL, TWICE_INPUT, TWICE_SYSTEM_PROMPT and OPENAI_BASE_URL / "
+    "OPENAI_API_KEY for the eval's model (model name 'inspect').",
+)
 def run(
     models: tuple[str, ...],
     prompts: tuple[str, ...],
@@ -180,6 +186,7 @@ def run(
     until_decided: Path | None,
     batch: int | None,
     max_trials: int | None,
+    agent_cmd: str | None,
 ) -> None:
     """Run the suite: models × prompts × tasks × faults × protections × epochs.
 
@@ -190,6 +197,8 @@ def run(
 
     if until_decided is None and (batch is not None or max_trials is not None):
         raise click.UsageError("--batch and --max-trials only apply with --until-decided GATE.toml")
+    if until_decided is not None and agent_cmd is not None:
+        raise click.UsageError("--agent-cmd does not combine with --until-decided (yet)")
     if until_decided is not None and epochs is not None:
         raise click.UsageError(
             "--epochs and --until-decided exclude each other: the rounds decide the epochs"
@@ -228,6 +237,7 @@ def run(
             protections=protections,
             epochs=epochs,
             limit=limit,
+            agent_cmd=agent_cmd,
         )
         out = log_dir or default_log_dir()
         n_cells = sum(1 for _ in suite.cells())
@@ -579,6 +589,41 @@ def trials(rates: tuple[float, ...], confidence: float) -> None:
     from ._power import DEFAULT_RATES, trials_table
 
     click.echo(trials_table(rates or DEFAULT_RATES, confidence))
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="TCP port."
+)
+@click.option(
+    "--db",
+    default="twice-serve.sqlite",
+    show_default=True,
+    help="Write-ahead request log (SQLite); restarting on the same file restores every trial.",
+)
+@click.option(
+    "--token",
+    envvar="TWICE_SERVE_TOKEN",
+    help="Bearer token the control API requires (required off loopback; or $TWICE_SERVE_TOKEN).",
+)
+def serve(host: str, port: int, db: str, token: str | None) -> None:
+    """Serve the mock services, faults and idempotency store over real HTTP and MCP.
+
+    Control API: POST /_twice/trials {"task", "sample", "fault", "protection", "lost_reply",
+    "hang_seconds"} -> 201 {"id", "urls"}; GET /_twice/trials/ID/ledger and /verdict;
+    DELETE /_twice/trials/ID. Services answer at /t/ID/SERVICE/..., tools over MCP at /t/ID/mcp.
+    """
+    from ._serve import ServeError
+    from ._serve import serve as run_server
+
+    try:
+        run_server(host=host, port=port, db=db, token=token)
+    except ServeError as ex:
+        click.echo(f"error: {ex}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ import inspect
 import json
 import re
 import threading
+import urllib.parse
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -40,6 +41,7 @@ CALL_HEADER = "X-Twice-Call"
 BACKOFF_HEADER = "X-Twice-Backoff"
 """Request header carrying the virtual seconds the client waited before this attempt."""
 KEY_HEADER = "Idempotency-Key"
+FORM_TYPE = "application/x-www-form-urlencoded"
 REPLAYED_HEADER = "Idempotent-Replayed"
 """Response header set to ``true`` on a response replayed from the idempotency store (Stripe's
 name): the client can tell "this call made it" from "an earlier request with this key did"."""
@@ -174,7 +176,10 @@ def services_from_state(state: Mapping[str, Any], *kinds: type[Service]) -> list
 
 def _params(request: httpx.Request, path_params: dict[str, str]) -> dict[str, Any]:
     params: dict[str, Any] = dict(request.url.params)
-    if request.content:
+    if request.content and request.headers.get("content-type", "").startswith(FORM_TYPE):
+        # Stripe's SDKs send form bodies; values stay strings, as on the wire.
+        params.update(urllib.parse.parse_qsl(request.content.decode(), keep_blank_values=True))
+    elif request.content:
         try:
             body = json.loads(request.content)
         except ValueError:

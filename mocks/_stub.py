@@ -115,6 +115,19 @@ def _text(result: ChatMessageTool) -> str:
     return result.text
 
 
+def _failed(result: ChatMessageTool) -> bool:
+    """Whether a tool result reports a failure.
+
+    An agent outside inspect (reached through inspect's agent bridge) returns its tool
+    results as plain text, so ``error`` is None there: its failure is text starting with
+    "Error" (the OpenAI wire form of a tool error) or naming an unknown outcome.
+    """
+    if result.error is not None:
+        return True
+    text = result.text.lstrip()
+    return text[:5].lower() == "error" or UNKNOWN_OUTCOME in text
+
+
 def _usage(messages: list[ChatMessage], out: str) -> ModelUsage:
     # Set usage explicitly: left empty, inspect downloads a tokenizer to count (fails offline).
     n_in = sum(len(m.text) for m in messages) // 4 + 1
@@ -227,7 +240,7 @@ class StubAPI(ModelAPI):
         step = plan[turn.step]
         result = turn.results[0] if turn.results else None
         text = _text(result) if result is not None else "(no result)"
-        failed = result is None or result.error is not None
+        failed = result is None or _failed(result)
 
         if turn.kind == "v":
             if not failed and re.search(step.get("found_pattern") or r".", text):
@@ -238,7 +251,7 @@ class StubAPI(ModelAPI):
 
         if self.behaviour == "parallel" and step.get("on_fail") == "compensate":
             # A saga step: the pair failed only if every call of it failed.
-            if all(r.error is not None for r in turn.results):
+            if all(_failed(r) for r in turn.results):
                 return self._fail(input, plan, turn.step, text)
             return self._advance(input, plan, turn.step, text)
         if self.behaviour == "parallel" or not failed:
@@ -295,7 +308,7 @@ class StubAPI(ModelAPI):
         ref = None
         if pattern:
             for msg in reversed(input):
-                if not isinstance(msg, ChatMessageTool) or msg.error is not None:
+                if not isinstance(msg, ChatMessageTool) or _failed(msg):
                     continue
                 m = _ID.match(msg.tool_call_id or "")
                 if m is None or int(m["step"]) != step or m["kind"] == "c":
@@ -334,7 +347,7 @@ class StubAPI(ModelAPI):
     ) -> ModelOutput:
         result = turn.results[0] if turn.results else None
         text = _text(result) if result is not None else "(no result)"
-        failed = all(r.error is not None for r in turn.results) if turn.results else True
+        failed = all(_failed(r) for r in turn.results) if turn.results else True
         if failed and self.behaviour in ("retry", "drift") and turn.n < self.attempts:
             args = self._undo_args(input, plan[turn.step], turn.step)
             if args is not None:

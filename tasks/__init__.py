@@ -26,7 +26,7 @@ from ._toolkit import (
     mutate,
     read,
 )
-from ._trial import resumable_generate, trial_setup, twice_task
+from ._trial import TaskParts, resumable_generate, trial_setup, twice_task
 from .archive_record import archive_record
 from .create_ticket import create_ticket
 from .place_order import place_order
@@ -57,6 +57,20 @@ def get_task(name: str) -> Callable[..., Task]:
         raise ValueError(f"unknown task {name!r}; expected one of: {', '.join(TASKS)}") from None
 
 
+def task_parts(name: str) -> TaskParts:
+    """The parts of the built-in task called ``name`` (dataset, services, tools, end state).
+
+    Raises:
+        ValueError: naming the bad value and the accepted ones.
+    """
+    from ._trial import TASK_PARTS
+
+    build = get_task(name)
+    if name not in TASK_PARTS:
+        build()
+    return TASK_PARTS[name]
+
+
 __all__ = [
     "ACTION_LOG_STORE_KEY",
     "COMPENSATIONS_STORE_KEY",
@@ -75,6 +89,7 @@ __all__ = [
     "Record",
     "RunCrashed",
     "ServiceAPI",
+    "TaskParts",
     "ToolSpec",
     "TrialContext",
     "Undo",
@@ -93,6 +108,7 @@ __all__ = [
     "refund",
     "resumable_generate",
     "send_email",
+    "task_parts",
     "travel_booking",
     "trial_setup",
     "twice_task",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from inspect_ai import Task
@@ -43,6 +44,25 @@ class _PlanText(str):
 
     def _repr_params_(self) -> str:  # inspect's hook for logging a parameter
         return f"<prompt text: {len(self)} characters, sha256 {self.digest}>"
+
+
+@dataclass(frozen=True)
+class TaskParts:
+    """What a twice task is made of, for code that runs its trials outside an eval.
+
+    ``twice serve`` builds a trial from these: the sample's services and the tools bound to
+    them (for MCP), and the end-state check its verdict needs.
+    """
+
+    name: str
+    dataset: Dataset
+    services: ServicesFactory
+    tools: ToolsFactory
+    end_state: EndStateCheck | None
+
+
+TASK_PARTS: dict[str, TaskParts] = {}
+"""The parts of every task built so far, by task name (filled by :func:`twice_task`)."""
 
 
 @solver
@@ -207,6 +227,7 @@ def twice_task(
     if action_log is not None and not isinstance(action_log, bool):
         raise ValueError(f"action_log must be true or false, got {action_log!r}")
     p = load_prompt(prompt)
+    TASK_PARTS[name] = TaskParts(name, dataset, services, tools, end_state)
     contexts: TrialContexts = {}
     return Task(
         name=name,

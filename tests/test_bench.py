@@ -27,6 +27,10 @@ FIGURES = {
     "concurrency_efficiency_64",
     "demo_seconds",
     "sequential",
+    "serve_rps",
+    "serve_p99_ms",
+    "serve_rps_ratio",
+    "serve_same_key",
 }
 
 
@@ -57,7 +61,8 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
     seq = results["sequential"]
     assert set(seq) >= {"false_pass_rate", "alpha", "mean_trials", "fixed_trials"}
     assert seq["stub_run"]["stub/retry"]["verdict"] == "fail"
-    for key in FIGURES - {"concurrent_same_key", "sequential"}:
+    assert results["serve_same_key"] == {"effects": 1, "posts": 1000}
+    for key in FIGURES - {"concurrent_same_key", "sequential", "serve_same_key"}:
         assert isinstance(results[key], float) and results[key] > 0, key
     machine = results["machine"]
     assert machine["mode"] == "quick"
@@ -73,6 +78,7 @@ def test_bench_table_marks_missed_targets() -> None:
             "fault_ratio": 1.01,
             "concurrency_efficiency_64": 0.5,
             "concurrent_same_key": {"effects": 2, "attempts_per_second": 10.0},
+            "serve_same_key": {"effects": 1, "posts": 1000},
         }
     )
     lines = {line.split()[0]: line for line in text.splitlines()}
@@ -80,3 +86,20 @@ def test_bench_table_marks_missed_targets() -> None:
     assert lines["fault_ratio"].endswith("ok")
     assert lines["concurrency_efficiency_64"].endswith("MISSED")
     assert lines["concurrent_same_key"].endswith("MISSED")
+    assert lines["serve_same_key"].endswith("ok")
+
+
+def test_bench_only_keeps_the_other_figures(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"serve_rps": 123.0, "machine": {"mode": "full"}}))
+    done = subprocess.run(
+        [sys.executable, str(RUN), "--quick", "--only", "attempt", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = json.loads(out.read_text(encoding="utf-8"))
+    assert results["serve_rps"] == 123.0
+    assert results["attempt_ratio"] > 0 and results["machine"]["mode"] == "quick"

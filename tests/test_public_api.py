@@ -35,6 +35,7 @@ ASSERTIONS_ALL = [
     "no_unseen_effects",
     "parse_assertion",
     "parse_assertions",
+    "score_trial",
     "side_effect_assertions",
     "side_effects",
     "trial_metrics",

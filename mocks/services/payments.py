@@ -3,6 +3,13 @@
 Amounts are integer cents, as in Stripe. Refunds may be partial; a refund that would take an
 order's refunded total past what was paid is rejected (400), so a duplicate refund is possible
 only while the order still has a refundable balance, as with a real processor.
+
+Stripe compatibility, so the official SDKs work unchanged against it (``twice serve``): bodies
+may be form-encoded (amounts then arrive as digit strings); ``POST /v1/refunds`` and
+``GET /v1/refunds`` accept ``payment_intent`` or ``charge`` naming the order, as well as
+``order_id``; refunds carry Stripe's fields (``amount``, ``currency``, ``payment_intent``,
+``charge``, ``created``, ``metadata``, ...) and lists carry ``has_more`` and ``url``. Error
+bodies are already Stripe's ``{"error": {"type", "message"}}``.
 """
 
 from __future__ import annotations
@@ -12,6 +19,22 @@ from typing import Any, ClassVar
 import httpx
 
 from .._service import Call, Route, Service, error_response
+
+ORDER_PARAMS = ("order_id", "payment_intent", "charge")
+"""Parameters that name the order a refund is for: twice's own, then Stripe's two."""
+CREATED_EPOCH = 1_767_225_600
+"""``created`` of refund ``re_N`` is this plus N: Stripe-shaped, and the same on every run."""
+
+
+def _order_param(params: dict[str, Any]) -> Any:
+    return next((params[k] for k in ORDER_PARAMS if params.get(k) is not None), None)
+
+
+def _cents(value: Any) -> Any:
+    """A form body's ``"499"`` is 499 cents; anything else is returned as given."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
 
 
 class PaymentsService(Service):
@@ -60,10 +83,11 @@ class PaymentsService(Service):
 
     def create_refund(self, call: Call) -> httpx.Response:
         p = call.params
-        order = self.orders.get(str(p.get("order_id")))
+        named = _order_param(p)
+        order = self.orders.get(str(named))
         if order is None:
-            return error_response(404, f"No such order: {p.get('order_id')!r}")
-        amount = p.get("amount")
+            return error_response(404, f"No such order: {named!r}")
+        amount = _cents(p.get("amount"))
         if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
             return error_response(
                 400, f"amount must be a positive integer of cents, got {amount!r}"
@@ -77,14 +101,28 @@ class PaymentsService(Service):
             )
         fields = {"order_id": order["order_id"], "amount": amount, "reason": p.get("reason", "")}
         effect = call.commit("payments.refund.create", "re", fields)
-        refund = {"id": effect.id, "object": "refund", "status": "succeeded", **fields}
+        refund = {
+            "id": effect.id,
+            "object": "refund",
+            "status": "succeeded",
+            **fields,
+            "currency": order.get("currency", "usd"),
+            "payment_intent": order["order_id"],
+            "charge": order["order_id"],
+            "created": CREATED_EPOCH + int(effect.id.rsplit("_", 1)[1]),
+            "metadata": {},
+            "balance_transaction": None,
+            "receipt_number": None,
+        }
         self.refunds.append(refund)
         return httpx.Response(200, json=refund)
 
     def list_refunds(self, call: Call) -> httpx.Response:
-        order_id = call.params.get("order_id")
+        order_id = _order_param(call.params)
         data = [r for r in self.refunds if order_id is None or r["order_id"] == order_id]
-        return httpx.Response(200, json={"object": "list", "data": data})
+        return httpx.Response(
+            200, json={"object": "list", "data": data, "has_more": False, "url": "/v1/refunds"}
+        )
 
     def get_refund(self, call: Call) -> httpx.Response:
         for r in self.refunds:

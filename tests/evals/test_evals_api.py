@@ -14,11 +14,13 @@ def test_evals_api_all_is_sorted_and_complete() -> None:
     }
     assert set(evals.__all__) == public
     assert evals.__all__ == [
-        "BaselinePolicy", "Cell", "CellRates", "CellState", "Check", "EvalRates", "GateConfig",
-        "GateError", "GateResult", "LocalModelError", "LocalModelServer", "Matrix", "Rule",
-        "RunResult", "ServerOptions", "Suite", "SuiteError", "build_tasks", "check_model_args",
+        "BaselinePolicy", "Cell", "CellRates", "CellState", "Check", "ControlError", "EvalRates",
+        "GateConfig", "GateError", "GateResult", "LocalModelError", "LocalModelServer", "Matrix",
+        "RequestLog", "Rule", "RunResult", "ServeError", "ServerOptions", "Suite", "SuiteError",
+        "TrialConfig", "TwiceServer", "build_tasks", "check_model_args",
         "eval_rates", "evaluate_gate", "format_gate", "install_local_model", "junit_xml",
         "load_gate", "load_suite", "local_model_server", "model_home", "parse_gate",
-        "run_metadata", "run_suite", "run_until_decided", "suite_from_flags", "trials_needed",
+        "parse_trial_config", "run_metadata", "run_suite", "run_until_decided",
+        "running_server", "serve", "served_task", "suite_from_flags", "trials_needed",
         "trials_table", "write_junit",
     ]  # fmt: skip

@@ -1,0 +1,772 @@
+"""``twice serve``: the mock services, faults and idempotency store over real HTTP and MCP.
+
+A *trial* is made by the control API from a task's sample (its initial state), a fault and a
+protection; its services answer at ``/t/<id>/<service>/...`` and its tools over MCP at
+``/t/<id>/mcp``. Every request that can change a trial is written ahead to SQLite (WAL) before
+it is served; on start the server replays that log, so after ``kill -9`` every trial comes
+back exactly as it was (the services are deterministic).
+
+Why uvicorn, driven as a raw ASGI app: the MCP transport is an ASGI application, and a lost
+reply needs a server that can close a connection *without answering* (ASGI servers answer 500
+when an application ends without a response). uvicorn's HTTP protocol exposes its asyncio
+transport on the ``send`` callable it hands the application; :func:`drop_connection` closes
+that transport, so the client sees the connection end with no response at all, as when a
+gateway dies after the upstream committed. The server is pinned to uvicorn's ``h11``
+protocol, where that holds.
+
+A lost reply (``lost_reply`` and ``timeout_before_commit``) has two honest forms on a socket:
+
+* ``drop`` (default): the service commits (or not), then the connection is closed with no
+  response. The client fails at once with a connection error (httpx ``RemoteProtocolError``,
+  requests ``ConnectionError``, the Stripe SDK ``APIConnectionError``), not a timeout.
+* ``hang``: the reply is held for ``hang_seconds``, then the connection is closed. A client
+  whose timeout is shorter sees a real read timeout (httpx ``ReadTimeout``, requests
+  ``ReadTimeout``) after its timeout's worth of wall time.
+
+Every request of one trial is served atomically on the event loop (log, then the service's
+whole pipeline, with no await in between), so the log's order is the order of execution and
+the replay is exact; a concurrent request with the same Idempotency-Key sees the first one
+done and gets its saved response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import json
+import math
+import re
+import secrets
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import httpx
+from twice.assertions import score_trial
+from twice.mocks import FAULTS, KEY_HEADER, Services, get_fault
+from twice.tasks import (
+    PROTECTIONS,
+    TASKS,
+    ActionLog,
+    ActionRecord,
+    TaskParts,
+    TrialContext,
+    Undo,
+    get_protection,
+    task_parts,
+)
+
+from ._serve_log import RequestLog
+
+if TYPE_CHECKING:
+    from ._serve_mcp import TrialMcp
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+DEFAULT_DB = "twice-serve.sqlite"
+MAX_CONTROL_BODY = 64 * 1024
+"""Bytes a control request body may have."""
+MAX_SERVICE_BODY = 1024 * 1024
+"""Bytes a service (or MCP) request body may have."""
+MAX_HANG_SECONDS = 600.0
+LOST_REPLY_MODES = ("drop", "hang")
+TRIAL_FIELDS = ("task", "sample", "fault", "protection", "lost_reply", "hang_seconds")
+LOGGED_HEADERS = (
+    "content-type",
+    KEY_HEADER.lower(),
+    "x-twice-source",
+    "x-twice-call",
+    "x-twice-backoff",
+)
+"""The only request headers written to the log: the ones the services read. Never
+``Authorization``."""
+
+_TRIAL_PATH = re.compile(r"^/t/(?P<id>[^/]+)/(?P<service>[^/]+)(?P<rest>/.*)?$")
+_CONTROL_PATH = re.compile(r"^/_twice/trials(?:/(?P<id>[^/]+)(?:/(?P<what>ledger|verdict))?)?/?$")
+
+
+class ControlError(Exception):
+    """A control request the server refuses: HTTP status and one line naming the bad field."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """What a trial is made from (the body of ``POST /_twice/trials``, validated)."""
+
+    task: str
+    sample: str
+    fault: str = "none"
+    protection: str = "bare"
+    lost_reply: str = "drop"
+    hang_seconds: float = 2.0
+
+
+def parse_trial_config(body: Any) -> TrialConfig:
+    """Validate a ``POST /_twice/trials`` body.
+
+    Raises:
+        ControlError: 400, naming the bad field and what is accepted.
+    """
+    if not isinstance(body, dict):
+        raise ControlError(400, "the body must be a JSON object with at least 'task'")
+    unknown = sorted(set(body) - set(TRIAL_FIELDS))
+    if unknown:
+        raise ControlError(
+            400,
+            f"unknown field(s) {', '.join(map(repr, unknown))}; "
+            f"accepted: {', '.join(TRIAL_FIELDS)}",
+            unknown[0],
+        )
+
+    def choice(name: str, allowed: Any, default: str | None) -> str:
+        value = body.get(name, default)
+        if not isinstance(value, str) or value not in allowed:
+            raise ControlError(400, f"{name} {value!r} is not one of: {', '.join(allowed)}", name)
+        return value
+
+    task = choice("task", TASKS, None)
+    parts = task_parts(task)
+    samples = [str(s.id) for s in parts.dataset]
+    sample = body.get("sample", samples[0])
+    if not isinstance(sample, str) or sample not in samples:
+        raise ControlError(
+            400,
+            f"sample {sample!r} is not in task {task!r}; its samples are "
+            f"{samples[0]} ... {samples[-1]} ({len(samples)})",
+            "sample",
+        )
+    hang = body.get("hang_seconds", 2.0)
+    if (
+        isinstance(hang, bool)
+        or not isinstance(hang, int | float)
+        or not math.isfinite(hang)
+        or not 0 < hang <= MAX_HANG_SECONDS
+    ):
+        raise ControlError(
+            400,
+            f"hang_seconds {hang!r} must be a number in (0, {MAX_HANG_SECONDS:g}]",
+            "hang_seconds",
+        )
+    return TrialConfig(
+        task=task,
+        sample=sample,
+        fault=choice("fault", FAULTS, "none"),
+        protection=choice("protection", PROTECTIONS, "bare"),
+        lost_reply=choice("lost_reply", LOST_REPLY_MODES, "drop"),
+        hang_seconds=float(hang),
+    )
+
+
+@dataclass
+class ServeContext(TrialContext):
+    """The tool layer's context of a served trial: what the agent is shown is logged too."""
+
+    on_observe: Callable[[str], None] | None = None
+
+    def observe(self, text: str) -> str:
+        if self.on_observe is not None:
+            self.on_observe(text)
+        self.services.ledger.observations.append(text)
+        return text
+
+    def sync(self) -> None:
+        """No inspect sample store here: the request log is what keeps the trial."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """The tool layer's own state (counters, intents, action log), JSON-ready."""
+        return {
+            "calls": self.calls,
+            "intents_seen": sorted(self.intents_seen),
+            "dispatched": [list(d) for d in self.dispatched],
+            "resume_pending": sorted(self.resume_pending),
+            "restarts": self.restarts,
+            "action_log": self.action_log.to_list() if self.action_log is not None else None,
+            "compensations": [asdict(u) for u in self.compensations],
+        }
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Set the state :meth:`snapshot` returned."""
+        self.calls = int(data["calls"])
+        self.intents_seen = set(data["intents_seen"])
+        self.dispatched = [(int(n), str(i)) for n, i in data["dispatched"]]
+        self.resume_pending = set(data["resume_pending"])
+        self.restarts = int(data["restarts"])
+        if data["action_log"] is not None and self.action_log is not None:
+            self.action_log.records = [ActionRecord(**r) for r in data["action_log"]]
+        self.compensations = [Undo(**u) for u in data["compensations"]]
+
+
+def request_record(method: str, url: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """What the log keeps of one service request (never an Authorization header)."""
+    return {
+        "method": method,
+        "url": url,
+        "headers": {k: v for k, v in headers.items() if k.lower() in LOGGED_HEADERS},
+        # latin-1 maps every byte to one character: any body survives JSON unchanged.
+        "body": body.decode("latin-1"),
+    }
+
+
+@dataclass
+class ServedTrial:
+    """One trial: its services and ledger, its tool layer, and (once used) its MCP endpoint."""
+
+    id: str
+    config: TrialConfig
+    parts: TaskParts
+    metadata: dict[str, Any]
+    services: Services
+    ctx: ServeContext
+    log: Callable[[str, dict[str, Any]], None]
+    mcp: TrialMcp | None = None
+    _tools: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def create(
+        cls, trial_id: str, config: TrialConfig, log: Callable[[str, dict[str, Any]], None]
+    ) -> ServedTrial:
+        """Build a trial from its sample's initial state."""
+        parts = task_parts(config.task)
+        sample = next((s for s in parts.dataset if str(s.id) == config.sample), None)
+        if sample is None:
+            raise ValueError(f"task {config.task!r} has no sample {config.sample!r}")
+        metadata = dict(sample.metadata or {})
+        services = Services(
+            parts.services(metadata.get("state", {})), fault=get_fault(config.fault)
+        )
+        protection = get_protection(config.protection)
+        ctx = ServeContext(
+            services,
+            protection,
+            run_id=f"run_{trial_id}",
+            action_log=ActionLog() if protection.action_log else None,
+        )
+        trial = cls(trial_id, config, parts, metadata, services, ctx, log)
+        ctx.on_observe = lambda text: log("observe", {"text": text})
+        # The tool layer's requests go through the same log-then-serve path as HTTP clients'.
+        ctx.client = httpx.AsyncClient(
+            transport=httpx.MockTransport(trial.tool_request), timeout=httpx.Timeout(10.0)
+        )
+        trial._tools = parts.tools(ctx)
+        ctx.check_tools()
+        return trial
+
+    def apply(self, record: dict[str, Any]) -> httpx.Response:
+        """Serve a logged request (live or replayed); raises the fault's transport error."""
+        request = httpx.Request(
+            record["method"],
+            record["url"],
+            headers=record["headers"],
+            content=record["body"].encode("latin-1"),
+        )
+        return self.services.dispatch(request)
+
+    def serve(self, record: dict[str, Any]) -> httpx.Response:
+        """Log a request, then serve it: nothing is answered that is not in the log."""
+        self.log("request", record)
+        return self.apply(record)
+
+    def tool_request(self, request: httpx.Request) -> httpx.Response:
+        """The tool layer's transport (MCP tool calls): the same log-then-serve path."""
+        return self.serve(
+            request_record(request.method, str(request.url), dict(request.headers), request.content)
+        )
+
+    def mcp_endpoint(self, host: str) -> TrialMcp:
+        """The trial's MCP endpoint, made on first use."""
+        if self.mcp is None:
+            # Imported here: mcp is an optional extra ("twice[serve]"), needed only for MCP.
+            from ._serve_mcp import TrialMcp
+
+            self.mcp = TrialMcp(
+                f"twice-{self.config.task}",
+                self._tools,
+                self.ctx.tool_specs,
+                self.config.protection,
+                lambda: self.log("context", self.ctx.snapshot()),
+                host,
+            )
+        return self.mcp
+
+    def verdict(self) -> dict[str, Any]:
+        """The task's per-trial metrics, from the same code the scorer uses."""
+        m = score_trial(self.services.ledger, self.metadata, self.parts.end_state)
+        return {
+            "id": self.id,
+            "task": self.config.task,
+            "sample": self.config.sample,
+            "fault": self.config.fault,
+            "protection": self.config.protection,
+            "metrics": m.values(),
+            "explanation": m.explanation(),
+            "evidence": m.evidence(),
+        }
+
+
+def drop_connection(send: Any) -> bool:
+    """Close the client's connection without a response; False if the server cannot."""
+    cycle = getattr(send, "__self__", None)
+    transport = getattr(cycle, "transport", None)
+    if transport is None:
+        return False
+    transport.close()
+    return True
+
+
+async def _read_body(receive: Any, limit: int) -> bytes | None:
+    """The request body, or None when it exceeds ``limit`` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _send(
+    send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    hdrs = [(k, v) for k, v in headers or [] if k.lower() != b"content-length"]
+    hdrs.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_json(send: Any, status: int, data: Any) -> None:
+    body = json.dumps(data).encode()
+    await _send(send, status, body, [(b"content-type", b"application/json")])
+
+
+def _error(message: str, type: str = "invalid_request_error", field: str | None = None) -> Any:
+    err: dict[str, Any] = {"type": type, "message": message}
+    if field is not None:
+        err["param"] = field
+    return {"error": err}
+
+
+class TwiceServer:
+    """The ASGI application behind ``twice serve``.
+
+    Args:
+        log: The write-ahead request log; trials in it are rebuilt at once.
+        base_url: ``http://HOST:PORT`` as clients reach the server (trial URLs start with it).
+        token: Bearer token the control API requires (None: no token).
+        host: The bound host (MCP's DNS-rebinding protection is on for loopback).
+    """
+
+    def __init__(
+        self,
+        log: RequestLog,
+        base_url: str,
+        token: str | None = None,
+        host: str = DEFAULT_HOST,
+    ) -> None:
+        self.request_log = log
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.host = host
+        self.trials: dict[str, ServedTrial] = {}
+        self.replayed = self._replay()
+
+    # -- durability ------------------------------------------------------------------------
+
+    def _logger(self, trial_id: str) -> Callable[[str, dict[str, Any]], None]:
+        def write(kind: str, data: dict[str, Any]) -> None:
+            self.request_log.append(trial_id, kind, data)
+
+        return write
+
+    def _replay(self) -> int:
+        """Rebuild every trial from the log; returns the number of records replayed."""
+        n = 0
+        for record in self.request_log.records():
+            n += 1
+            if record.kind == "create":
+                config = TrialConfig(**record.data)
+                try:
+                    self.trials[record.trial] = ServedTrial.create(
+                        record.trial, config, self._logger(record.trial)
+                    )
+                except ValueError as ex:
+                    raise ServeError(
+                        f"{self.request_log.path} cannot be replayed: trial {record.trial} "
+                        f"was made from something this twice does not have ({ex})"
+                    ) from None
+                continue
+            trial = self.trials.get(record.trial)
+            if trial is None:
+                continue
+            if record.kind == "request":
+                # A fault's error (a lost reply) happened the same way when it was first served.
+                with contextlib.suppress(Exception):
+                    trial.apply(record.data)
+            elif record.kind == "observe":
+                trial.services.ledger.observations.append(record.data["text"])
+            elif record.kind == "context":
+                trial.ctx.restore(record.data)
+            elif record.kind == "delete":
+                del self.trials[record.trial]
+        return n
+
+    # -- ASGI ------------------------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        try:
+            if path.startswith("/_twice/"):
+                await self._control(scope, receive, send)
+                return
+            match = _TRIAL_PATH.match(path)
+            if match is None:
+                raise ControlError(
+                    404,
+                    f"no such endpoint: {path}; trials live under /t/<id>/<service>, "
+                    "the control API under /_twice/trials",
+                )
+            trial = self.trials.get(match["id"])
+            if trial is None:
+                raise ControlError(404, f"no such trial: {match['id']!r}", "id")
+            if match["service"] == "mcp" and not match["rest"]:
+                await self._mcp(trial, scope, receive, send)
+                return
+            await self._service(trial, match["service"], match["rest"] or "/", scope, receive, send)
+        except ControlError as err:
+            await _send_json(send, err.status, _error(err.message, field=err.field))
+
+    async def _mcp(
+        self, trial: ServedTrial, scope: dict[str, Any], receive: Any, send: Any
+    ) -> None:
+        length = _content_length(scope)
+        if length is not None and length > MAX_SERVICE_BODY:
+            raise ControlError(413, f"request body of {length} bytes; at most {MAX_SERVICE_BODY}")
+        await trial.mcp_endpoint(self.host).handle(scope, receive, send)
+
+    async def _service(
+        self,
+        trial: ServedTrial,
+        service: str,
+        rest: str,
+        scope: dict[str, Any],
+        receive: Any,
+        send: Any,
+    ) -> None:
+        svc = trial.services.services.get(service)
+        if svc is None:
+            raise ControlError(
+                404,
+                f"trial {trial.id} has no service {service!r}; it has: "
+                + ", ".join([*trial.services.services, "mcp"]),
+            )
+        body = await _body_within(scope, receive, MAX_SERVICE_BODY)
+        query = scope.get("query_string", b"").decode("latin-1")
+        url = svc.base_url + rest + (f"?{query}" if query else "")
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        record = request_record(scope["method"], url, headers, body)
+        try:
+            response = trial.serve(record)
+        except httpx.TimeoutException:
+            await self._lose_reply(trial, send)
+            return
+        # What an HTTP client is shown is its replies: an effect id in a delivered body is
+        # seen (``unseen_effects``); a lost reply shows nothing.
+        trial.ctx.observe(response.content.decode("utf-8", "replace"))
+        out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
+        await _send(send, response.status_code, response.content, out)
+
+    async def _lose_reply(self, trial: ServedTrial, send: Any) -> None:
+        if trial.config.lost_reply == "hang":
+            await asyncio.sleep(trial.config.hang_seconds)
+        if not drop_connection(send):
+            # Not uvicorn's protocol: the nearest honest thing is a gateway timeout.
+            await _send_json(send, 504, _error("upstream timed out", type="api_error"))
+            return
+        # Let the protocol see the connection is gone, so it does not answer 500 for us.
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    # -- control API -----------------------------------------------------------------------
+
+    def _authorize(self, scope: dict[str, Any]) -> None:
+        if self.token is None:
+            return
+        given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+            raise ControlError(401, "the control API needs 'Authorization: Bearer <token>'")
+
+    async def _control(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        match = _CONTROL_PATH.match(scope["path"])
+        if match is None:
+            raise ControlError(404, f"no such endpoint: {scope['path']}")
+        self._authorize(scope)
+        method = scope["method"]
+        trial_id, what = match["id"], match["what"]
+        if trial_id is None:
+            if method == "POST":
+                body = await _body_within(scope, receive, MAX_CONTROL_BODY)
+                try:
+                    data = json.loads(body or b"null")
+                except ValueError:
+                    raise ControlError(400, "the body is not JSON") from None
+                await _send_json(send, 201, self.create_trial(parse_trial_config(data)))
+                return
+            if method == "GET":
+                await _send_json(
+                    send, 200, {"trials": [self.describe(t) for t in self.trials.values()]}
+                )
+                return
+            raise ControlError(405, f"{method} is not allowed on /_twice/trials (POST, GET)")
+        trial = self.trials.get(trial_id)
+        if trial is None:
+            raise ControlError(404, f"no such trial: {trial_id!r}", "id")
+        if what == "ledger" and method == "GET":
+            await _send_json(send, 200, trial.services.ledger.to_dict())
+        elif what == "verdict" and method == "GET":
+            await _send_json(send, 200, trial.verdict())
+        elif what is None and method == "GET":
+            await _send_json(send, 200, self.describe(trial))
+        elif what is None and method == "DELETE":
+            await self.delete_trial(trial)
+            await _send_json(send, 200, {"id": trial.id, "deleted": True})
+        else:
+            raise ControlError(405, f"{method} is not allowed on {scope['path']}")
+
+    def create_trial(self, config: TrialConfig) -> dict[str, Any]:
+        """Make a trial (logged first) and return its id and URLs."""
+        trial_id = secrets.token_hex(8)
+        self.request_log.append(trial_id, "create", asdict(config))
+        trial = ServedTrial.create(trial_id, config, self._logger(trial_id))
+        self.trials[trial_id] = trial
+        return self.describe(trial)
+
+    async def delete_trial(self, trial: ServedTrial) -> None:
+        """Forget a trial (logged first)."""
+        self.request_log.append(trial.id, "delete", {})
+        del self.trials[trial.id]
+        if trial.mcp is not None:
+            await trial.mcp.stop()
+
+    def describe(self, trial: ServedTrial) -> dict[str, Any]:
+        """A trial's id, configuration and URLs."""
+        base = f"{self.base_url}/t/{trial.id}"
+        urls = {name: f"{base}/{name}" for name in trial.services.services}
+        urls["mcp"] = f"{base}/mcp"
+        return {"id": trial.id, **asdict(trial.config), "urls": urls}
+
+    async def close(self) -> None:
+        """Stop every MCP endpoint."""
+        for trial in self.trials.values():
+            if trial.mcp is not None:
+                await trial.mcp.stop()
+
+
+def _content_length(scope: dict[str, Any]) -> int | None:
+    raw = dict(scope["headers"]).get(b"content-length")
+    return int(raw) if raw is not None and raw.isdigit() else None
+
+
+async def _body_within(scope: dict[str, Any], receive: Any, limit: int) -> bytes:
+    length = _content_length(scope)
+    if length is not None and length > limit:
+        raise ControlError(413, f"request body of {length} bytes; at most {limit} allowed")
+    body = await _read_body(receive, limit)
+    if body is None:
+        raise ControlError(413, f"request body over {limit} bytes; at most {limit} allowed")
+    return body
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+class ServeError(Exception):
+    """Bad ``twice serve`` usage (exit 2): one line naming the bad value."""
+
+
+@dataclass
+class Running:
+    """A started server: where it listens, its app, and how to stop it."""
+
+    url: str
+    app: TwiceServer
+    stop: Callable[[], None]
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as ex:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {ex.strerror}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _prepare(
+    host: str, port: int, db: str | Path, token: str | None
+) -> tuple[socket.socket, TwiceServer]:
+    if not is_loopback(host) and not token:
+        raise ServeError(
+            f"refusing to bind {host!r} without --token: off loopback the control API needs a "
+            "bearer token (or bind 127.0.0.1)"
+        )
+    try:
+        log = RequestLog(db)
+    except ValueError as ex:
+        raise ServeError(str(ex)) from None
+    sock = _bind(host, port)
+    bound_port = sock.getsockname()[1]
+    shown = host if host not in ("0.0.0.0", "::") else socket.gethostname()
+    try:
+        app = TwiceServer(log, f"http://{_url_host(shown)}:{bound_port}", token=token, host=host)
+    except BaseException:
+        sock.close()
+        log.close()
+        raise
+    return sock, app
+
+
+async def _serve_async(
+    sock: socket.socket, app: TwiceServer, started: Callable[[], None], stop: asyncio.Event | None
+) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        http="h11",  # drop_connection relies on this protocol's transport
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        ws="none",
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.01)
+    if server.started:
+        started()
+    if stop is not None:
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        stopper.cancel()
+    await task
+    await app.close()
+    app.request_log.close()
+
+
+def serve(
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    db: str | Path = DEFAULT_DB,
+    token: str | None = None,
+    out: TextIO | None = None,
+) -> None:
+    """Run ``twice serve`` in the foreground until interrupted.
+
+    Prints ``listening on http://HOST:PORT`` once it accepts connections.
+
+    Raises:
+        ServeError: for a non-loopback host without a token, a busy port, or a file that is
+            not a twice serve database.
+    """
+    stream = out or sys.stdout
+    sock, app = _prepare(host, port, db, token)
+
+    def started() -> None:
+        if app.replayed:
+            print(
+                f"replayed {app.replayed} logged records: {len(app.trials)} trial(s) restored",
+                file=stream,
+            )
+        print(f"listening on {app.base_url}", file=stream, flush=True)
+
+    asyncio.run(_serve_async(sock, app, started, None))
+
+
+@contextmanager
+def running_server(
+    db: str | Path = ":memory:",
+    host: str = DEFAULT_HOST,
+    port: int = 0,
+    token: str | None = None,
+) -> Iterator[Running]:
+    """Run a twice server in a background thread (tests, benches, ``--agent-cmd``).
+
+    Yields:
+        The running server; it stops when the block ends.
+    """
+    sock, app = _prepare(host, port, db, token)
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+    stop_event: asyncio.Event | None = None
+    failure: list[BaseException] = []
+
+    def main() -> None:
+        nonlocal stop_event
+        asyncio.set_event_loop(loop)
+        stop_event = asyncio.Event()
+        try:
+            loop.run_until_complete(_serve_async(sock, app, ready.set, stop_event))
+        except BaseException as ex:
+            failure.append(ex)
+            ready.set()
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=main, name="twice-serve", daemon=True)
+    thread.start()
+    ready.wait(30)
+    if failure:
+        raise failure[0]
+
+    def stop() -> None:
+        if stop_event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(stop_event.set)
+        thread.join(15)
+
+    try:
+        yield Running(app.base_url, app, stop)
+    finally:
+        stop()

@@ -1,0 +1,299 @@
+"""Evals whose trials live in a ``twice serve`` server: an agent reaches them over MCP.
+
+:func:`served_task` is a twice task whose tools are not in-process: each sample × epoch makes
+a trial on the server (``POST /_twice/trials``), the agent drives the trial's tools through
+inspect's ``mcp_server_http`` inside ``mcp_connection`` (or an external command drives its
+services over HTTP), and when the agent stops, the trial's ledger is copied from the server
+into the sample store: twice's own ``side_effects`` scorer scores it, and the log reads like
+any other twice log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from typing import Any
+
+import httpx
+from inspect_ai import Task
+from inspect_ai.agent import sandbox_agent_bridge
+from inspect_ai.log import transcript
+from inspect_ai.model import ChatMessageSystem
+from inspect_ai.solver import Generate, Solver, TaskState, solver
+from inspect_ai.tool import mcp_connection, mcp_server_http
+from inspect_ai.util import sandbox, store
+from twice.assertions import side_effects
+from twice.mocks import LEDGER_STORE_KEY, STUB_STORE_KEY, get_fault
+from twice.tasks import get_protection, load_prompt, task_parts
+
+SERVED_STORE_KEY = "twice:served"
+"""Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
+is in the log)."""
+
+
+TOKEN_ENV = "TWICE_SERVE_TOKEN"
+"""Environment variable holding the server's control-API token, if it has one. Read when a
+request is made, never passed as a solver argument: inspect logs solver arguments."""
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    token = token or os.environ.get(TOKEN_ENV)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+async def create_trial(
+    server: str, body: dict[str, Any], token: str | None = None
+) -> dict[str, Any]:
+    """``POST /_twice/trials``; returns the trial's id and URLs.
+
+    Raises:
+        RuntimeError: with the server's error message when it refuses.
+    """
+    async with httpx.AsyncClient(timeout=30) as client:
+        r = await client.post(f"{server}/_twice/trials", json=body, headers=_headers(token))
+    if r.status_code != 201:
+        raise RuntimeError(f"twice serve refused the trial ({r.status_code}): {r.text}")
+    return dict(r.json())
+
+
+async def trial_get(server: str, trial_id: str, what: str, token: str | None = None) -> Any:
+    """``GET /_twice/trials/<id>/<what>`` (``ledger`` or ``verdict``)."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        r = await client.get(f"{server}/_twice/trials/{trial_id}/{what}", headers=_headers(token))
+    r.raise_for_status()
+    return r.json()
+
+
+async def sync_ledger() -> None:
+    """Copy the served trial's ledger into the sample store (where the scorer reads it)."""
+    served = store().get(SERVED_STORE_KEY)
+    ledger = await trial_get(served["server"], served["id"], "ledger")
+    store().set(LEDGER_STORE_KEY, ledger)
+
+
+@solver
+def served_agent(agent: Solver) -> Solver:
+    """Run ``agent``, then copy the trial's ledger into the store (even if the agent failed or
+    hit a limit: the ledger is what happened)."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        try:
+            return await agent(state, generate)
+        finally:
+            await sync_ledger()
+
+    return solve
+
+
+@solver
+def served_trial_setup(
+    server: str,
+    task: str,
+    fault: str,
+    protection: str,
+    prompt_name: str,
+    prompt_text: str,
+    lost_reply: str = "drop",
+) -> Solver:
+    """Make this sample × epoch's trial on the server; set the prompt and the stubs' plan."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        trial = await create_trial(
+            server,
+            {
+                "task": task,
+                "sample": str(state.sample_id),
+                "fault": fault,
+                "protection": protection,
+                "lost_reply": lost_reply,
+            },
+        )
+        store().set(
+            SERVED_STORE_KEY,
+            {"server": server, "id": trial["id"], "urls": trial["urls"]},
+        )
+        await sync_ledger()
+        state.messages.insert(0, ChatMessageSystem(content=prompt_text))
+        store().set(
+            STUB_STORE_KEY,
+            {
+                "plan": state.metadata.get("plan", []),
+                "prompt": prompt_name,
+                "seed": f"{state.sample_id}:{state.epoch}:{prompt_name}",
+            },
+        )
+        return state
+
+    return solve
+
+
+@solver
+def mcp_agent() -> Solver:
+    """The model drives the trial's tools over MCP streamable HTTP (inspect's MCP client)."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        urls = store().get(SERVED_STORE_KEY)["urls"]
+        server = mcp_server_http(name="twice", url=urls["mcp"], timeout=30)
+        async with mcp_connection([server]):
+            state.tools = list(await server.tools())
+            return await generate(state)
+
+    return solve
+
+
+BRIDGE_API_KEY = "twice-agent-bridge"
+"""The dummy key an external agent is given: the bridge ignores it, and it is no secret."""
+OUTPUT_TAIL = 2000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _wait_for_port(port: int, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"inspect's model proxy did not listen on 127.0.0.1:{port} within {seconds:g} s"
+                ) from None
+            await asyncio.sleep(0.1)
+        else:
+            writer.close()
+            return
+
+
+def agent_env(served: dict[str, Any], state: TaskState, model_port: int) -> dict[str, str]:
+    """What an external agent command is given: the trial's URLs, the task, the model.
+
+    ``TWICE_<SERVICE>_URL`` for every service (and ``TWICE_MCP_URL``), ``TWICE_TRIAL_ID``,
+    ``TWICE_INPUT`` (the user's request), ``TWICE_SYSTEM_PROMPT``, and an OpenAI-compatible
+    endpoint for the eval's model: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` (a dummy),
+    ``OPENAI_MODEL`` (``inspect``).
+    """
+    env = {f"TWICE_{name.upper()}_URL": url for name, url in served["urls"].items()}
+    system = next((m.text for m in state.messages if m.role == "system"), "")
+    env.update(
+        {
+            "TWICE_TRIAL_ID": served["id"],
+            "TWICE_INPUT": state.input_text,
+            "TWICE_SYSTEM_PROMPT": system,
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{model_port}/v1",
+            "OPENAI_API_KEY": BRIDGE_API_KEY,
+            "OPENAI_MODEL": "inspect",
+        }
+    )
+    return env
+
+
+@solver
+def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> Solver:
+    """Run an external agent command for the trial (``twice run --agent-cmd``).
+
+    The command runs through ``sh -c`` in ``cwd`` (default: the current directory) with
+    :func:`agent_env`; its model calls go through inspect's ``sandbox_agent_bridge`` (the
+    ``local`` sandbox: a proxy process on a free loopback port) to the eval's model, stub
+    models included. The trial is scored from its ledger whatever the command does; its exit
+    status and output tails are in the transcript.
+
+    Raises:
+        RuntimeError: when the command cannot be run at all (exit 126 or 127: not found or
+            not executable), which is a usage error, not a trial outcome.
+    """
+    where = cwd or os.getcwd()
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        served = store().get(SERVED_STORE_KEY)
+        port = _free_port()
+        async with sandbox_agent_bridge(port=port) as bridge:
+            await _wait_for_port(port)
+            result = await sandbox().exec(
+                ["sh", "-c", command],
+                env=agent_env(served, state, port),
+                cwd=where,
+                timeout=timeout,
+            )
+        transcript().info(
+            {
+                "agent_cmd": command,
+                "returncode": result.returncode,
+                "stdout": result.stdout[-OUTPUT_TAIL:],
+                "stderr": result.stderr[-OUTPUT_TAIL:],
+            }
+        )
+        if result.returncode in (126, 127):
+            raise RuntimeError(
+                f"agent command {command!r} could not run (exit {result.returncode}): "
+                f"{result.stderr.strip()[-500:]}"
+            )
+        if bridge.state.messages:
+            state.messages = list(bridge.state.messages)
+        state.output = bridge.state.output
+        return state
+
+    return solve
+
+
+def served_task(
+    task: str,
+    server: str,
+    *,
+    fault: str = "none",
+    protection: str = "bare",
+    prompt: str = "baseline",
+    solver: Solver | None = None,
+    lost_reply: str = "drop",
+    message_limit: int = 30,
+    sandbox: str | None = None,
+) -> Task:
+    """A twice task whose trials live in a ``twice serve`` server.
+
+    Args:
+        task: A built-in task name.
+        server: The server's base URL (``http://127.0.0.1:8765``).
+        fault: A fault name.
+        protection: A protection name (the server's tool layer applies it to MCP tools).
+        prompt: A built-in prompt name or a prompt file path.
+        solver: The agent; default: the model drives the trial's tools over MCP.
+        lost_reply: ``drop`` or ``hang`` for lost replies over HTTP.
+
+    A server started with ``--token`` needs the token in ``$TWICE_SERVE_TOKEN`` (never a task
+    or solver argument, which inspect would log).
+        message_limit: Hard stop for agents that loop.
+        sandbox: The task's sandbox (``local`` for :func:`command_agent`).
+
+    Raises:
+        ValueError: for an unknown task, fault, protection or prompt.
+    """
+    parts = task_parts(task)
+    get_fault(fault)
+    get_protection(protection)
+    p = load_prompt(prompt)
+    return Task(
+        name=task,
+        dataset=parts.dataset,
+        setup=served_trial_setup(server, task, fault, protection, p.name, p.text, lost_reply),
+        solver=served_agent(solver or mcp_agent()),
+        scorer=side_effects(parts.end_state),
+        message_limit=message_limit,
+        sandbox=sandbox,
+        metadata={
+            "twice": {
+                "task": task,
+                "fault": fault,
+                "protection": protection,
+                "prompt": p.name,
+                "prompt_source": p.source,
+                "prompt_sha256": p.sha256,
+                "prompt_text": p.text,
+                "served": True,
+            }
+        },
+    )

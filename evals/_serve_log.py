@@ -1,0 +1,100 @@
+"""``twice serve``'s write-ahead request log: SQLite in WAL mode.
+
+Every request that can change a trial is appended here *before* it is served, so after a
+``kill -9`` the server replays the log on the same file and rebuilds every trial exactly: the
+services are deterministic, so the same requests in the same order give the same state and the
+same ledger. A client was only ever answered after its request was in the log, so nothing it
+was told is lost.
+
+``synchronous=NORMAL`` in WAL mode makes each append a write to the WAL file without an fsync:
+it survives the process being killed (the operating system has the bytes), not a power cut.
+``durable=True`` (``synchronous=FULL``) pays an fsync per request for that too.
+
+What is stored is only what the services read: the method, path, query, body and the headers
+twice's pipeline looks at. ``Authorization`` (a Stripe SDK sends its API key there) is never
+written.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS log (
+    seq   INTEGER PRIMARY KEY AUTOINCREMENT,
+    trial TEXT NOT NULL,
+    kind  TEXT NOT NULL,
+    data  TEXT NOT NULL
+)
+"""
+
+KINDS = ("create", "request", "observe", "context", "delete")
+"""Record kinds: a trial created, a service request, a text the agent was shown (MCP), the
+tool layer's state after an MCP tool call, a trial deleted."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One entry of the log."""
+
+    seq: int
+    trial: str
+    kind: str
+    data: dict[str, Any]
+
+
+class RequestLog:
+    """An append-only log of trial records in one SQLite file.
+
+    Args:
+        path: The database file (created if missing). ``":memory:"`` keeps it in memory.
+        durable: fsync every append (``synchronous=FULL``) so it survives a power cut too.
+
+    Raises:
+        ValueError: when the file is not a twice serve database.
+    """
+
+    def __init__(self, path: str | Path, *, durable: bool = False) -> None:
+        self.path = str(path)
+        # The server appends from its event loop thread only; autocommit makes every append
+        # its own transaction, written to the WAL before the request is served.
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._db.execute(SCHEMA)
+            cols = [r[1] for r in self._db.execute("PRAGMA table_info(log)")]
+        except sqlite3.DatabaseError as ex:
+            self._db.close()
+            raise ValueError(f"{self.path} is not a twice serve database: {ex}") from None
+        if cols != ["seq", "trial", "kind", "data"]:
+            self._db.close()
+            raise ValueError(
+                f"{self.path} has a 'log' table of another shape ({', '.join(cols)}); "
+                "it is not a twice serve database"
+            )
+
+    def append(self, trial: str, kind: str, data: dict[str, Any]) -> None:
+        """Write one record; it is in the WAL when this returns."""
+        self._db.execute(
+            "INSERT INTO log (trial, kind, data) VALUES (?, ?, ?)",
+            (trial, kind, json.dumps(data, separators=(",", ":"))),
+        )
+
+    def records(self) -> Iterator[Record]:
+        """Every record, oldest first."""
+        rows = self._db.execute("SELECT seq, trial, kind, data FROM log ORDER BY seq").fetchall()
+        for seq, trial, kind, data in rows:
+            yield Record(seq, trial, kind, json.loads(data))
+
+    def __len__(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM log").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the database (a checkpoint folds the WAL into the main file)."""
+        self._db.close()

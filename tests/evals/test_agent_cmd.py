@@ -1,0 +1,72 @@
+"""``twice run --agent-cmd``: an agent outside twice, over real HTTP, scored like any trial."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from twice.evals._suite import SuiteError, load_suite, suite_from_flags
+from twice.evals.cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = ROOT / "docs" / "examples" / "http_agent.py"
+
+
+@pytest.mark.slow
+def test_run_agent_cmd_scores_the_external_agents_ledger(tmp_path: Path) -> None:
+    out = tmp_path / "logs"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--task",
+            "refund",
+            "--model",
+            "stub/retry",
+            "--model",
+            "stub/no-retry",
+            "--fault",
+            "lost_reply",
+            "--limit",
+            "1",
+            "--no-report",
+            "--display",
+            "none",
+            "--log-dir",
+            str(out),
+            "--agent-cmd",
+            f"{sys.executable} {AGENT}",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    dup = {c["model"]: c["duplication_rate"] for c in summary["cells"]}
+    # The stub's retry reaches the agent's own tool code: the retry refunds again.
+    assert dup == {"stub/retry": 1.0, "stub/no-retry": 0.0}
+    assert all(c["errors"] == 0 and c["completion_rate"] == 1.0 for c in summary["cells"])
+    assert summary["run"]["agent_cmd"].endswith("http_agent.py")
+
+
+def test_agent_cmd_in_toml_and_its_bad_values(tmp_path: Path) -> None:
+    good = tmp_path / "suite.toml"
+    good.write_text('agent_cmd = "node my_agent.js"\n[[matrix]]\nmodels = ["stub/retry"]\n')
+    assert load_suite(good).agent_cmd == "node my_agent.js"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('agent_cmd = ["node"]\n[[matrix]]\nmodels = ["stub/retry"]\n')
+    with pytest.raises(SuiteError, match="'agent_cmd' must be a string"):
+        load_suite(bad)
+    with pytest.raises(SuiteError, match="agent_cmd is empty"):
+        suite_from_flags(
+            config=None,
+            models=["stub/retry"],
+            prompts=[],
+            tasks=[],
+            faults=[],
+            protections=[],
+            epochs=None,
+            limit=None,
+            agent_cmd="  ",
+        )

@@ -1,0 +1,474 @@
+"""``twice serve`` over loopback with real clients: httpx, requests, the Stripe SDK, MCP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import requests
+import stripe
+from twice.evals._serve import (
+    MAX_SERVICE_BODY,
+    ServeError,
+    _prepare,
+    parse_trial_config,
+    running_server,
+)
+from twice.evals._serve_mcp import tool_annotations
+from twice.mocks import UNKNOWN_OUTCOME
+from twice.tasks import ToolSpec
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_server() as running:
+        yield running.url
+
+
+@pytest.fixture
+def trial(server: str) -> Callable[..., dict[str, Any]]:
+    """Make a trial: ``trial(fault="lost_reply", lost_reply="hang")``."""
+
+    def make(**body: Any) -> dict[str, Any]:
+        r = httpx.post(f"{server}/_twice/trials", json={"task": "refund", **body})
+        assert r.status_code == 201, r.text
+        return dict(r.json())
+
+    return make
+
+
+def ledger(server: str, trial: dict[str, Any]) -> dict[str, Any]:
+    r = httpx.get(f"{server}/_twice/trials/{trial['id']}/ledger")
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def verdict(server: str, trial: dict[str, Any]) -> dict[str, float]:
+    r = httpx.get(f"{server}/_twice/trials/{trial['id']}/verdict")
+    assert r.status_code == 200, r.text
+    return dict(r.json()["metrics"])
+
+
+def refunds(server: str, trial: dict[str, Any]) -> list[str]:
+    return [e["id"] for e in ledger(server, trial)["effects"]]
+
+
+REFUND = {"order_id": "order_1042", "amount": 499}
+
+
+# -- control API -------------------------------------------------------------------------
+
+
+def test_serve_create_trial_gives_per_trial_urls(server: str, trial: Callable[..., Any]) -> None:
+    t = trial(sample="refund-002", fault="lost_reply", lost_reply="hang", hang_seconds=1.5)
+    assert t["urls"] == {
+        "payments": f"{server}/t/{t['id']}/payments",
+        "mcp": f"{server}/t/{t['id']}/mcp",
+    }
+    assert (t["sample"], t["fault"], t["lost_reply"], t["hang_seconds"]) == (
+        "refund-002",
+        "lost_reply",
+        "hang",
+        1.5,
+    )
+    # The trial starts from its sample's initial state.
+    order = httpx.get(f"{t['urls']['payments']}/v1/orders/order_1054").json()
+    assert order["amount"] == 9850 and order["amount_refunded"] == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"task": "nope"}, "task"),
+        ({}, "task"),
+        ({"task": "refund", "sample": "refund-999"}, "sample"),
+        ({"task": "refund", "fault": "gremlins"}, "fault"),
+        ({"task": "refund", "protection": "prayer"}, "protection"),
+        ({"task": "refund", "lost_reply": "vanish"}, "lost_reply"),
+        ({"task": "refund", "hang_seconds": 0}, "hang_seconds"),
+        ({"task": "refund", "hang_seconds": "2"}, "hang_seconds"),
+        ({"task": "refund", "hang_seconds": 10_000}, "hang_seconds"),
+        ({"task": "refund", "colour": "red"}, "colour"),
+    ],
+)
+def test_serve_bad_trial_request_is_400_naming_the_field(
+    server: str, body: dict[str, Any], field: str
+) -> None:
+    r = httpx.post(f"{server}/_twice/trials", json=body)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == field
+    assert field in error["message"]
+
+
+def test_serve_control_body_that_is_not_json_or_too_big(server: str) -> None:
+    r = httpx.post(f"{server}/_twice/trials", content=b"{task: refund")
+    assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
+    r = httpx.post(f"{server}/_twice/trials", content=b"[" + b" " * 70_000 + b"]")
+    assert r.status_code == 413
+
+
+def test_serve_service_body_size_limit(server: str, trial: Callable[..., Any]) -> None:
+    t = trial()
+    big = b"x" * (MAX_SERVICE_BODY + 1)
+    r = httpx.post(f"{t['urls']['payments']}/v1/refunds", content=big)
+    assert r.status_code == 413
+    assert ledger(server, t)["attempts"] == []  # refused before it reached the service
+
+
+def test_serve_trials_are_isolated(server: str, trial: Callable[..., Any]) -> None:
+    a, b = trial(), trial()
+    assert httpx.post(f"{a['urls']['payments']}/v1/refunds", json=REFUND).status_code == 200
+    assert refunds(server, a) == ["re_1"]
+    assert refunds(server, b) == []
+    assert httpx.get(f"{b['urls']['payments']}/v1/refunds").json()["data"] == []
+    for url in (
+        f"{server}/_twice/trials/{'0' * 16}/ledger",
+        f"{server}/_twice/trials/{'0' * 16}/verdict",
+        f"{server}/t/{'0' * 16}/payments/v1/refunds",
+    ):
+        r = httpx.get(url)
+        assert r.status_code == 404 and "no such trial" in r.json()["error"]["message"]
+    r = httpx.get(f"{server}/t/{a['id']}/email/v1/messages")
+    assert r.status_code == 404 and "has no service 'email'" in r.json()["error"]["message"]
+
+
+def test_serve_delete_forgets_the_trial(server: str, trial: Callable[..., Any]) -> None:
+    t = trial()
+    assert httpx.delete(f"{server}/_twice/trials/{t['id']}").status_code == 200
+    assert httpx.get(f"{server}/_twice/trials/{t['id']}/ledger").status_code == 404
+    assert httpx.delete(f"{server}/_twice/trials/{t['id']}").status_code == 404
+
+
+def test_serve_token_guards_the_control_api() -> None:
+    with running_server(token="s3cret") as running:
+        url = f"{running.url}/_twice/trials"
+        assert httpx.post(url, json={"task": "refund"}).status_code == 401
+        bad = {"Authorization": "Bearer nope"}
+        assert httpx.post(url, json={"task": "refund"}, headers=bad).status_code == 401
+        good = {"Authorization": "Bearer s3cret"}
+        assert httpx.post(url, json={"task": "refund"}, headers=good).status_code == 201
+
+
+def test_serve_refuses_non_loopback_without_token(tmp_path: Path) -> None:
+    with pytest.raises(ServeError, match=r"refusing to bind '0\.0\.0\.0' without --token"):
+        _prepare("0.0.0.0", 0, tmp_path / "x.sqlite", None)
+
+
+def test_serve_refuses_a_file_that_is_not_its_database(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ServeError, match="not a twice serve database"):
+        _prepare("127.0.0.1", 0, junk, None)
+
+
+def test_serve_refuses_a_log_it_cannot_replay(tmp_path: Path) -> None:
+    from twice.evals import RequestLog
+
+    db = tmp_path / "old.sqlite"
+    log = RequestLog(db)
+    log.append("abc", "create", {"task": "refund", "sample": "refund-999"})
+    log.close()
+    with pytest.raises(ServeError, match=r"cannot be replayed: trial abc .*no sample 'refund-999'"):
+        _prepare("127.0.0.1", 0, db, None)
+
+
+def test_parse_trial_config_defaults() -> None:
+    config = parse_trial_config({"task": "send_email"})
+    assert (config.sample, config.fault, config.protection, config.lost_reply) == (
+        "send_email-001",
+        "none",
+        "bare",
+        "drop",
+    )
+
+
+# -- lost replies over a socket ----------------------------------------------------------
+
+
+def test_serve_drop_closes_without_a_response_httpx(server: str, trial: Callable[..., Any]) -> None:
+    t = trial(fault="lost_reply")
+    url = f"{t['urls']['payments']}/v1/refunds"
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(url, json=REFUND, headers={"Idempotency-Key": "k-1"})
+    # The work was done: a keyed retry gets the saved reply, an unkeyed one refunds again.
+    assert httpx.post(url, json=REFUND, headers={"Idempotency-Key": "k-1"}).json()["id"] == "re_1"
+    assert refunds(server, t) == ["re_1"]
+    assert httpx.post(url, json=REFUND).json()["id"] == "re_2"
+    assert verdict(server, t)["duplicated"] == 1.0
+    first = ledger(server, t)["attempts"][0]
+    assert (first["fault"], first["delivered"], first["outcome"]) == (
+        "lost_reply",
+        False,
+        "unknown",
+    )
+
+
+def test_serve_drop_is_a_connection_error_for_requests(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    t = trial(fault="lost_reply")
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.post(f"{t['urls']['payments']}/v1/refunds", json=REFUND, timeout=5)
+    assert refunds(server, t) == ["re_1"]
+
+
+def test_serve_timeout_before_commit_drops_and_does_nothing(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    t = trial(fault="timeout_before_commit")
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(f"{t['urls']['payments']}/v1/refunds", json=REFUND)
+    assert refunds(server, t) == []
+    assert verdict(server, t)["completed"] == 0.0
+
+
+def test_serve_hang_is_a_real_read_timeout(server: str, trial: Callable[..., Any]) -> None:
+    t = trial(fault="lost_reply", lost_reply="hang", hang_seconds=3)
+    url = f"{t['urls']['payments']}/v1/refunds"
+    start = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json=REFUND, timeout=1)
+    assert time.monotonic() - start >= 1.0
+    # The service committed before holding the reply.
+    assert refunds(server, t) == ["re_1"]
+    assert ledger(server, t)["attempts"][0]["delivered"] is False
+
+
+def test_serve_hang_holds_only_the_faulted_reply(server: str, trial: Callable[..., Any]) -> None:
+    t = trial(fault="lost_reply", lost_reply="hang", hang_seconds=3)
+    url = f"{t['urls']['payments']}/v1/refunds"
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.post(url, json=REFUND, headers={"Idempotency-Key": "h"}, timeout=(5, 1))
+    start = time.monotonic()
+    r = requests.post(url, json=REFUND, headers={"Idempotency-Key": "h"}, timeout=(5, 1))
+    assert r.json()["id"] == "re_1" and time.monotonic() - start < 1.0
+    assert refunds(server, t) == ["re_1"]
+
+
+def test_serve_same_key_concurrent_posts_make_one_refund(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    t = trial()
+    url = f"{t['urls']['payments']}/v1/refunds"
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            return await asyncio.gather(
+                *(
+                    client.post(url, json=REFUND, headers={"Idempotency-Key": "same"})
+                    for _ in range(50)
+                )
+            )
+
+    responses = asyncio.run(burst())
+    assert {r.json()["id"] for r in responses} == {"re_1"}
+    assert refunds(server, t) == ["re_1"]
+
+
+# -- the official Stripe SDK -------------------------------------------------------------
+
+
+@pytest.fixture
+def stripe_sdk() -> Iterator[Callable[[str, float], None]]:
+    """Point the module-level Stripe API at a trial: ``point(payments_url, timeout)``."""
+    saved = (
+        stripe.api_key,
+        stripe.api_base,
+        stripe.default_http_client,
+        stripe.max_network_retries,
+    )
+
+    def point(url: str, timeout: float = 5) -> None:
+        stripe.api_key = "sk_test_twice_not_a_secret"
+        stripe.api_base = url
+        stripe.default_http_client = stripe.RequestsClient(timeout=timeout)
+
+    yield point
+    stripe.api_key, stripe.api_base, stripe.default_http_client, stripe.max_network_retries = saved
+
+
+def test_stripe_sdk_default_retries_refund_once(
+    server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str, float], None]
+) -> None:
+    t = trial(fault="lost_reply")
+    stripe_sdk(t["urls"]["payments"], 5)
+    refund = stripe.Refund.create(payment_intent="order_1042", amount=499)
+    assert (refund.id, refund.amount, refund.payment_intent, refund.object) == (
+        "re_1",
+        499,
+        "order_1042",
+        "refund",
+    )
+    attempts = ledger(server, t)["attempts"]
+    # The SDK's own retry reused its auto-generated key: the saved reply was replayed.
+    assert attempts[0]["key"] == attempts[1]["key"] and attempts[1]["replayed"]
+    assert refunds(server, t) == ["re_1"]
+    assert [r.id for r in stripe.Refund.list(payment_intent="order_1042").data] == ["re_1"]
+    assert verdict(server, t)["exactly_once"] == 1.0
+
+
+def test_stripe_sdk_application_retry_refunds_twice(
+    server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str, float], None]
+) -> None:
+    t = trial(fault="lost_reply")
+    stripe_sdk(t["urls"]["payments"], 5)
+    stripe.max_network_retries = 0
+    made = None
+    for _ in range(2):  # the application's own retry: every call gets a new key
+        try:
+            made = stripe.Refund.create(charge="order_1042", amount=499)
+            break
+        except stripe.APIConnectionError:
+            continue
+    assert made is not None and made.id == "re_2"
+    assert refunds(server, t) == ["re_1", "re_2"]
+    assert verdict(server, t)["duplicated"] == 1.0
+
+
+def test_stripe_sdk_hang_times_out_then_retries_once(
+    server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str, float], None]
+) -> None:
+    t = trial(fault="lost_reply", lost_reply="hang", hang_seconds=3)
+    stripe_sdk(t["urls"]["payments"], 1)
+    start = time.monotonic()
+    refund = stripe.Refund.create(payment_intent="order_1042", amount=499)
+    assert time.monotonic() - start >= 1.0  # a real read timeout came first
+    assert refund.id == "re_1"
+    assert refunds(server, t) == ["re_1"]
+
+
+def test_stripe_sdk_sees_stripe_errors(
+    server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str, float], None]
+) -> None:
+    t = trial()
+    stripe_sdk(t["urls"]["payments"], 5)
+    with pytest.raises(stripe.InvalidRequestError, match="No such order") as missing:
+        stripe.Refund.create(payment_intent="order_9999", amount=499)
+    assert missing.value.http_status == 404
+    stripe.Refund.create(payment_intent="order_1042", amount=499, idempotency_key="one")
+    # twice answers a reused key with other parameters 422 (the IETF draft, DESIGN.md);
+    # Stripe itself says 400, so the SDK raises its generic APIError with the message.
+    with pytest.raises(stripe.APIError, match="Keys for idempotent requests") as reused:
+        stripe.Refund.create(payment_intent="order_1042", amount=500, idempotency_key="one")
+    assert reused.value.http_status == 422
+    assert refunds(server, t) == ["re_1"]
+
+
+def test_request_log_never_stores_the_api_key(
+    tmp_path: Path, stripe_sdk: Callable[[str, float], None]
+) -> None:
+    db = tmp_path / "serve.sqlite"
+    with running_server(db) as running:
+        r = httpx.post(f"{running.url}/_twice/trials", json={"task": "refund"})
+        stripe_sdk(r.json()["urls"]["payments"], 5)
+        stripe.Refund.create(payment_intent="order_1042", amount=499)
+    rows = sqlite3.connect(db).execute("SELECT data FROM log").fetchall()
+    text = " ".join(row[0] for row in rows)
+    assert "payment_intent=order_1042" in text
+    assert "sk_test" not in text and "authorization" not in text.lower()
+
+
+# -- MCP ---------------------------------------------------------------------------------
+
+
+async def _mcp_session(url: str, calls: list[tuple[str, dict[str, Any]]]) -> tuple[Any, list[Any]]:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        streamable_http_client(url) as (read, write, *_),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        tools = await session.list_tools()
+        results = [await session.call_tool(name, args) for name, args in calls]
+    return tools, results
+
+
+def test_mcp_client_drives_a_trial(server: str, trial: Callable[..., Any]) -> None:
+    t = trial(fault="lost_reply")
+    args = {"order_id": "order_1042", "amount": 4.99, "reason": "cracked"}
+    tools, results = asyncio.run(
+        _mcp_session(
+            t["urls"]["mcp"],
+            [
+                ("issue_refund", args),
+                ("issue_refund", args),
+                ("find_refunds", {"order_id": "order_1042"}),
+            ],
+        )
+    )
+    by_name = {tool.name: tool for tool in tools.tools}
+    assert set(by_name) == {"issue_refund", "find_refunds", "get_order"}
+    refund_hints = by_name["issue_refund"].annotations
+    assert refund_hints.destructive_hint is True and refund_hints.idempotent_hint is False
+    assert by_name["find_refunds"].annotations.read_only_hint is True
+    assert (
+        "order to refund"
+        in by_name["issue_refund"].input_schema["properties"]["order_id"]["description"]
+    )
+    lost, again, found = results
+    assert lost.is_error and UNKNOWN_OUTCOME in lost.content[0].text
+    assert not again.is_error and "re_2" in again.content[0].text
+    assert "re_1" in found.content[0].text and "re_2" in found.content[0].text
+    assert refunds(server, t) == ["re_1", "re_2"]
+    assert verdict(server, t)["duplicated"] == 1.0
+
+
+def test_mcp_annotations_follow_the_idempotency_class() -> None:
+    def spec(cls: Any) -> ToolSpec:
+        return ToolSpec("t", cls)
+
+    assert tool_annotations(None, "bare").read_only_hint is True
+    assert tool_annotations(spec("safe"), "bare").idempotent_hint is True
+    keyed_bare = tool_annotations(spec("keyed"), "bare")
+    assert keyed_bare.destructive_hint is True and keyed_bare.idempotent_hint is False
+    assert tool_annotations(spec("keyed"), "intent-key").idempotent_hint is True
+    assert tool_annotations(spec("unsafe"), "declared").idempotent_hint is False
+    assert tool_annotations(spec("compensable"), "declared").destructive_hint is True
+
+
+# -- durability --------------------------------------------------------------------------
+
+
+def test_restart_on_the_same_db_rebuilds_every_trial(tmp_path: Path) -> None:
+    db = tmp_path / "serve.sqlite"
+    args = {"order_id": "order_1042", "amount": 4.99, "reason": "cracked"}
+    with running_server(db) as running:
+        url = running.url
+        a = httpx.post(
+            f"{url}/_twice/trials", json={"task": "refund", "fault": "lost_reply"}
+        ).json()
+        b = httpx.post(
+            f"{url}/_twice/trials",
+            json={"task": "refund", "fault": "lost_reply", "protection": "intent-key"},
+        ).json()
+        gone = httpx.post(f"{url}/_twice/trials", json={"task": "send_email"}).json()
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.post(f"{a['urls']['payments']}/v1/refunds", json=REFUND)
+        httpx.post(f"{a['urls']['payments']}/v1/refunds", json=REFUND)
+        asyncio.run(_mcp_session(b["urls"]["mcp"], [("issue_refund", args)] * 2))
+        httpx.delete(f"{url}/_twice/trials/{gone['id']}")
+        before = {t["id"]: ledger(url, t) for t in (a, b)}
+        contexts = {tid: running.app.trials[tid].ctx.snapshot() for tid in before}
+    assert before[b["id"]]["observations"], "MCP tool results are part of the ledger"
+    with running_server(db) as again:
+        assert set(again.app.trials) == {a["id"], b["id"]}
+        for t in (a, b):
+            assert again.app.trials[t["id"]].ctx.snapshot() == contexts[t["id"]]
+            led = again.app.trials[t["id"]].services.ledger.to_dict()
+            assert json.loads(json.dumps(led)) == before[t["id"]]
+        # The intent key survives: the model's repeat over MCP still refunds once.
+        _, results = asyncio.run(
+            _mcp_session(f"{again.url}/t/{b['id']}/mcp", [("issue_refund", args)])
+        )
+        assert "re_1" in results[0].content[0].text
+        assert [e["id"] for e in ledger(again.url, b)["effects"]] == ["re_1"]

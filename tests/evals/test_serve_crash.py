@@ -1,0 +1,155 @@
+"""Crash test: ``kill -9`` a ``twice serve`` process mid-run, restart it on the same db."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+START_TIMEOUT = 180  # importing inspect on a loaded 2-core machine can take a while
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(db: Path, port: int) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from twice.evals.cli import main; main()",
+            "serve",
+            "--port",
+            str(port),
+            "--db",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + START_TIMEOUT
+    lines = []
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("listening on "):
+            return proc, line.split()[-1]
+    proc.kill()
+    raise AssertionError("twice serve did not start:\n" + "".join(lines))
+
+
+def _ledgers(url: str, ids: list[str]) -> dict[str, Any]:
+    return {i: httpx.get(f"{url}/_twice/trials/{i}/ledger", timeout=30).json() for i in ids}
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_then_restart_restores_every_ledger(tmp_path: Path) -> None:
+    db = tmp_path / "serve.sqlite"
+    port = _free_port()
+    proc, url = _start(db, port)
+    try:
+        trials = [
+            httpx.post(f"{url}/_twice/trials", json=body, timeout=30).json()
+            for body in (
+                {"task": "refund", "fault": "lost_reply"},
+                {"task": "refund", "fault": "lost_reply", "lost_reply": "hang", "hang_seconds": 60},
+                {"task": "send_email"},
+            )
+        ]
+        ids = [t["id"] for t in trials]
+        dropped, hung, email = trials
+        refunds = f"{dropped['urls']['payments']}/v1/refunds"
+        body = {"order_id": "order_1042", "amount": 499}
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.post(refunds, json=body, headers={"Idempotency-Key": "a"})
+        assert (
+            httpx.post(refunds, json=body, headers={"Idempotency-Key": "a"}).json()["id"] == "re_1"
+        )
+
+        # A reply held for a minute is in flight when the server dies.
+        hung_error: list[BaseException] = []
+
+        def wait_for_hung_reply() -> None:
+            try:
+                httpx.post(
+                    f"{hung['urls']['payments']}/v1/refunds",
+                    json=body,
+                    headers={"Idempotency-Key": "h"},
+                    timeout=120,
+                )
+            except httpx.HTTPError as ex:
+                hung_error.append(ex)
+
+        # And a client keeps sending emails, remembering every one it was answered.
+        answered: list[str] = []
+        stop = threading.Event()
+
+        def send_emails() -> None:
+            n = 0
+            with httpx.Client(timeout=30) as client:
+                while not stop.is_set():
+                    n += 1
+                    try:
+                        r = client.post(
+                            f"{email['urls']['email']}/v1/messages",
+                            json={"to": "a@example.com", "subject": f"s{n}", "body": "b"},
+                        )
+                    except httpx.HTTPError:
+                        return
+                    answered.append(r.json()["id"])
+
+        hanging = threading.Thread(target=wait_for_hung_reply)
+        sender = threading.Thread(target=send_emails)
+        hanging.start()
+        sender.start()
+        while len(answered) < 20:
+            time.sleep(0.05)
+        before_fixed = _ledgers(url, ids[:2])
+        assert before_fixed[hung["id"]]["effects"][0]["id"] == "re_1"
+
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        stop.set()
+        sender.join(30)
+        hanging.join(30)
+        assert hung_error, "the held reply's client saw its connection die"
+
+        proc, url2 = _start(db, port)
+        assert url2 == url
+        after = _ledgers(url, ids)
+        # Every ledger identical; every email a client was answered is there.
+        for i in ids[:2]:
+            assert after[i] == before_fixed[i]
+        sent = [e["id"] for e in after[email["id"]]["effects"]]
+        assert sent[: len(answered)] == answered
+        assert len(sent) - len(answered) <= 1  # at most the one in flight, never answered
+
+        # Clients go on where they were: the held refund's key still replays its result.
+        again = httpx.post(
+            f"{hung['urls']['payments']}/v1/refunds", json=body, headers={"Idempotency-Key": "h"}
+        )
+        assert again.json()["id"] == "re_1"
+        r = httpx.post(
+            f"{email['urls']['email']}/v1/messages",
+            json={"to": "a@example.com", "subject": "after", "body": "b"},
+        )
+        assert r.json()["id"] == f"msg_{len(sent) + 1}"
+    finally:
+        proc.kill()
+        proc.wait(30)

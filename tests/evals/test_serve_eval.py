@@ -1,0 +1,71 @@
+"""An eval whose stub models drive a served trial over MCP reproduces the refund reference
+table (DESIGN.md, "Reference results") through inspect's ``mcp_server_http``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from inspect_ai import eval as inspect_eval
+from twice.evals import running_server, served_task
+
+CASES = [
+    # (fault, protection, model, refunds)
+    ("lost_reply", "bare", "stub/retry", 2),
+    ("lost_reply", "bare", "stub/no-retry", 1),
+    ("lost_reply", "bare", "stub/verify", 1),
+    ("timeout_before_commit", "bare", "stub/retry", 1),
+    ("timeout_before_commit", "bare", "stub/no-retry", 0),
+    ("timeout_before_commit", "bare", "stub/verify", 1),
+    ("lost_reply", "retry-nokey", "stub/no-retry", 2),
+    ("lost_reply", "retry-randomkey", "stub/no-retry", 2),
+    ("lost_reply", "retry-stepkey", "stub/no-retry", 1),
+    ("lost_reply", "lookup", "stub/no-retry", 1),
+]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_server() as running:
+        yield running.url
+
+
+@pytest.mark.slow
+def test_served_eval_over_mcp_reproduces_the_reference_table(server: str, tmp_path: Path) -> None:
+    by_cell = {}
+    for fault, protection in sorted({(f, p) for f, p, _, _ in CASES}):
+        models = [m for f, p, m, _ in CASES if (f, p) == (fault, protection)]
+        task = served_task("refund", server, fault=fault, protection=protection)
+        logs = inspect_eval(
+            task, model=models, limit=1, display="none", log_dir=str(tmp_path), max_tasks=3
+        )
+        for log in logs:
+            assert log.status == "success", log.error
+            sample = log.samples[0]
+            assert sample.error is None, sample.error
+            # The ledger is in the sample store, as in any twice log.
+            effects = sample.store["twice:ledger"]["effects"]
+            by_cell[(fault, protection, log.eval.model)] = len(effects)
+            score = sample.scores["side_effects"]
+            assert score.value["duplicated"] == float(len(effects) > 1)
+    assert by_cell == {(f, p, m): n for f, p, m, n in CASES}
+
+
+@pytest.mark.slow
+def test_served_eval_with_a_token_keeps_it_out_of_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "tok-" + "7" * 24
+    monkeypatch.setenv("TWICE_SERVE_TOKEN", token)
+    with running_server(token=token) as running:
+        task = served_task("refund", running.url, fault="lost_reply")
+        [log] = inspect_eval(
+            task, model="stub/no-retry", limit=1, display="none", log_dir=str(tmp_path)
+        )
+    assert log.status == "success" and log.samples[0].error is None
+    assert len(log.samples[0].store["twice:ledger"]["effects"]) == 1
+    # The .eval file is a zip: look in what it holds, not its compressed bytes.
+    from inspect_ai.log import read_eval_log
+
+    assert token not in read_eval_log(log.location).model_dump_json()
