@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import gc
-import json
 import os
 import signal
 import threading
@@ -27,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 from inspect_ai import Task, eval_set, task_with
-from inspect_ai.log import EvalLog
+from inspect_ai.log import EvalLog, read_eval_log
 from inspect_ai.model import Model, get_model
 from twice.reports import (
     LogReadError,
@@ -348,37 +347,36 @@ def _finished_cells(log_dir: Path, planned: list[Cell]) -> tuple[set[Cell], list
     whether one of those logs was cancelled (an interrupted run).
 
     One rule with ``twice gate`` and ``twice report``: the newest log of each task of the
-    last run (``read_log_dir``); a task is a planned cell when ``eval-set.json`` says so.
+    last run (``read_log_dir``). A log is a planned cell's when its header's twice record
+    (model, task, fault, protection, prompt name and digest) is that cell's.
     """
     try:
         logs = read_log_dir(log_dir)
     except LogReadError:
         return set(), [], False
-    try:
-        tasks = json.loads((log_dir / "eval-set.json").read_text(encoding="utf-8"))["tasks"]
-        by_id = {
-            t["task_id"]: Cell(
-                t["model"],
-                t["task_args"]["prompt"],
-                t["name"],
-                t["task_args"]["fault"],
-                t["task_args"]["protection"],
-            )
-            for t in tasks
-        }
-    except (OSError, ValueError, KeyError, TypeError):
-        return set(), [], False
-    wanted = set(planned)
+    by_key: dict[tuple[str, ...], Cell] = {}
+    for cell in planned:
+        p = load_prompt(cell.prompt)
+        by_key[(cell.model, cell.task, cell.fault, cell.protection, p.name, p.sha256)] = cell
     finished: set[Cell] = set()
     files = []
     cancelled = False
     for entry in logs.current:
-        cell = by_id.get(entry.task_id)
-        if cell in wanted:
+        try:
+            header = read_eval_log(str(entry.path), header_only=True).eval
+            meta = (header.metadata or {}).get("twice", {})
+            key = (
+                header.model, meta["task"], meta["fault"], meta["protection"],
+                meta["prompt"], meta["prompt_sha256"],
+            )  # fmt: skip
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # not a twice log of this suite
+        match = by_key.get(key)
+        if match is not None:
             files.append(entry.path)
             cancelled = cancelled or entry.status == "cancelled"
             if entry.status == "success":
-                finished.add(cell)  # type: ignore[arg-type]
+                finished.add(match)
     return finished, files, cancelled
 
 
