@@ -24,7 +24,8 @@ from ._local import (
 from ._local import install as install_local_model
 from ._power import trials_needed, trials_table
 from ._rates import CellRates, EvalRates, eval_rates
-from ._run import RunResult, build_tasks, check_model_args, run_metadata, run_suite
+from ._run import RunResult, build_tasks, run_metadata, run_suite
+from ._secrets import check_model_args
 from ._serve import (
     ControlError,
     ServeError,

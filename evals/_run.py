@@ -1,21 +1,33 @@
-"""Run a suite through inspect's ``eval_set`` (one process, resumable) and summarise it."""
+"""Run a suite through inspect's ``eval_set`` (one process, resumable) and summarise it.
+
+What a run guarantees (README "Reliability"): one run per log directory (a lock); an
+interrupted run (SIGINT, SIGTERM) exits 130/143 with ``summary.json`` marked incomplete and
+naming the missing cells, and the same command resumes it; ``summary.json`` and
+``report.html`` are replaced by rename, never left half-written; a model endpoint that cannot
+be reached ends the run (exit 1) within a bounded time, named in one line; no API key from
+the environment reaches what the run writes.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
 import gc
-import re
-from collections.abc import Iterator
+import os
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pandas as pd
 from inspect_ai import Task, eval_set, task_with
-from inspect_ai.log import EvalLog
+from inspect_ai.log import EvalLog, read_eval_log
 from inspect_ai.model import Model, get_model
 from twice.reports import (
     Location,
@@ -24,29 +36,31 @@ from twice.reports import (
     as_location,
     cells,
     check_log_dir,
+    is_remote,
     join,
     make_dirs,
+    read_log_dir,
     trials_frame,
     write_summary,
+    write_text,
 )
-from twice.tasks import get_task, load_prompt
+from twice.tasks import Prompt, get_task, load_prompt
 
+from ._endpoint import EndpointState, guard_model
+from ._gate import temp_beside
+from ._lock import lock_log_dir
+from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args, scrub, secret_values
 from ._shards import shard_cells, shard_dir
 from ._suite import Cell, Suite, SuiteError
 
-CREDENTIAL_ARG = re.compile(
-    r"(^|_)(api_?key|key|token|secret|password|passwd|credentials?|auth|authorization|headers)"
-    r"($|_)|^aws_",
-    re.I,
-)
-"""Model-arg names that carry credentials (``api_key``, ``azure_ad_token``, ``client_secret``,
-``default_headers``...): refused, because keys come from the environment. Inspect drops only
-``api_key`` and ``aws_*`` from the model args it logs."""
+DEFAULT_TIMEOUT = 300
+"""Seconds a model call may take, retries included (``--timeout``)."""
 
-KEY_ENV_HINT = (
-    "OPENAI_API_KEY for openai/, ANTHROPIC_API_KEY for anthropic/, "
-    "<SERVICE>_API_KEY for openai-api/<service>/"
-)
+DEFAULT_MAX_RETRIES = 3
+"""Retries of a failed model call (``--max-retries``); inspect's own default is unlimited."""
+
+EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
+"""Exit codes of an interrupted run: 128 + the signal number, as a shell reports it."""
 
 
 @dataclass
@@ -60,11 +74,26 @@ class RunResult:
     report_path: Location | None
     failed: list[str]
     """Human lines for every eval that errored or trial that crashed."""
+    missing: list[Cell] = field(default_factory=list)
+    """Planned cells with no finished log (an interrupted or failed run)."""
+    interrupted: str | None = None
+    """``SIGINT`` or ``SIGTERM`` when the run was stopped by one."""
+    unreachable: list[str] = field(default_factory=list)
+    """One line per model whose endpoint could not be reached."""
+    reused: int = 0
+    """Cells whose finished logs an earlier run left (resumed, not run again)."""
 
     @property
     def ok(self) -> bool:
-        """True when every eval ran to completion and no trial crashed."""
-        return not self.failed
+        """True when every planned cell ran to completion and no trial crashed."""
+        return not (self.failed or self.missing or self.interrupted or self.unreachable)
+
+    @property
+    def exit_code(self) -> int:
+        """DESIGN.md's ``twice run`` exit code: 0 all ran, 1 failed, 130/143 interrupted."""
+        if self.interrupted:
+            return EXIT_INTERRUPTED.get(self.interrupted, 130)
+        return 0 if self.ok else 1
 
 
 def eval_options(display: str | None) -> dict[str, Any]:
@@ -125,26 +154,13 @@ def _plain(text: str) -> str:
     return " ".join(text.replace("ERROR:", "").split()).rstrip(".")
 
 
-def check_model_args(model_args: dict[str, Any]) -> None:
-    """Refuse model args that carry credentials: API keys come from the environment only.
-
-    Raises:
-        SuiteError: naming the argument and the environment variables to use instead.
-    """
-    for key in model_args:
-        if CREDENTIAL_ARG.search(key):
-            raise SuiteError(
-                f"model arg {key!r} looks like a credential; twice takes API keys from the "
-                f"environment only (so they stay out of shell history, logs and reports): set "
-                f"{KEY_ENV_HINT}"
-            )
-
-
 def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
     if name not in cache:
         try:
-            # Not memoized across runs: inspect's cache keys a model by its arguments, not by the
-            # environment its provider read (LOCAL_BASE_URL of a local server on a new port).
+            # Not memoized: each run puts its own endpoint guard on a fresh model (a guard that
+            # found an endpoint down must not outlive its run), and inspect's cache keys a model
+            # by its arguments, not by the environment its provider read (LOCAL_BASE_URL of a
+            # local server on a new port).
             cache[name] = get_model(name, memoize=False, **model_args)
         except Exception as ex:  # providers raise many types: missing keys, unknown APIs
             provider = name.split("/", 1)[0]
@@ -166,6 +182,10 @@ def build_tasks(
     suite: Suite,
     model_args: dict[str, Any] | None = None,
     server: str | None = None,
+    *,
+    guards: dict[str, EndpointState] | None = None,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    timeout: float | None = DEFAULT_TIMEOUT,
     cells: list[Cell] | None = None,
 ) -> list[Task]:
     """One inspect Task per cell, with its model attached.
@@ -175,38 +195,59 @@ def build_tasks(
 
     ``eval_set`` pairs a task with its finished log by name, task args, model, model args and
     version. The prompt is a task arg by *name or path*, so the task version carries the hash
-    of the prompt text: editing a prompt file makes its old logs stale instead of silently
-    reusing them on resume. ``cells`` restricts the tasks to those cells (a shard's share).
+    of the prompt file: editing a prompt file makes its old logs stale instead of silently
+    reusing them on resume.
+
+    Args:
+        suite: What to run.
+        model_args: Provider model args (``-M``); credentials are refused.
+        guards: When given, every model gets an endpoint guard (see ``_endpoint``), keyed
+            here by model name.
+        max_retries: Retries the guard allows before it calls an endpoint unreachable.
+        timeout: Seconds one model call may take.
+        cells: Only these cells (a shard's share); default every cell of the suite.
+
+    Raises:
+        SuiteError: for credential model args, a model that cannot be loaded, or a task that
+            cannot be built (a dataset record of the wrong type, naming file and line).
     """
     check_model_args(model_args or {})
     models: dict[str, Model] = {}
+    prompts: dict[str, Prompt] = {}
     out = []
     if suite.agent_cmd is not None and server is None:
         raise SuiteError("an agent command needs a twice serve URL to run its trials against")
     for cell in suite.cells() if cells is None else cells:
-        if suite.agent_cmd is not None and server is not None:
-            from ._serve_eval import command_agent, served_task
+        try:
+            if suite.agent_cmd is not None and server is not None:
+                from ._serve_eval import command_agent, served_task
 
-            task = served_task(
-                cell.task,
-                server,
-                fault=cell.fault,
-                protection=cell.protection,
-                prompt=cell.prompt,
-                solver=command_agent(suite.agent_cmd),
-                sandbox="local",
+                task = served_task(
+                    cell.task,
+                    server,
+                    fault=cell.fault,
+                    protection=cell.protection,
+                    prompt=cell.prompt,
+                    solver=command_agent(suite.agent_cmd),
+                    sandbox="local",
+                )
+            else:
+                task = get_task(cell.task)(
+                    fault=cell.fault, protection=cell.protection, prompt=cell.prompt
+                )
+        except ValueError as ex:
+            raise SuiteError(f"task {cell.task!r} cannot be built: {ex}") from None
+        if cell.prompt not in prompts:  # read (and hash) each prompt file once
+            prompts[cell.prompt] = load_prompt(cell.prompt)
+        prompt = prompts[cell.prompt]
+        new = cell.model not in models
+        model = _model(cell.model, model_args or {}, models)
+        if guards is not None and new:
+            guards[cell.model] = guard_model(
+                model, max_retries=max_retries, attempt_timeout=timeout
             )
-        else:
-            task = get_task(cell.task)(
-                fault=cell.fault, protection=cell.protection, prompt=cell.prompt
-            )
-        sha = load_prompt(cell.prompt).sha256
         out.append(
-            task_with(
-                task,
-                model=_model(cell.model, model_args or {}, models),
-                version=f"{task.version}+prompt.{sha[:12]}",
-            )
+            task_with(task, model=model, version=f"{task.version}+prompt.{prompt.sha256[:12]}")
         )
     return out
 
@@ -214,7 +255,7 @@ def build_tasks(
 def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
     lines = []
     for log in logs:
-        if log.status != "success":
+        if log.status not in ("success", "cancelled"):
             message = log.error.message if log.error else log.status
             lines.append(f"eval {log.eval.task} on {log.eval.model} {log.status}: {message}")
     for row in table.itertuples():
@@ -223,7 +264,141 @@ def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
                 f"{row.errors} trial(s) crashed in {row.model} / {row.prompt} / {row.task} / "
                 f"{row.fault} / {row.protection}"
             )
-    return lines
+    return [scrub(line) for line in lines]
+
+
+# -- interruption --------------------------------------------------------------------------
+
+
+@dataclass
+class Interrupts:
+    """Which signal stopped the run, if one did.
+
+    SIGINT is left to inspect (asyncio's handler cancels the run, inspect marks unfinished
+    logs ``cancelled`` and returns); SIGTERM, which would otherwise kill the process without
+    a word, is turned into the same orderly stop and remembered, so the run exits 143.
+    """
+
+    signal: str | None = None
+
+
+@contextmanager
+def _stop_on_sigterm(state: Interrupts) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals can only be handled in the main thread
+        return
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        state.signal = state.signal or "SIGTERM"
+        # Whatever handles Ctrl-C now (asyncio's runner cancels the run; Python's default
+        # raises KeyboardInterrupt) handles this too. A shell starts background jobs with
+        # SIGINT ignored: then stop as Python's default would.
+        on_int = signal.getsignal(signal.SIGINT)
+        if callable(on_int):
+            on_int(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+LAST_INTERRUPT = Interrupts()
+"""The signal that stopped the last run in this process (the CLI's exit code reads it)."""
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def write_atomic(path: Location, write: Callable[[Path], object]) -> Location:
+    """Have ``write(tmp)`` write beside ``path``, scrub API keys from it, rename it in place.
+
+    A failed or interrupted write leaves the previous file whole (and no temp file). For an
+    fsspec URI the file is written locally first, then uploaded whole in one put.
+    """
+    if is_remote(path):
+        with tempfile.TemporaryDirectory() as scratch:
+            local = Path(scratch) / "out"
+            write(local)
+            write_text(path, scrub(local.read_text(encoding="utf-8"), secret_values()))
+        return path
+    path = Path(path)
+    tmp = temp_beside(path)
+    try:
+        write(tmp)
+        secrets = secret_values()
+        if secrets:
+            text = tmp.read_text(encoding="utf-8")
+            clean = scrub(text, secrets)
+            if clean != text:
+                tmp.write_text(clean, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _cell_dict(cell: Cell, names: dict[str, str]) -> dict[str, str]:
+    return {
+        "model": cell.model,
+        "prompt": names[cell.prompt],
+        "task": cell.task,
+        "fault": cell.fault,
+        "protection": cell.protection,
+    }
+
+
+def _prepare_log_dir(log_dir: Location) -> None:
+    try:
+        make_dirs(log_dir)
+    except OSError as ex:
+        raise SuiteError(
+            f"log directory {str(log_dir)!r} cannot be created: {ex.strerror or ex}; "
+            "pass a --log-dir you can write to"
+        ) from None
+
+
+def _finished_cells(
+    log_dir: Location, planned: list[Cell]
+) -> tuple[set[Cell], list[Location], bool]:
+    """The planned cells with a finished log, the log files that count for them, and
+    whether one of those logs was cancelled (an interrupted run).
+
+    One rule with ``twice gate`` and ``twice report``: the newest log of each task of the
+    last run (``read_log_dir``). A log is a planned cell's when its header's twice record
+    (model, task, fault, protection, prompt name and digest) is that cell's.
+    """
+    try:
+        logs = read_log_dir(log_dir)
+    except LogReadError:
+        return set(), [], False
+    by_key: dict[tuple[str, ...], Cell] = {}
+    for cell in planned:
+        p = load_prompt(cell.prompt)
+        by_key[(cell.model, cell.task, cell.fault, cell.protection, p.name, p.sha256)] = cell
+    finished: set[Cell] = set()
+    files = []
+    cancelled = False
+    for entry in logs.current:
+        try:
+            header = read_eval_log(str(entry.path), header_only=True).eval
+            meta = (header.metadata or {}).get("twice", {})
+            key = (
+                header.model, meta["task"], meta["fault"], meta["protection"],
+                meta["prompt"], meta["prompt_sha256"],
+            )  # fmt: skip
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # not a twice log of this suite
+        match = by_key.get(key)
+        if match is not None:
+            files.append(entry.path)
+            cancelled = cancelled or entry.status == "cancelled"
+            if entry.status == "success":
+                finished.add(match)
+    return finished, files, cancelled
 
 
 def run_suite(
@@ -235,33 +410,42 @@ def run_suite(
     display: str | None = "none",
     retry_attempts: int = 1,
     report: bool = True,
-    shard: Shard | None = None,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    timeout: int = DEFAULT_TIMEOUT,
     generate_config: dict[str, Any] | None = None,
+    shard: Shard | None = None,
 ) -> RunResult:
     """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
 
     Re-running with the same ``log_dir`` resumes: finished evals are reused, not redone, and
-    the finished samples of an interrupted eval are kept. ``log_dir`` may be an fsspec URI
-    (``s3://bucket/run``). With ``shard``, only the cells dealt to it run, into
-    ``log_dir/shard-i-of-n/`` (which is then the result's ``log_dir``). ``generate_config``
-    holds inspect generate settings for every eval (``temperature``, ``seed``, ``max_retries``...).
+    the finished samples of an interrupted eval are kept. While it runs, the directory is
+    locked and ``summary.json`` says so (``"complete": false``); at the end it holds the
+    planned cells' counts, and when cells are missing (an interrupt, a failed eval) it stays
+    ``"complete": false`` and names them. ``generate_config`` holds inspect generate settings
+    for every eval (``temperature``, ``seed``...); its ``max_retries`` and ``timeout``, when
+    set, win over the arguments of those names. ``log_dir`` may be an fsspec URI
+    (``s3://bucket/run``; the lock is local-only). With ``shard``, only the cells dealt to it
+    run, into ``log_dir/shard-i-of-n/`` (which is then the result's ``log_dir``).
 
     Raises:
-        SuiteError: for a model that cannot be loaded, credential model args, or a log
-            directory holding a log that cannot be read (checked before anything runs).
+        SuiteError: for a model that cannot be loaded, credential model args, a log
+            directory that cannot be created or written, one locked by another live run
+            (``LogDirLockedError``), or one holding a log that cannot be read (all checked
+            before anything runs).
     """
-    log_dir = as_location(log_dir)
-    if shard is not None:
-        log_dir = shard_dir(log_dir, shard)
-    mine = None if shard is None else shard_cells(list(suite.cells()), shard)
     generate = dict(generate_config or {})
     if max_connections is None:  # a --max-connections flag wins over the suite's setting
         max_connections = generate.pop("max_connections", None)
     generate.pop("max_connections", None)
-    try:
-        check_log_dir(log_dir)
-    except LogReadError as ex:
-        raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
+    max_retries = int(generate.pop("max_retries", max_retries))
+    timeout = int(generate.pop("timeout", timeout))
+    generate.pop("attempt_timeout", None)
+    guards: dict[str, EndpointState] = {}
+    log_dir = as_location(log_dir)
+    planned = list(suite.cells())
+    if shard is not None:
+        log_dir = shard_dir(log_dir, shard)
+        planned = shard_cells(planned, shard)
     with contextlib.ExitStack() as stack:
         server = None
         if suite.agent_cmd is not None:
@@ -270,55 +454,130 @@ def run_suite(
             from ._serve import running_server
 
             server = stack.enter_context(running_server()).url
-        tasks = build_tasks(suite, model_args, server, mine)
-        make_dirs(log_dir)
-        logs: list[EvalLog] = []
-        if tasks:  # a shard may be dealt no cells (more shards than cells): it records that
-            logs = _eval_set(
-                tasks, suite, log_dir, max_connections, display, retry_attempts, generate
-            )
-    with gc_for_trials():
-        # The directory, not the logs eval_set returned: one rule for which logs count
-        # (reports.read_log_dir), shared with trials_frame, `twice report` and `twice gate`.
-        frame = trials_frame(log_dir if tasks else [])  # a shard dealt no cells has no logs
-    table = cells(frame)
-    run = run_metadata(suite, model_args, mine)
-    if shard is not None:
-        run["shard"] = {"index": shard.index, "count": shard.count}
-    summary_path = write_summary(table, join(log_dir, "summary.json"), run=run)
-    report_path = None
-    if report and len(frame):
-        from twice.reports import write_report
-
-        report_path = write_report(frame, join(log_dir, "report.html"), run=run)
-    return RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
+        # Tasks and models first: bad input is refused before the log dir is touched.
+        tasks = build_tasks(
+            suite, model_args, server, guards=guards, max_retries=max_retries,
+            timeout=timeout, cells=planned,
+        )  # fmt: skip
+        _prepare_log_dir(log_dir)
+        try:
+            if not is_remote(log_dir):  # object storage has no lock file semantics
+                stack.enter_context(lock_log_dir(Path(log_dir)))
+        except OSError as ex:
+            raise SuiteError(
+                f"log directory {str(log_dir)!r} cannot be written: {ex.strerror or ex}; "
+                "pass a --log-dir you can write to"
+            ) from None
+        return _run_locked(
+            suite, tasks, planned, log_dir, guards,
+            model_args=model_args, max_connections=max_connections, display=display,
+            retry_attempts=retry_attempts, report=report, max_retries=max_retries,
+            timeout=timeout, generate=generate, shard=shard,
+        )  # fmt: skip
 
 
-def _eval_set(
-    tasks: list[Task],
+def _run_locked(
     suite: Suite,
+    tasks: list[Task],
+    planned: list[Cell],
     log_dir: Location,
+    guards: dict[str, EndpointState],
+    *,
+    model_args: dict[str, Any] | None,
     max_connections: int | None,
     display: str | None,
     retry_attempts: int,
+    report: bool,
+    max_retries: int,
+    timeout: int,
     generate: dict[str, Any],
-) -> list[EvalLog]:
+    shard: Shard | None = None,
+) -> RunResult:
+    try:
+        check_log_dir(log_dir)
+    except LogReadError as ex:
+        raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
+    run = run_metadata(suite, model_args, None if shard is None else planned)
+    if shard is not None:
+        run["shard"] = {"index": shard.index, "count": shard.count}
+    names = {p: load_prompt(p).name for p in dict.fromkeys(c.prompt for c in planned)}
+    reused = _finished_cells(log_dir, planned)[0]
+    summary_path = join(log_dir, "summary.json")
+    # Until the run ends, summary.json says it is running: a reader never mistakes an old
+    # complete summary for this run's, even if this process is killed.
+    write_atomic(
+        summary_path,
+        lambda tmp: write_summary(
+            pd.DataFrame(),
+            tmp,
+            run=run,
+            complete=False,
+            status="running",
+            missing=[_cell_dict(c, names) for c in planned],
+        ),
+    )
+    state = LAST_INTERRUPT
+    state.signal = None
+    logs: list[EvalLog] = []
+    with gc_for_trials(), _stop_on_sigterm(state):
+        try:
+            if tasks:  # a shard dealt no cells (more shards than cells) runs nothing
+                _, logs = eval_set(
+                    tasks,
+                    log_dir=str(log_dir),
+                    epochs=suite.epochs,
+                    limit=suite.limit,
+                    max_connections=max_connections,
+                    display=display,  # type: ignore[arg-type]
+                    retry_attempts=retry_attempts,
+                    retry_wait=1,
+                    fail_on_error=False,
+                    log_dir_allow_dirty=True,
+                    max_retries=max_retries,
+                    timeout=timeout,
+                    attempt_timeout=timeout,
+                    **eval_options(display),
+                    **generate,
+                )
+        except KeyboardInterrupt:
+            state.signal = state.signal or "SIGINT"
+    finished, files, cancelled = _finished_cells(log_dir, planned)
+    # Inspect answers Ctrl-C by cancelling the run, marking the unfinished logs "cancelled"
+    # and returning as if done: those logs are how an interrupt is known.
+    if cancelled or any(log.status == "cancelled" for log in logs):
+        state.signal = state.signal or "SIGINT"
     with gc_for_trials():
-        _, logs = eval_set(
-            tasks,
-            log_dir=str(log_dir),
-            epochs=suite.epochs,
-            limit=suite.limit,
-            max_connections=max_connections,
-            display=display,  # type: ignore[arg-type]
-            retry_attempts=retry_attempts,
-            retry_wait=1,
-            fail_on_error=False,
-            log_dir_allow_dirty=True,
-            **eval_options(display),
-            **generate,
+        frame = trials_frame(files) if files else pd.DataFrame()
+    if state.signal and not frame.empty:
+        # Trials the interrupt cut short are logged as errors; they are not trials that ran
+        # (the rerun runs them), so they are not counted as crashes either.
+        frame = frame[~frame["error"].str.startswith("CancelledError")]
+    table = cells(frame) if not frame.empty else pd.DataFrame()
+    missing = [c for c in planned if c not in finished]
+    extra: dict[str, Any] = {
+        "complete": not missing,
+        "status": "complete" if not missing else "incomplete",
+    }
+    if missing:
+        extra["missing"] = [_cell_dict(c, names) for c in missing]
+    if state.signal:
+        extra["interrupted"] = state.signal
+    write_atomic(summary_path, lambda tmp: write_summary(table, tmp, run=run, **extra))
+    report_path = None
+    if report and not frame.empty:
+        from twice.reports import write_report
+
+        report_path = write_atomic(
+            join(log_dir, "report.html"), lambda tmp: write_report(frame, tmp, run=run)
         )
-    return logs
+    unreachable = [g.line() for g in guards.values() if g.down]
+    # After an interrupt, the trials it cut short are recorded as errors: not crashes.
+    failed = [] if state.signal else _failures(logs, table)
+    return RunResult(
+        log_dir, logs, table, summary_path, report_path, failed,
+        missing=missing, interrupted=state.signal, unreachable=unreachable,
+        reused=len(reused & set(planned)),
+    )  # fmt: skip
 
 
 def run_metadata(
@@ -334,7 +593,15 @@ def run_metadata(
     prompts = {}
     for name in dict.fromkeys(c.prompt for c in cells_):
         p = load_prompt(name)
-        prompts[p.name] = {"source": p.source, "sha256": p.sha256, "text": p.text}
+        # The digest and size name the prompt; the text is an excerpt (a 10 MB prompt file
+        # is not copied into summary.json and the report).
+        prompts[p.name] = {
+            "source": p.source,
+            "sha256": p.sha256,
+            "bytes": p.size,
+            "text": p.excerpt,
+            "truncated": p.truncated,
+        }
     return {
         "models": list(dict.fromkeys(c.model for c in cells_)),
         "model_args": {

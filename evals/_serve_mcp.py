@@ -47,11 +47,11 @@ def tool_annotations(spec: ToolSpec | None, protection: str) -> ToolAnnotations:
     """
     cls = spec.idempotency if spec is not None else None
     if cls is None:
-        return ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True)
+        return ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
     if cls == "safe":
-        return ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True)
+        return ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
     idempotent = cls == "keyed" and protection in _INTENT_KEYED
-    return ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=idempotent)
+    return ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=idempotent)
 
 
 def _mcp_function(tool: Tool, after_call: Callable[[], None]) -> tuple[str, str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from twice.mocks import FAULTS, STUB_MODELS
 from twice.tasks import PROTECTIONS, TASKS, load_prompt
+from twice.tasks._prompts import read_regular_file
 
 from ._local import ServerOptions, parse_options
 
@@ -146,8 +147,10 @@ class Suite:
                     raise SuiteError(
                         f"unknown stub model {model!r}; expected one of: {', '.join(STUB_NAMES)}"
                     )
-        if self.epochs < 1:
-            raise SuiteError(f"epochs must be at least 1, got {self.epochs}")
+        if isinstance(self.epochs, bool) or self.epochs < 1:
+            raise SuiteError(f"epochs must be a positive integer, got {self.epochs!r}")
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
+            raise SuiteError(f"limit must be a positive integer, got {self.limit!r}")
         if self.agent_cmd is not None and not self.agent_cmd.strip():
             raise SuiteError("agent_cmd is empty; give the command that runs your agent")
 
@@ -173,13 +176,22 @@ def load_suite(path: str | Path) -> Suite:
     """Read a suite TOML file.
 
     Raises:
-        SuiteError: for a missing file, malformed TOML, or unknown keys, naming the problem.
+        SuiteError: for a missing, unreadable or non-regular file (a FIFO is refused, not
+            waited on), text that is not UTF-8 TOML, unknown keys, or values of the wrong
+            type (``epochs``/``limit`` must be positive integers), naming the problem.
     """
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SuiteError(f"suite file {str(p)!r} does not exist") from None
+        raw = read_regular_file(p, "suite file")
+    except ValueError as ex:
+        raise SuiteError(str(ex)) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as ex:
+        raise SuiteError(
+            f"suite file {str(p)!r} is not UTF-8 text ({ex.reason} at byte {ex.start}); "
+            "expected a TOML file"
+        ) from None
     except tomllib.TOMLDecodeError as ex:
         raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
     known_top = {"matrix", "epochs", "limit", "description", "local_model", "agent_cmd"}
@@ -195,6 +207,10 @@ def load_suite(path: str | Path) -> Suite:
     matrices = []
     for i, block in enumerate(blocks, start=1):
         where = f"{p} [[matrix]] #{i}"
+        if not isinstance(block, dict):
+            raise SuiteError(
+                f"{where}: is {block!r}; expected a table of axes ([[matrix]] with models = [...])"
+            )
         extra = set(block) - set(AXES)
         if extra:
             raise SuiteError(
@@ -204,10 +220,8 @@ def load_suite(path: str | Path) -> Suite:
         if axes["models"] is None:
             raise SuiteError(f"{where}: needs 'models'")
         matrices.append(Matrix(**{k: v for k, v in axes.items() if v is not None}))
-    epochs = data.get("epochs", 1)
-    limit = data.get("limit")
-    if not isinstance(epochs, int) or (limit is not None and not isinstance(limit, int)):
-        raise SuiteError(f"{p}: 'epochs' and 'limit' must be integers")
+    epochs = _count(data, "epochs", p)
+    limit = _count(data, "limit", p)
     agent_cmd = data.get("agent_cmd")
     if agent_cmd is not None and not isinstance(agent_cmd, str):
         raise SuiteError(f"{p}: 'agent_cmd' must be a string (a shell command), got {agent_cmd!r}")
@@ -219,12 +233,22 @@ def load_suite(path: str | Path) -> Suite:
             raise SuiteError(str(ex)) from None
     return Suite(
         tuple(matrices),
-        epochs=epochs,
+        epochs=epochs or 1,
         limit=limit,
         source=str(p),
         local_model=local_model,
         agent_cmd=agent_cmd,
     )
+
+
+def _count(data: dict[str, Any], key: str, where: Path) -> int | None:
+    """A positive integer setting; ``true`` is not a count (TOML booleans are not numbers)."""
+    if key not in data:
+        return None
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SuiteError(f"{where}: {key!r} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def suite_from_flags(

@@ -1,15 +1,18 @@
 """The ``twice`` command line: ``run``, ``list``, ``gate``, ``report``, ``trials``, ``serve``.
 
-Exit codes (DESIGN.md): ``run`` exits 0 when the evals ran (whatever the rates), 1 when an
-eval errored or a trial crashed, 2 on bad usage. ``gate`` exits 0 pass, 1 fail, 2 bad usage
-or unreadable/errored logs. ``report`` exits 2 when the logs cannot be read.
+Exit codes (DESIGN.md): ``run`` exits 0 when every planned trial ran (whatever the rates), 1
+when an eval errored, a trial crashed or a model could not be reached, 2 on bad usage (or a
+log directory locked by another run), 130/143 when interrupted by SIGINT/SIGTERM. ``gate``
+exits 0 pass, 1 fail, 2 bad usage or unreadable/errored logs. ``report`` exits 2 when the
+logs cannot be read or the output cannot be written. Bad input is one line, never a
+traceback.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +20,7 @@ from typing import Any
 
 import click
 
+from ._run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EXIT_INTERRUPTED
 from ._suite import SuiteError, suite_from_flags
 
 
@@ -28,8 +32,40 @@ def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not key=value", param_hint="-M")
-        args[key] = yaml.safe_load(value)  # same typing as inspect's -M
+        try:
+            args[key] = yaml.safe_load(value)  # same typing as inspect's -M
+        except yaml.YAMLError as ex:
+            # The value may be a secret pasted by mistake: name the key, not the value.
+            mark = getattr(ex, "problem_mark", None)
+            where = f" (column {mark.column + 1})" if mark is not None else ""
+            problem = getattr(ex, "problem", None) or type(ex).__name__
+            raise click.BadParameter(
+                f"the value of {key!r} is not valid YAML{where}: {problem}; quote a string "
+                "value, e.g. -M 'key=\"text\"'",
+                param_hint="-M",
+            ) from None
     return args
+
+
+def _writable_output(path: Path, what: str) -> None:
+    """Refuse an output path whose directory cannot be made or written, before any work."""
+    parent = path.parent
+    blocker = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise click.BadParameter(
+            f"cannot write {str(path)!r}: {str(blocker)!r} is not a directory", param_hint=what
+        )
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as ex:
+        raise click.BadParameter(
+            f"cannot create the directory of {str(path)!r}: {ex.strerror or ex}",
+            param_hint=what,
+        ) from None
+    if path.is_dir():
+        raise click.BadParameter(f"{str(path)!r} is a directory; expected a file", param_hint=what)
+    if not os.access(parent, os.W_OK):
+        raise click.BadParameter(f"cannot write to {str(parent)!r}", param_hint=what)
 
 
 def default_display() -> str:
@@ -90,6 +126,21 @@ def cli() -> None:
     help="Inspect's progress display. Default: $INSPECT_DISPLAY, else rich on a terminal, "
     "plain in CI or a pipe.",
 )
+@click.option(
+    "--timeout",
+    type=click.IntRange(min=1),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Seconds a model call may take, retries included.",
+)
+@click.option(
+    "--max-retries",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_RETRIES,
+    show_default=True,
+    help="Retries of a failed model call; after that many failures in a row the model's "
+    "endpoint counts as unreachable and the run ends with exit 1.",
+)
 @click.option("--no-report", is_flag=True, help="Skip report.html.")
 @click.option(
     "--shard",
@@ -141,6 +192,8 @@ def run(
     model_arg: tuple[str, ...],
     max_connections: int | None,
     display: str | None,
+    timeout: int,
+    max_retries: int,
     no_report: bool,
     shard: str | None,
     workers: int | None,
@@ -153,7 +206,8 @@ def run(
 
     With no flags, runs the default offline suite of stub models.
     """
-    from ._run import default_log_dir, format_table, run_suite
+    from ._run import LAST_INTERRUPT, default_log_dir, format_table, run_suite
+    from ._secrets import scrub
     from ._shards import default_workers, parse_shard
     from ._workers import run_parallel
 
@@ -238,6 +292,9 @@ def run(
                     ("limit", (limit,) if limit else ()),
                     ("max-connections", (max_connections,) if max_connections else ()),
                     ("display", (display if display in ("plain", "log") else "none",)),
+                    ("timeout", (timeout,)),
+                    ("max-retries", (max_retries,)),
+                    ("agent-cmd", (agent_cmd,) if agent_cmd else ()),
                 )
                 for value in values
             ]
@@ -257,19 +314,62 @@ def run(
                     report=not no_report,
                     shard=part,
                     generate_config=local.generate_config() if local else None,
+                    timeout=timeout,
+                    max_retries=max_retries,
                 )
                 if server is not None:
                     _server_end(server, result.failed)
     except SuiteError as ex:
-        raise click.UsageError(str(ex)) from None
+        raise click.UsageError(scrub(str(ex))) from None
+    except KeyboardInterrupt:
+        # Stopped outside the trials (while loading or summarising): nothing to resume from
+        # but the logs, which the same command picks up.
+        name = LAST_INTERRUPT.signal or "SIGINT"
+        click.echo(f"twice: interrupted by {name}; rerun the same command to resume", err=True)
+        sys.exit(EXIT_INTERRUPTED.get(name, 130))
+    if result.reused:
+        ran = n_cells - result.reused
+        click.echo(
+            f"twice: resumed {out}: {result.reused} of {n_cells} cell(s) were already finished "
+            f"and reused; {ran} new or unfinished cell(s) run",
+            err=True,
+        )
     click.echo(format_table(result.table))
     click.echo(f"\nsummary: {result.summary_path}")
     if result.report_path:
         click.echo(f"report:  {result.report_path}")
-    if not result.ok:
-        for line in result.failed:
+    for line in result.unreachable:
+        click.echo(f"error: {line}", err=True)
+    for line in result.failed:
+        # An unreachable model's crashed trials are said by its one line above.
+        if not (result.unreachable and " trial(s) crashed in " in line):
             click.echo(f"error: {line}", err=True)
-        sys.exit(1)
+    if result.missing:
+        shown = ", ".join(
+            f"{c.model} / {c.prompt} / {c.task} / {c.fault} / {c.protection}"
+            for c in result.missing[:5]
+        )
+        more = f" and {len(result.missing) - 5} more" if len(result.missing) > 5 else ""
+        click.echo(
+            f"twice: incomplete: {len(result.missing)} of {n_cells} cell(s) did not finish "
+            f"({shown}{more}); summary.json is marked incomplete. Rerun the same command "
+            "to resume.",
+            err=True,
+        )
+    if result.interrupted:
+        click.echo(f"twice: interrupted by {result.interrupted}", err=True)
+    sys.exit(result.exit_code)
+
+
+def _finite(values: tuple[float, ...], hint: str) -> tuple[float, ...]:
+    # Every comparison with NaN is false, so click's range check lets "nan" through.
+    for v in values:
+        if math.isnan(v):
+            raise click.BadParameter(
+                f"{v!r} is not a number; expected a rate strictly between 0 and 1, e.g. 0.01",
+                param_hint=hint,
+            )
+    return values
 
 
 @contextmanager
@@ -443,6 +543,8 @@ def gate(
     """
     from ._gate import GateError, evaluate_gate, format_gate, load_gate, write_junit
 
+    if junit is not None:
+        _writable_output(junit, "--junit")
     try:
         cfg = load_gate(config)
     except GateError as ex:
@@ -502,9 +604,9 @@ def gate(
 )
 def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     """Write the HTML report for LOG_DIR (replaces the file only once it is rendered)."""
-    from twice.reports import is_remote, join, write_report, write_text
+    from twice.reports import is_remote, join, write_report
 
-    from ._gate import temp_beside
+    from ._run import write_atomic
     from ._workers import read_run
 
     _, frame = _trials(log_dir, "LOG_DIR")
@@ -514,20 +616,17 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     # The run record: the merged one when LOG_DIR holds shards (just written), else the run's.
     run = read_run(log_dir, warn=lambda m: click.echo(f"warning: {m}", err=True))
     out = output or str(join(log_dir, "report.html"))
+    if not is_remote(out):
+        _writable_output(Path(out), "-o")
     # Render to a temporary file, then replace the target whole (a rename beside it, or one
     # upload to object storage): a failure never leaves a half-written report or deletes the
     # previous one.
-    with tempfile.TemporaryDirectory(prefix="twice-report-") as scratch:
-        target = Path(scratch) / "report.html" if is_remote(out) else Path(out)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = temp_beside(target)
-        try:
-            write_report(frame, tmp, run=run, **extra)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-        if is_remote(out):
-            write_text(out, target.read_text(encoding="utf-8"))
+    try:
+        write_atomic(out, lambda tmp: write_report(frame, tmp, run=run, **extra))
+    except OSError as ex:
+        raise click.BadParameter(
+            f"cannot write {str(out)!r}: {ex.strerror or ex}", param_hint="-o"
+        ) from None
     click.echo(f"report: {out}")
 
 
@@ -537,6 +636,7 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     "rates",
     multiple=True,
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    callback=lambda ctx, param, value: _finite(value, "--rate"),
     help="Bound to prove, e.g. 0.01 (repeatable). Default: 10%, 5%, 2%, 1%, 0.5%, 0.1%.",
 )
 @click.option(
@@ -544,6 +644,7 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     default=0.95,
     show_default=True,
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    callback=lambda ctx, param, value: _finite((value,), "--confidence")[0],
     help="Level of the Wilson interval.",
 )
 def trials(rates: tuple[float, ...], confidence: float) -> None:

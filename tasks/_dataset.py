@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 class ToolCallSpec(BaseModel):
     """A tool call in a gold plan."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
 
@@ -40,7 +40,7 @@ class PlanStep(BaseModel):
             steps that have ``compensate``, latest first, then report).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     call: ToolCallSpec
     verify: ToolCallSpec | None = None
     found_pattern: str | None = None
@@ -77,7 +77,7 @@ class PlanStep(BaseModel):
 class IntentSpec(BaseModel):
     """What should happen, as data (see ``assertions.Intent``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     effect: str
     identity: dict[str, Any]
     expected: int = 1
@@ -86,7 +86,7 @@ class IntentSpec(BaseModel):
 class Record(BaseModel):
     """One line of a task's ``dataset.jsonl``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     id: str
     input: str
     state: dict[str, Any] = Field(default_factory=dict)
@@ -106,11 +106,26 @@ class Record(BaseModel):
         return self
 
 
+def _one_line(ex: ValidationError) -> str:
+    """Pydantic's report as one line: ``plan.0.call: Field required; id: ...`` (with the bad
+    value, so a ``true`` where a count belongs is named)."""
+    parts = []
+    for err in ex.errors():
+        where = ".".join(str(x) for x in err["loc"]) or "record"
+        shown = repr(err["input"])
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        got = f" (got {shown})" if err["type"] != "missing" else ""
+        parts.append(f"{where}: {err['msg']}{got}")
+    return "; ".join(parts)
+
+
 def load_records(path: Path) -> list[Record]:
     """Read and validate a JSONL dataset.
 
+    Types are strict: ``true`` is not a count and ``"2"`` is not a number.
+
     Raises:
-        ValueError: naming the file, line and problem.
+        ValueError: naming the file, line and problem, on one line.
     """
     records = []
     seen: set[str] = set()
@@ -119,7 +134,9 @@ def load_records(path: Path) -> list[Record]:
             continue
         try:
             record = Record.model_validate(json.loads(line))
-        except (ValueError, ValidationError) as ex:
+        except ValidationError as ex:
+            raise ValueError(f"{path}:{lineno}: invalid dataset record: {_one_line(ex)}") from None
+        except ValueError as ex:
             raise ValueError(f"{path}:{lineno}: invalid dataset record: {ex}") from None
         if record.id in seen:
             raise ValueError(f"{path}:{lineno}: duplicate sample id {record.id!r}")

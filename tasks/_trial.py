@@ -16,7 +16,7 @@ from inspect_ai.util import store
 from twice.assertions import EndStateCheck, side_effects
 from twice.mocks import STUB_STORE_KEY, Service, Services, get_fault
 
-from ._prompts import load_prompt
+from ._prompts import Prompt, load_prompt
 from ._protections import get_protection
 from ._toolkit import ActionLog, RunCrashed, TrialContext
 
@@ -29,6 +29,21 @@ TrialContexts = dict[tuple[str | int, int], TrialContext]
 the context whose run it restarts."""
 
 MAX_RESTARTS = 3
+
+
+class _PlanText(str):
+    """A prompt's text that inspect's record of the solver's arguments (the ``plan`` in every
+    log header, and inspect's ``logs.json``) shows by digest: a 10 MB prompt stays out of it."""
+
+    digest: str
+
+    def __new__(cls, prompt: Prompt) -> _PlanText:
+        obj = super().__new__(cls, prompt.text)
+        obj.digest = prompt.sha256
+        return obj
+
+    def _repr_params_(self) -> str:  # inspect's hook for logging a parameter
+        return f"<prompt text: {len(self)} characters, sha256 {self.digest}>"
 
 
 @dataclass(frozen=True)
@@ -217,7 +232,9 @@ def twice_task(
     return Task(
         name=name,
         dataset=dataset,
-        setup=trial_setup(services, tools, fault, protection, p.name, p.text, action_log, contexts),
+        setup=trial_setup(
+            services, tools, fault, protection, p.name, _PlanText(p), action_log, contexts
+        ),
         solver=resumable_generate(contexts),
         scorer=side_effects(end_state),
         message_limit=message_limit,
@@ -230,7 +247,10 @@ def twice_task(
                 "prompt": p.name,
                 "prompt_source": p.source,
                 "prompt_sha256": p.sha256,
-                "prompt_text": p.text,
+                # A digest, the size and an excerpt: every log header (and inspect's
+                # logs.json listing) carries this, so a 10 MB prompt is not copied into each.
+                "prompt_text": p.excerpt,
+                "prompt_bytes": p.size,
             }
         },
     )

@@ -169,10 +169,13 @@ def test_resume_prompt_file_is_named_by_stem_and_recorded(
     summary = json.loads((log_dir / "summary.json").read_text())
     assert sorted(c["prompt"] for c in summary["cells"]) == ["baseline", "my_prompt"]
     recorded = summary["run"]["prompts"]["my_prompt"]
+    # The digest is of the file's bytes, as `sha256sum` prints it (the text is stripped).
     assert recorded == {
         "source": name,
-        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "sha256": hashlib.sha256(prompt.read_bytes()).hexdigest(),
+        "bytes": len(text) + 1,
         "text": text,
+        "truncated": False,
     }
     assert summary["run"]["prompts"]["baseline"]["source"] == "builtin"
     # The log itself carries the same record, so `twice report` on bare logs can name it too.

@@ -1,0 +1,191 @@
+"""Every kind of bad input is one line naming the value and exit 2: no traceback, no hang,
+nothing written; and a credential in ``-M`` (at any depth, in a URL) is refused unseen."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twice.evals import SuiteError, check_model_args
+
+Twice = Callable[..., Any]
+SECRET = "S3CRET-value-42"
+
+
+def _run(twice: Twice, log_dir: Path, *args: str | Path) -> Any:
+    return twice("run", "--log-dir", log_dir, "--display", "none", "--limit", "1", *args)
+
+
+def _one_line_exit_2(result: Any, expected: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert expected in " ".join(result.stderr.split()), result.stderr
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    """Bad files: a directory, a FIFO, binary bytes, TOML of the wrong shapes."""
+    (tmp_path / "adir").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "binary.toml").write_bytes(bytes(range(128, 256)) * 4)
+    toml = {
+        "matrix-ints.toml": "matrix = [1, 2]\n",
+        "limit0.toml": "limit = 0\n[[matrix]]\nmodels = ['stub/retry']\n",
+        "limit-1.toml": "limit = -1\n[[matrix]]\nmodels = ['stub/retry']\n",
+        "epochs-bool.toml": "epochs = true\n[[matrix]]\nmodels = ['stub/retry']\n",
+        "limit-bool.toml": "limit = false\n[[matrix]]\nmodels = ['stub/retry']\n",
+        "limit-float.toml": "limit = 2.0\n[[matrix]]\nmodels = ['stub/retry']\n",
+    }
+    for name, text in toml.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--prompt", "{d}/adir"), "prompt file '{d}/adir' is a directory; expected a file"),
+        (("--prompt", "{d}/fifo"), "prompt file '{d}/fifo' is not a regular file"),
+        (("--config", "{d}/fifo"), "suite file '{d}/fifo' is not a regular file"),
+        (("--config", "{d}/adir"), "'{d}/adir' is a directory"),
+        (("--config", "{d}/binary.toml"), "suite file '{d}/binary.toml' is not UTF-8 text"),
+        (("--config", "{d}/matrix-ints.toml"), "[[matrix]] #1: is 1; expected a table of axes"),
+        (("--config", "{d}/limit0.toml"), "'limit' must be a positive integer, got 0"),
+        (("--config", "{d}/limit-1.toml"), "'limit' must be a positive integer, got -1"),
+        (("--config", "{d}/epochs-bool.toml"), "'epochs' must be a positive integer, got True"),
+        (("--config", "{d}/limit-bool.toml"), "'limit' must be a positive integer, got False"),
+        (("--config", "{d}/limit-float.toml"), "'limit' must be a positive integer, got 2.0"),
+        (("--model", "stub/retry", "-M", "p=[1"), "the value of 'p' is not valid YAML"),
+        (("--log-dir", "{d}/binary.toml/logs"), "cannot be created: Not a directory"),
+        (("--log-dir", "/proc/twice-logs"), "log directory '/proc/twice-logs' cannot be created"),
+    ],
+)  # fmt: skip
+def test_bad_input_run_is_one_line_and_exit_2(
+    twice: Twice, files: Path, args: tuple[str, ...], expected: str
+) -> None:
+    args = tuple(a.format(d=files) for a in args)
+    log_dir = files / "logs"
+    if "--model" not in args:
+        args = ("--model", "stub/retry", "--task", "refund", "--fault", "none", *args)
+    result = _run(twice, log_dir, *args)  # the last --log-dir given wins
+    _one_line_exit_2(result, expected.format(d=files))
+    assert not log_dir.exists()
+
+
+def test_bad_input_unreadable_prompt_file(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tests may run as root, which reads any file: make the read itself fail.
+    prompt = tmp_path / "locked.md"
+    prompt.write_text("Be careful.")
+    real = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:
+        if self.name == "locked.md":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    result = _run(twice, tmp_path / "logs", "--model", "stub/retry", "--prompt", prompt)
+    _one_line_exit_2(result, f"prompt file '{prompt}' cannot be read: Permission denied")
+
+
+def test_bad_input_unwritable_log_dir(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    real_open = os.open
+
+    def deny(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).startswith(str(log_dir)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", deny)
+    result = _run(twice, log_dir, "--model", "stub/retry", "--task", "refund", "--fault", "none")
+    _one_line_exit_2(result, f"log directory '{log_dir}' cannot be written: Permission denied")
+    assert list(log_dir.iterdir()) == []
+
+
+def test_bad_input_dataset_record_of_wrong_types(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refund_module = importlib.import_module("twice.tasks.refund.refund")
+    lines = refund_module.DATASET.read_text().splitlines()
+    record = json.loads(lines[0])
+    record["intents"][0]["expected"] = True  # a boolean where a count belongs
+    bad = tmp_path / "dataset.jsonl"
+    bad.write_text(json.dumps(record) + "\n")
+    monkeypatch.setattr(refund_module, "DATASET", bad)
+    result = _run(twice, tmp_path / "logs", "--model", "stub/retry", "--task", "refund")
+    _one_line_exit_2(
+        result,
+        f"task 'refund' cannot be built: {bad}:1: invalid dataset record: "
+        "intents.0.expected: Input should be a valid integer (got True)",
+    )
+
+
+@pytest.mark.parametrize("rate", ["nan", "NaN", "0", "1", "-0.1"])
+def test_bad_input_trials_rate(twice: Twice, rate: str) -> None:
+    result = twice("trials", "--rate", rate)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "--rate" in result.stderr
+
+
+def test_bad_input_report_and_gate_to_unwritable_paths(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    shutil.copytree(stub_logs, log_dir)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    gate = Path(__file__).parents[2] / "evals" / "gate.toml"
+    for args, hint in [
+        (("report", log_dir, "-o", afile / "r.html"), "-o"),
+        (("report", log_dir, "-o", "/proc/twice/r.html"), "-o"),
+        (("report", log_dir, "-o", tmp_path), "-o"),
+        (("gate", log_dir, "--config", gate, "--junit", afile / "j.xml"), "--junit"),
+        (("gate", log_dir, "--config", gate, "--junit", "/proc/twice/j.xml"), "--junit"),
+    ]:
+        result = twice(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output
+        errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+        assert len(errors) == 1 and hint in errors[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("arg", "where"),
+    [
+        (f"default_query={{api-key: {SECRET}}}", "default_query.api-key"),
+        (f"default_headers={{X-Trace: {SECRET}}}", "default_headers"),
+        (f"base_url=http://u:{SECRET}@127.0.0.1:9/v1", "base_url"),
+        (f"base_url=http://{SECRET}@127.0.0.1:9/v1", "base_url"),
+        (f"base_url=http://127.0.0.1:9/v1?key={SECRET}", "base_url"),
+        (f"extra={{nested: [{{token: {SECRET}}}]}}", "extra.nested[0].token"),
+    ],
+)
+def test_bad_input_credentials_in_model_args_are_refused_unseen(
+    twice: Twice, tmp_path: Path, arg: str, where: str
+) -> None:
+    log_dir = tmp_path / "logs"
+    result = _run(twice, log_dir, "--model", "stub/retry", "-M", arg)
+    _one_line_exit_2(result, f"model arg '{where}'")
+    assert SECRET not in result.output
+    assert not log_dir.exists()
+
+
+def test_bad_input_model_arg_holding_an_env_key_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    with pytest.raises(SuiteError, match="'organization' holds the value of an API key"):
+        check_model_args({"organization": SECRET})
+    check_model_args({"base_url": "http://127.0.0.1:9/v1?x=1", "default_query": {"v": "2"}})

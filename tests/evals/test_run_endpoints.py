@@ -1,0 +1,162 @@
+"""Model endpoints that cannot be reached end the run: bounded, exit 1, one line naming the
+endpoint and the reason (with ``--display none`` too), and a key a gateway echoes back is
+never written anywhere."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twice.evals._endpoint import scrub_exception
+from twice.evals._secrets import REDACTED, redact_url, scrub, secret_values
+
+SECRET = "sk-test-ECHOED-KEY-0123456789"
+Twice = Callable[..., Any]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    mode = "401"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        if self.mode == "hang":
+            time.sleep(30)  # longer than any --timeout below; the server thread is a daemon
+            return
+        status = 401 if self.mode == "401" else 500
+        # A careless gateway echoes the request's credentials into its error.
+        message = f"rejected; Authorization: {self.headers.get('Authorization')}"
+        body = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], str]]:
+    """``endpoint(mode)`` → a base URL on 127.0.0.1 that answers 401, 500, hangs or is dead."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    servers: list[http.server.ThreadingHTTPServer] = []
+
+    def start(mode: str) -> str:
+        if mode == "dead":
+            with socket.socket() as s:  # a port nothing listens on
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            return f"http://127.0.0.1:{port}/v1"
+        handler = type("H", (_Handler,), {"mode": mode})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("401", "HTTP 401 unauthorized"),
+        ("500", "HTTP 500 server error"),
+        ("hang", "no answer within 2 s"),
+        # The provider's client retries a refused connection itself, which may use up the
+        # attempt's 2 s first: either reason names what happened.
+        ("dead", "APIConnectionError|no answer within 2 s"),
+    ],
+)
+def test_endpoints_unreachable_model_exits_1_naming_endpoint_and_reason(
+    twice: Twice,
+    endpoint: Callable[[str], str],
+    find_secret: Callable[[Path, str], list[str]],
+    tmp_path: Path,
+    mode: str,
+    reason: str,
+) -> None:
+    url = endpoint(mode)
+    log_dir = tmp_path / "logs"
+    # The provider's client retries a 5xx itself within one attempt: give those retries room
+    # on a loaded machine, so the 500 (not the attempt timeout) is what ends the attempt.
+    timeout = "2" if mode in ("hang", "dead") else "20"
+    started = time.monotonic()
+    result = twice(
+        "run", "--model", "openai/gpt-4o-mini", "-M", f"base_url={url}", "--task", "refund",
+        "--fault", "none", "--limit", "6", "--log-dir", log_dir, "--display", "none",
+        "--timeout", timeout, "--max-retries", "1",
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert lines == [
+        f"error: model 'openai/gpt-4o-mini' at {url} could not be reached: "
+        + lines[0].split("could not be reached: ", 1)[1]
+    ], result.stderr
+    assert re.search(reason, lines[0])
+    # Bounded: two attempts per call and then every other trial fails at once, well below
+    # inspect's default of retrying without end.
+    assert elapsed < 90, f"took {elapsed:.0f} s"
+    assert find_secret(log_dir, SECRET) == []
+    assert SECRET not in result.output
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["complete"] is True  # every trial ran (and crashed): nothing to resume
+
+
+def test_endpoints_secret_echo_is_scrubbed_from_sample_errors_and_report(
+    twice: Twice,
+    endpoint: Callable[[str], str],
+    find_secret: Callable[[Path, str], list[str]],
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    result = twice(
+        "run", "--model", "openai/gpt-4o-mini", "-M", f"base_url={endpoint('401')}",
+        "--task", "refund", "--fault", "none", "--limit", "1", "--log-dir", log_dir,
+        "--display", "none", "--max-retries", "0",
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert find_secret(log_dir, SECRET) == []
+    assert REDACTED in (log_dir / "report.html").read_text()
+    report = tmp_path / "again.html"
+    assert twice("report", log_dir, "-o", report).exit_code == 0
+    assert SECRET not in report.read_text()
+
+
+def test_endpoints_scrub_exception_follows_the_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    try:
+        try:
+            raise OSError(f"header x-api-key: {SECRET}")
+        except OSError as inner:
+            raise RuntimeError(f"wrapped {SECRET}") from inner
+    except RuntimeError as ex:
+        scrub_exception(ex)
+        assert SECRET not in str(ex) and SECRET not in str(ex.__cause__)
+        assert REDACTED in str(ex.__cause__)
+
+
+def test_endpoints_secret_values_and_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVICE_API_KEY", SECRET)
+    monkeypatch.setenv("SHORT_TOKEN", "abc")  # too short to scrub without garbling text
+    monkeypatch.setenv("HOME_DIR_NAME", "not-a-secret-at-all")
+    values = secret_values()
+    assert SECRET in values and "abc" not in values and "not-a-secret-at-all" not in values
+    assert scrub(f"Bearer {SECRET}.") == f"Bearer {REDACTED}."
+    assert redact_url("http://u:pw@host:8/v1?api-key=zz&x=1") == (
+        f"http://{REDACTED}@host:8/v1?api-key={REDACTED}&x=1"
+    )

@@ -1,0 +1,247 @@
+"""What ``twice run`` guarantees under interruption and concurrency: one run per log dir,
+SIGINT/SIGTERM exit 130/143 with the summary marked incomplete, resumable from any cwd,
+atomic summary and report, and prompts recorded by digest (not copied) wherever written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twice.evals import run_suite, suite_from_flags
+from twice.evals._lock import LOCK_NAME, LogDirLockedError, lock_log_dir
+from twice.evals._run import write_atomic
+from twice.tasks import load_prompt
+
+Twice = Callable[..., Any]
+HANG_RUN = Path(__file__).parent / "scripts" / "hang_run.py"
+DEADLINE_S = 180.0
+
+
+def _snapshot(log_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(log_dir.glob("*.eval"))}
+
+
+def _suite(**axes: Any) -> Any:
+    flags: dict[str, Any] = {
+        "config": None, "models": ["stub/verify"], "prompts": [], "tasks": ["refund"],
+        "faults": ["none"], "protections": [], "epochs": None, "limit": 1,
+    }  # fmt: skip
+    return suite_from_flags(**(flags | axes))
+
+
+# -- the lock ------------------------------------------------------------------------------
+
+
+def test_reliability_second_run_on_a_locked_dir_exits_2_naming_the_holder(
+    twice: Twice, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    with lock_log_dir(log_dir):
+        result = twice(
+            "run", "--model", "stub/verify", "--task", "refund", "--fault", "none",
+            "--limit", "1", "--log-dir", log_dir, "--display", "none",
+        )  # fmt: skip
+        assert result.exit_code == 2, result.output
+        message = " ".join(result.stderr.split())
+        assert f"log directory '{log_dir}' is in use by another twice run" in message
+        assert f"(pid {os.getpid()} on {socket.gethostname()}, started 20" in message
+        assert "Traceback" not in result.output
+        assert sorted(p.name for p in log_dir.iterdir()) == [LOCK_NAME]  # nothing written
+    assert not (log_dir / LOCK_NAME).exists()
+
+
+def test_reliability_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (log_dir / LOCK_NAME).write_text(
+        json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": "2020-01-01"})
+    )
+    with lock_log_dir(log_dir) as path:
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+        with (
+            pytest.raises(LogDirLockedError, match=f"pid {os.getpid()}"),
+            lock_log_dir(log_dir),
+        ):
+            pass
+    result = run_suite(_suite(), log_dir, report=False)
+    assert result.ok and result.table["trials"].tolist() == [1]
+
+
+# -- interruption --------------------------------------------------------------------------
+
+
+def _hang_run(log_dir: Path, marks: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, str(HANG_RUN), "run", "--model", "stub/retry", "--model", "hang/slow",
+        "--task", "refund", "--fault", "lost_reply", "--limit", "4", "--log-dir", str(log_dir),
+        "--display", "none", "--no-report", *extra,
+    ]  # fmt: skip
+
+
+def _wait(path: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode} early:\n{proc.communicate()[0]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"no {path} after {DEADLINE_S:.0f} s")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    log_dir, marks = tmp_path / "logs", tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "MARK_DIR": str(marks), "HANG_SAMPLE": "refund-003"}
+    proc = subprocess.Popen(
+        _hang_run(log_dir, marks),
+        env={**env, "HANG": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    _wait(marks / "hanging", proc)  # hang/slow is stuck on one trial, mid-run
+    proc.send_signal(sig)
+    out = proc.communicate(timeout=DEADLINE_S)[0]
+    assert proc.returncode == code, out
+    assert f"interrupted by {sig.name}" in out and "Traceback" not in out
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["complete"] is False and summary["interrupted"] == sig.name
+    missing = {(c["model"], c["task"], c["fault"]) for c in summary["missing"]}
+    assert ("hang/slow", "refund", "lost_reply") in missing
+    assert all(c["errors"] == 0 for c in summary["cells"]), "cut-short trials are not crashes"
+
+    rerun = subprocess.run(
+        _hang_run(log_dir, marks), env=env, capture_output=True, text=True, timeout=DEADLINE_S
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["complete"] is True and "missing" not in summary
+    assert sorted((c["model"], c["trials"]) for c in summary["cells"]) == [
+        ("hang/slow", 4),
+        ("stub/retry", 4),
+    ]
+
+
+def test_reliability_resuming_with_new_cells_runs_them_and_says_so(
+    twice: Twice, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    base = ["run", "--task", "refund", "--fault", "none", "--limit", "1", "--log-dir", log_dir]
+    first = twice(*base, "--model", "stub/verify", "--display", "none")
+    assert first.exit_code == 0, first.output
+    before = _snapshot(log_dir)
+    second = twice(*base, "--model", "stub/verify", "--model", "stub/retry", "--display", "none")
+    assert second.exit_code == 0, second.output
+    assert "1 of 2 cell(s) were already finished and reused; 1 new or unfinished" in (
+        " ".join(second.stderr.split())
+    )
+    after = _snapshot(log_dir)
+    assert {n: after[n] for n in before} == before and len(after) == 2
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["complete"] is True
+    assert sorted(c["model"] for c in summary["cells"]) == ["stub/retry", "stub/verify"]
+
+
+def test_reliability_resume_does_not_depend_on_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prompt = tmp_path / "terse.md"
+    prompt.write_text("Be terse.")
+    log_dir = tmp_path / "logs"
+    suite = _suite(prompts=["baseline", str(prompt)])
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b" / "deeper").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a")
+    run_suite(suite, log_dir, report=False)
+    before = _snapshot(log_dir)
+    monkeypatch.chdir(tmp_path / "b" / "deeper")
+    again = run_suite(suite, log_dir, report=False)
+    assert _snapshot(log_dir) == before, "a finished cell was run again from another cwd"
+    assert again.ok and again.reused == 2
+
+
+# -- atomic writes -------------------------------------------------------------------------
+
+
+def test_reliability_failed_write_leaves_the_old_file_whole(tmp_path: Path) -> None:
+    target = tmp_path / "report.html"
+    target.write_text("<html>the previous report</html>")
+
+    def fail_half_way(tmp: Path) -> None:
+        tmp.write_text("<html>half")
+        raise OSError(27, "File too large")
+
+    with pytest.raises(OSError, match="File too large"):
+        write_atomic(target, fail_half_way)
+    assert target.read_text() == "<html>the previous report</html>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+
+
+def test_reliability_run_whose_report_write_fails_keeps_the_old_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log_dir = tmp_path / "logs"
+    run_suite(_suite(), log_dir)
+    old = (log_dir / "report.html").read_bytes()
+
+    def broken(frame: Any, path: Path, **kwargs: Any) -> Path:
+        Path(path).write_text("<html>trunc")
+        raise OSError(27, "File too large")
+
+    monkeypatch.setattr("twice.reports.write_report", broken)
+    with pytest.raises(OSError):
+        run_suite(_suite(), log_dir)
+    assert (log_dir / "report.html").read_bytes() == old
+    assert not [p for p in log_dir.iterdir() if p.suffix == ".tmp"]
+
+
+# -- prompts -------------------------------------------------------------------------------
+
+
+def test_reliability_prompt_digest_is_of_the_file_bytes_and_bom_is_dropped(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "bom.md"
+    path.write_bytes("\ufeffBe careful.\n".encode())
+    p = load_prompt(str(path))
+    assert p.text == "Be careful."
+    expected = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert p.sha256 == expected
+    if shutil.which("sha256sum"):
+        printed = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True)
+        assert printed.stdout.split()[0] == p.sha256
+
+
+@pytest.mark.slow
+def test_reliability_large_prompt_is_recorded_by_digest_not_copied(tmp_path: Path) -> None:
+    big = tmp_path / "big.md"
+    big.write_text("Refund exactly once. " * 500_000)  # ~10 MB
+    log_dir = tmp_path / "logs"
+    run_suite(_suite(prompts=[str(big)]), log_dir)
+    summary = json.loads((log_dir / "summary.json").read_text())
+    recorded = summary["run"]["prompts"]["big"]
+    assert recorded["sha256"] == hashlib.sha256(big.read_bytes()).hexdigest()
+    assert recorded["bytes"] == big.stat().st_size and recorded["truncated"] is True
+    for name, limit in [("summary.json", 100_000), ("logs.json", 200_000)]:
+        size = (log_dir / name).stat().st_size
+        assert size < limit, f"{name} is {size} bytes: the prompt was copied into it"
+    assert (log_dir / "report.html").stat().st_size < 2_000_000
