@@ -124,6 +124,8 @@ def archive_record(
     protection: str = "bare",
     prompt: str = "baseline",
     action_log: bool | None = None,
+    agent: str = "react",
+    mocks: dict[str, str] | None = None,
 ) -> Task:
     """Archive one record through an API where "already archived" is success.
 
@@ -132,6 +134,8 @@ def archive_record(
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
         action_log: Keep a durable action log (None: as the protection says).
+        agent: The agent under test (``react``: twice's own loop; ``twice list`` shows more).
+        mocks: Production URL by service name, served by the trial's services (user agents).
     """
     return twice_task(
         name="archive_record",
@@ -143,4 +147,6 @@ def archive_record(
         prompt=prompt,
         action_log=action_log,
         end_state=archive_end_state,
+        agent=agent,
+        mocks=mocks,
     )
