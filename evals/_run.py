@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import gc
+import hashlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
 from twice.reports import LogReadError, cells, trials_frame, write_summary
 from twice.tasks import get_task, load_prompt
+from twice.tasks.agents import BUILTIN_AGENTS, REACT
 
 from ._logs import check_log_dir
 from ._suite import Cell, Suite, SuiteError
@@ -161,16 +163,32 @@ def build_tasks(suite: Suite, model_args: dict[str, Any] | None = None) -> list[
     models: dict[str, Model] = {}
     out = []
     for cell in suite.cells():
-        task = get_task(cell.task)(fault=cell.fault, protection=cell.protection, prompt=cell.prompt)
-        sha = load_prompt(cell.prompt).sha256
+        args: dict[str, Any] = {}
+        version = f"+prompt.{load_prompt(cell.prompt).sha256[:12]}"
+        if cell.agent != REACT:
+            # Only for agents under test, so react's task args (and resumable logs) are as
+            # before; a user's agent file is hashed so editing it makes its old logs stale.
+            args = {"agent": cell.agent, "mocks": suite.options.get("mocks") or None}
+            version += agent_version(cell.agent)
+        task = get_task(cell.task)(
+            fault=cell.fault, protection=cell.protection, prompt=cell.prompt, **args
+        )
         out.append(
             task_with(
                 task,
                 model=_model(cell.model, model_args or {}, models),
-                version=f"{task.version}+prompt.{sha[:12]}",
+                version=f"{task.version}{version}",
             )
         )
     return out
+
+
+def agent_version(agent: str) -> str:
+    """``+agent.<sha>`` of a user agent's file (empty for built-in agents and modules)."""
+    path = Path(agent.rpartition(":")[0])
+    if agent in BUILTIN_AGENTS or path.suffix != ".py" or not path.is_file():
+        return ""
+    return "+agent." + hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
 def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
@@ -182,8 +200,8 @@ def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
     for row in table.itertuples():
         if row.errors:
             lines.append(
-                f"{row.errors} trial(s) crashed in {row.model} / {row.prompt} / {row.task} / "
-                f"{row.fault} / {row.protection}"
+                f"{row.errors} trial(s) crashed in {row.model} / {row.agent} / {row.prompt} / "
+                f"{row.task} / {row.fault} / {row.protection}"
             )
     return lines
 
@@ -253,6 +271,8 @@ def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict
         prompts[p.name] = {"source": p.source, "sha256": p.sha256, "text": p.text}
     return {
         "models": suite.models(),
+        "agents": suite.agents(),
+        "mocks": dict(suite.options.get("mocks") or {}),
         "model_args": {
             k: v
             for k, v in (model_args or {}).items()
@@ -285,6 +305,7 @@ def format_table(table: pd.DataFrame) -> str:
     view = pd.DataFrame(
         {
             "model": table["model"],
+            "agent": table["agent"],
             "prompt": table["prompt"],
             "task": table["task"],
             "fault": table["fault"],
@@ -296,6 +317,10 @@ def format_table(table: pd.DataFrame) -> str:
             "dup 95% CI": table["duplication_ci"].map(ci),
             "safe": table["safe_success_rate"].map(pct),
             "excess": table["excess_effects_mean"].map(lambda x: "" if pd.isna(x) else f"{x:.2f}"),
+            "crashed": table["crashed_rate"].map(pct),
         }
     )
+    if (view["agent"] == REACT).all():
+        # Only twice's own loop ran: the agent columns would say nothing.
+        view = view.drop(columns=["agent", "crashed"])
     return str(view.to_string(index=False))

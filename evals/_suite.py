@@ -1,4 +1,4 @@
-"""The suite matrix: models × prompts × tasks × faults × protections, from flags or TOML.
+"""The suite matrix: models × agents × prompts × tasks × faults × protections, from flags or TOML.
 
 A suite file holds one or more ``[[matrix]]`` blocks; the suite is their union (a cell named
 by two blocks runs once). Top-level keys set run options::
@@ -6,6 +6,8 @@ by two blocks runs once). Top-level keys set run options::
     epochs = 1
     [[matrix]]
     models = ["stub/retry", "stub/verify"]
+    agents = ["react"]                          # or openai-agents, langgraph, langgraph-retry,
+                                                # pydantic-ai, path/to/agent.py:function
     prompts = ["baseline", "cautious"]          # built-in names or prompt file paths
     tasks = ["refund"]
     faults = ["lost_reply", "timeout_before_commit"]
@@ -14,6 +16,7 @@ by two blocks runs once). Top-level keys set run options::
 
 from __future__ import annotations
 
+import itertools
 import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from twice.mocks import FAULTS, STUB_MODELS
-from twice.tasks import PROTECTIONS, TASKS, load_prompt
+from twice.tasks import PROTECTIONS, TASKS, check_agent_cell, load_prompt
+from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
+from twice.tasks.agents import check_agent as _check_agent_name
 
 DEFAULT_SUITE = Path(__file__).parent / "default.toml"
 """The suite ``twice run`` runs with no flags: every stub model, offline."""
@@ -30,7 +35,7 @@ STUB_NAMES = [f"stub/{n}" for n in STUB_MODELS]
 DEFAULT_FAULTS = ["none", "lost_reply", "timeout_before_commit"]
 """Faults used when flags name models but no faults: the control and the twin faults."""
 
-AXES = ("models", "prompts", "tasks", "faults", "protections")
+AXES = ("models", "agents", "prompts", "tasks", "faults", "protections")
 
 
 class SuiteError(ValueError):
@@ -42,6 +47,7 @@ class Matrix:
     """One block of the suite: the full cross product of its five axes."""
 
     models: tuple[str, ...]
+    agents: tuple[str, ...] = (REACT,)
     prompts: tuple[str, ...] = ("baseline",)
     tasks: tuple[str, ...] = tuple(TASKS)
     faults: tuple[str, ...] = tuple(DEFAULT_FAULTS)
@@ -50,13 +56,14 @@ class Matrix:
 
 @dataclass(frozen=True)
 class Cell:
-    """One (model, prompt, task, fault, protection): all its trials share these."""
+    """One (model, agent, prompt, task, fault, protection): all its trials share these."""
 
     model: str
     prompt: str
     task: str
     fault: str
     protection: str
+    agent: str = REACT
 
 
 @dataclass(frozen=True)
@@ -73,19 +80,21 @@ class Suite:
         """Every distinct cell, in suite order."""
         seen: set[Cell] = set()
         for m in self.matrices:
-            for model in m.models:
-                for prompt in m.prompts:
-                    for task in m.tasks:
-                        for fault in m.faults:
-                            for protection in m.protections:
-                                cell = Cell(model, prompt, task, fault, protection)
-                                if cell not in seen:
-                                    seen.add(cell)
-                                    yield cell
+            for model, agent in itertools.product(m.models, m.agents):
+                for prompt, task in itertools.product(m.prompts, m.tasks):
+                    for fault, protection in itertools.product(m.faults, m.protections):
+                        cell = Cell(model, prompt, task, fault, protection, agent)
+                        if cell not in seen:
+                            seen.add(cell)
+                            yield cell
 
     def models(self) -> list[str]:
         """Distinct models, in order."""
         return list(dict.fromkeys(c.model for c in self.cells()))
+
+    def agents(self) -> list[str]:
+        """Distinct agents, in order."""
+        return list(dict.fromkeys(c.agent for c in self.cells()))
 
     def prompts(self) -> list[str]:
         """Distinct prompts, in order."""
@@ -139,8 +148,28 @@ class Suite:
                     raise SuiteError(
                         f"unknown stub model {model!r}; expected one of: {', '.join(STUB_NAMES)}"
                     )
+        self._validate_agents()
         if self.epochs < 1:
             raise SuiteError(f"epochs must be at least 1, got {self.epochs}")
+
+    def _validate_agents(self) -> None:
+        """Check each agent once, then every cell an agent other than ``react`` is in."""
+        mocks = self.options.get("mocks") or {}
+        checked: set[str] = set()
+        for cell in self.cells():
+            try:
+                if cell.agent not in checked:
+                    _check_agent_name(cell.agent)
+                    checked.add(cell.agent)
+                if cell.agent != REACT:
+                    check_agent_cell(cell.agent, cell.task, cell.fault, cell.protection)
+            except AgentError as ex:
+                raise SuiteError(f"{self.source}: {ex}") from None
+        if mocks and checked <= {REACT}:
+            raise SuiteError(
+                "--mock applies to an agent under test (--agent path.py:function ...), not to "
+                f"twice's own loop {REACT!r}"
+            )
 
 
 def _check(values: Sequence[str], known: dict[str, Any], what: str) -> None:
@@ -207,6 +236,8 @@ def suite_from_flags(
     config: str | None,
     models: Sequence[str],
     prompts: Sequence[str],
+    agents: Sequence[str] = (),
+    mocks: dict[str, str] | None = None,
     tasks: Sequence[str],
     faults: Sequence[str],
     protections: Sequence[str],
@@ -216,11 +247,13 @@ def suite_from_flags(
     """The suite a ``twice run`` command line asks for.
 
     With ``--config`` the file is the base and flags replace whole axes. Without it, flags
-    build one matrix (defaults: every task, faults none/lost_reply/timeout_before_commit,
-    protection bare, prompt baseline); with no flags at all, the default suite runs.
+    build one matrix (defaults: agent react, every task (the built-in framework agents' tasks
+    when ``agents`` names one), faults none/lost_reply/timeout_before_commit, protection bare,
+    prompt baseline); with no flags at all, the default suite runs.
     """
     axes = {
         "models": models,
+        "agents": agents,
         "prompts": prompts,
         "tasks": tasks,
         "faults": faults,
@@ -229,6 +262,9 @@ def suite_from_flags(
     if config is not None:
         suite = load_suite(config).override(**axes)
     elif any(axes.values()):
+        if not tasks and any(a in BUILTIN_AGENTS for a in agents):
+            # The built-in framework agents have tools for these tasks only.
+            axes["tasks"] = AGENT_TASKS
         suite = Suite(
             (
                 Matrix(
@@ -243,5 +279,7 @@ def suite_from_flags(
         suite = replace(suite, epochs=epochs)
     if limit is not None:
         suite = replace(suite, limit=limit)
+    if mocks:
+        suite = replace(suite, options={**suite.options, "mocks": dict(mocks)})
     suite.validate()
     return suite

@@ -88,6 +88,23 @@ def cli() -> None:
     "plain in CI or a pipe.",
 )
 @click.option("--no-report", is_flag=True, help="Skip report.html.")
+# -- agents under test (issue 12) ----------------------------------------------------------
+@click.option(
+    "--agent",
+    "agents",
+    multiple=True,
+    help="Agent under test (repeatable): react (default: twice's own loop), openai-agents, "
+    "langgraph, langgraph-retry, pydantic-ai, path/to/agent.py:function or module:function.",
+)
+@click.option(
+    "--mock",
+    "mocks",
+    multiple=True,
+    metavar="SERVICE=URL",
+    help="Serve an agent's requests to its production URL from the trial's SERVICE "
+    "(repeatable), e.g. --mock payments=https://api.example.com.",
+)
+# -- end agents ----------------------------------------------------------------------------
 def run(
     models: tuple[str, ...],
     prompts: tuple[str, ...],
@@ -102,6 +119,8 @@ def run(
     max_connections: int | None,
     display: str | None,
     no_report: bool,
+    agents: tuple[str, ...] = (),
+    mocks: tuple[str, ...] = (),
 ) -> None:
     """Run the suite: models × prompts × tasks × faults × protections × epochs.
 
@@ -119,6 +138,8 @@ def run(
             protections=protections,
             epochs=epochs,
             limit=limit,
+            agents=agents,
+            mocks=_mocks(mocks),
         )
         out = log_dir or default_log_dir()
         n_cells = sum(1 for _ in suite.cells())
@@ -141,6 +162,22 @@ def run(
         for line in result.failed:
             click.echo(f"error: {line}", err=True)
         sys.exit(1)
+
+
+def _mocks(values: tuple[str, ...]) -> dict[str, str]:
+    """``--mock SERVICE=URL`` values as a dict (a service named twice is bad usage)."""
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url:
+            raise click.BadParameter(
+                f"{item!r} is not SERVICE=URL (e.g. payments=https://api.example.com)",
+                param_hint="--mock",
+            )
+        if name in out:
+            raise click.BadParameter(f"service {name!r} is given twice", param_hint="--mock")
+        out[name] = url
+    return out
 
 
 @cli.command("list")
@@ -166,6 +203,16 @@ def list_() -> None:
     click.echo("stub models:")
     for name, doc in STUB_MODELS.items():
         click.echo(f"  stub/{name:<19} {doc}")
+    from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT
+
+    click.echo("agents:")
+    click.echo(f"  {REACT:<24} twice's own loop and tool layer (default)")
+    for name, agent in BUILTIN_AGENTS.items():
+        click.echo(f"  {name:<24} {agent.summary}")
+    click.echo(
+        f"  {'path.py:function':<24} your own agent (tasks: any; built-ins: "
+        f"{', '.join(AGENT_TASKS)})"
+    )
 
 
 def _trials(log_dir: Path, what: str) -> tuple[Any, Any]:

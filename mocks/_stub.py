@@ -22,9 +22,10 @@ Errors across an agent bridge: a framework agent's tool errors reach the model a
 (inspect's ``ChatMessageTool.error`` is None in the OpenAI wire format), so a stub also treats a
 tool result as an error when its text looks like one (:data:`ERROR_TEXT`: LangGraph's
 ``Error: ...``, openai-agents' "An error occurred while running the tool", pydantic-ai's
-``{"error": ...}`` and "Fix the errors and try again", twice's unknown-outcome phrase), and as an *unknown* outcome when it
-says so or names a timeout (:data:`TIMEOUT_TEXT`). A text that hides the error's kind (the
-openai-agents default) is an error of unknown kind: ``verify`` treats it as a plain failure.
+``{"error": ...}`` and "Fix the errors and try again", twice's unknown-outcome phrase), and
+as an *unknown* outcome when it says so or names a timeout (:data:`TIMEOUT_TEXT`). A text that
+hides the error's kind (the openai-agents default) is an error of unknown kind: ``verify``
+treats it as a plain failure.
 
 Independent actions: when a stub gives up on a step whose plan says ``on_fail: "continue"``
 (e.g. the first of two refunds), it goes on with the next step instead of stopping.
@@ -81,8 +82,8 @@ NOISY_RETRY_RATES: dict[str, float] = {"baseline": 0.5, "cautious": 0.1, "persis
 NOISY_DEFAULT_RATE = 0.5
 
 ERROR_TEXT = re.compile(
-    r"^\s*error\b|^\s*\{\s*\"error\"|an error occurred while running the tool|fix the errors and try again|"
-    + re.escape(UNKNOWN_OUTCOME),
+    r"^\s*error\b|^\s*\{\s*\"error\"|an error occurred while running the tool|"
+    r"fix the errors and try again|" + re.escape(UNKNOWN_OUTCOME),
     re.IGNORECASE,
 )
 """A tool result whose text matches this is an error even when it arrives as plain text."""

@@ -18,6 +18,7 @@ RATES: dict[str, str] = {
     "exactly_once_rate": "exactly_once",
     "safe_success_rate": "safe_success",
     "divergence_rate": "diverged",
+    "crashed_rate": "crashed",
 }
 """Cell rate name → per-trial metric it averages. Every rate gets a ``<name>_ci`` twin."""
 
@@ -40,7 +41,8 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     """Aggregate the trial frame per cell.
 
     Rates are over the trials that were scored; ``errors`` counts trials that crashed (they are
-    reported, never dropped silently). Columns: the cell keys, ``trials``, ``errors``, each rate
+    reported, never dropped silently; a ``crashed`` agent's trial is scored and counted in
+    ``crashed_rate``). Columns: the cell keys, ``trials``, ``errors``, each rate
     of :data:`RATES` with ``<rate minus _rate>_ci`` as ``[lo, hi]``, ``excess_effects_mean``,
     ``unseen_effects_mean``, ``tokens_mean``.
     """
@@ -53,6 +55,8 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
         row["trials"] = len(group)
         row["errors"] = int(((group["error"] != "") | group["completed"].isna()).sum())
         for rate, metric in RATES.items():
+            if metric not in scored:  # a frame from before the column existed
+                continue
             k = int(scored[metric].sum())
             row[rate] = k / n if n else math.nan
             row[_ci_name(rate)] = list(wilson(k, n))

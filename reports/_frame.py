@@ -30,8 +30,13 @@ METRICS: tuple[str, ...] = (
 )
 """Per-trial metric columns (the names of DESIGN.md and of twice's scorer)."""
 
-CELL: tuple[str, ...] = ("model", "prompt", "task", "fault", "protection")
-"""The columns that identify a cell."""
+CELL: tuple[str, ...] = ("model", "agent", "prompt", "task", "fault", "protection")
+"""The columns that identify a cell. ``agent`` is the agent under test (``react``: twice's own
+loop; logs written before agents existed read as ``react``)."""
+
+DEFAULT_AGENT = "react"
+AGENT_KEY = "twice:agent"
+"""Store key under which an agent under test records ``{"agent", "crashed", "error"}``."""
 
 SCORER = "side_effects"
 
@@ -45,12 +50,14 @@ the tool again, a resumed run, or a client that did not say. Each gets two frame
 committed by those attempts)."""
 
 LEDGER_COLUMNS: tuple[str, ...] = (
+    "crashed",
     "attempts",
     "effects",
     *(f"attempts_{s}" for s in RETRY_SOURCES),
     *(f"excess_{s}" for s in RETRY_SOURCES),
 )
-"""Frame columns computed from each trial's ledger."""
+"""Frame columns computed from each trial's store: ``crashed`` (1.0 when the agent under test
+raised; the trial is still scored from the ledger), then the ledger's counts."""
 
 RAW_COLUMNS: tuple[str, ...] = (
     "eval_id",
@@ -65,8 +72,10 @@ RAW_COLUMNS: tuple[str, ...] = (
     "total_time",
     "error",
     "limit",
+    "agent_error",
 )
-"""Columns of the raw per-sample frame that :func:`tidy` shapes."""
+"""Columns of the raw per-sample frame that :func:`tidy` shapes (``agent_error`` may be
+missing: a ``samples_df`` frame has no such column)."""
 
 
 class LogReadError(Exception):
@@ -113,9 +122,10 @@ def _twice_meta(value: Any) -> dict[str, Any]:
 def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     """Read twice logs into one row per trial.
 
-    Columns: ``model, prompt, task, fault, protection, epoch, sample``, every per-trial metric
-    (float; NaN for a trial that errored before it was scored), ``total_tokens, total_time,
-    error`` (empty string when none), ``limit``, ``prompt_sha256``, ``eval_id``, ``log``, and
+    Columns: ``model, agent, prompt, task, fault, protection, epoch, sample``, every per-trial
+    metric (float; NaN for a trial that errored before it was scored), ``total_tokens, total_time,
+    error`` (empty string when none), ``limit``, ``agent_error`` (what a crashed agent under
+    test raised; the trial is still scored), ``prompt_sha256``, ``eval_id``, ``log``, and
     the ledger counts of :data:`LEDGER_COLUMNS`: mutating ``attempts`` and committed
     ``effects``, then per retry source the attempts it sent and the excess effects it caused
     (the effects beyond an intent's expected count, and effects matching no intent, are
@@ -188,9 +198,16 @@ def _read_log(
                 "total_time": sample.get("total_time"),
                 "error": error.get("message") if isinstance(error, dict) else error,
                 "limit": limit.get("type") if isinstance(limit, dict) else limit,
+                "agent_error": _agent_error(sample.get("store")),
             }
         )
         counts.append(ledger_counts(sample.get("store"), score))
+
+
+def _agent_error(store: dict[str, Any] | None) -> str:
+    """What a crashed agent under test raised (empty when it did not crash)."""
+    agent = (store or {}).get(AGENT_KEY)
+    return str(agent.get("error") or "") if isinstance(agent, dict) else ""
 
 
 def tidy(raw: pd.DataFrame) -> pd.DataFrame:
@@ -212,6 +229,7 @@ def tidy(raw: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "model": raw["model"].astype(str),
+            "agent": [m.get("agent") or DEFAULT_AGENT for m in meta],
             "prompt": [m.get("prompt", "?") for m in meta],
             "task": [m.get("task") or t for m, t in zip(meta, raw["task_name"], strict=True)],
             "fault": [m.get("fault", "?") for m in meta],
@@ -229,6 +247,8 @@ def tidy(raw: pd.DataFrame) -> pd.DataFrame:
     frame["total_time"] = pd.to_numeric(raw["total_time"], errors="coerce").astype(float)
     frame["error"] = raw["error"].fillna("").astype(str)
     frame["limit"] = raw["limit"].fillna("").astype(str)
+    agent_error = raw["agent_error"] if "agent_error" in raw else pd.Series("", index=raw.index)
+    frame["agent_error"] = agent_error.fillna("").astype(str)
     frame["prompt_sha256"] = [m.get("prompt_sha256", "") for m in meta]
     frame["eval_id"] = raw["eval_id"].astype(str)
     frame["log"] = raw["log"].astype(str)
@@ -286,7 +306,13 @@ def ledger_counts(store: dict[str, Any] | None, score: dict[str, Any] | None) ->
     ledger = (store or {}).get(LEDGER_KEY) or {}
     attempts = [a for a in ledger.get("attempts", []) if isinstance(a, dict)]
     effects = [e for e in ledger.get("effects", []) if isinstance(e, dict)]
-    out: dict[str, float] = {"attempts": 0.0, "effects": float(len(effects))}
+    agent = (store or {}).get(AGENT_KEY) or {}
+    crashed = float(bool(agent.get("crashed"))) if isinstance(agent, dict) else 0.0
+    out: dict[str, float] = {
+        "crashed": crashed,
+        "attempts": 0.0,
+        "effects": float(len(effects)),
+    }
     for s in RETRY_SOURCES:
         out[f"attempts_{s}"] = 0.0
         out[f"excess_{s}"] = 0.0

@@ -493,6 +493,38 @@ def _errors(trials: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def _agent_crashes(trials: pd.DataFrame) -> list[dict[str, Any]]:
+    """Cells where the agent under test raised: scored results, listed with what it raised."""
+    if "crashed" not in trials:
+        return []
+    crashed = trials[trials["crashed"] == 1]
+    totals = trials.groupby(list(CELL), sort=False).size()
+    out = []
+    for cell, group in crashed.groupby(list(CELL), sort=True):
+        messages = group["agent_error"].replace("", "(no message)").value_counts().head(3)
+        out.append(
+            {
+                **dict(zip(CELL, cell, strict=True)),
+                "count": len(group),
+                "trials": int(totals[cell]),
+                "messages": [{"text": clip(m, 400), "count": int(c)} for m, c in messages.items()],
+            }
+        )
+    return out
+
+
+def agents_as_models(trials: pd.DataFrame) -> pd.DataFrame:
+    """Name each agent under test with its model (``stub/retry · langgraph``), so every
+    per-model view of the report (grids, charts, prompt comparisons) treats an agent like a
+    model. Trials of twice's own loop (``react``) keep the plain model name."""
+    if "agent" not in trials or not (trials["agent"] != "react").any():
+        return trials
+    label = trials["model"].where(
+        trials["agent"] == "react", trials["model"] + " · " + trials["agent"]
+    )
+    return trials.assign(model=label)
+
+
 def report_data(
     trials: pd.DataFrame,
     run: dict[str, Any] | None = None,
@@ -507,6 +539,10 @@ def report_data(
         baseline: Another run's trial frame to compare against, cell by cell.
         worst: How many of the worst trials to drill into (each is read back from its log).
     """
+    agent_crashes = _agent_crashes(trials) if len(trials) else []
+    trials = agents_as_models(trials)
+    if baseline is not None:
+        baseline = agents_as_models(baseline)
     info = run_info(trials, run)
     n_scored = int(trials["completed"].notna().sum()) if len(trials) else 0
     data: dict[str, Any] = {
@@ -523,6 +559,7 @@ def report_data(
         "breakdowns": _breakdowns(trials, info) if len(trials) else [],
         "sources": _sources(trials, info) if len(trials) else None,
         "errors": _errors(trials) if len(trials) else [],
+        "agent_crashes": agent_crashes,
         "worst_n": worst,
         "drill": drill_down(trials, worst) if len(trials) else [],
         "palette": PALETTE,

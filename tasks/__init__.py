@@ -24,7 +24,7 @@ from ._toolkit import (
     mutate,
     read,
 )
-from ._trial import resumable_generate, trial_setup, twice_task
+from ._trial import check_agent_cell, resumable_generate, trial_setup, twice_task
 from .archive_record import archive_record
 from .create_ticket import create_ticket
 from .place_order import place_order
@@ -40,7 +40,8 @@ TASKS: dict[str, Callable[..., Task]] = {
     "archive_record": archive_record,
     "travel_booking": travel_booking,
 }
-"""Built-in tasks by name; each takes ``fault``, ``protection`` and ``prompt``."""
+"""Built-in tasks by name; each takes ``fault``, ``protection``, ``prompt``, ``agent`` and
+``mocks``."""
 
 
 def get_task(name: str) -> Callable[..., Task]:
@@ -76,6 +77,7 @@ __all__ = [
     "Undo",
     "archive_record",
     "builtin_prompts",
+    "check_agent_cell",
     "create_ticket",
     "get_protection",
     "get_task",
