@@ -72,10 +72,9 @@ RAW_COLUMNS: tuple[str, ...] = (
     "total_time",
     "error",
     "limit",
-    "agent_error",
 )
-"""Columns of the raw per-sample frame that :func:`tidy` shapes (``agent_error`` may be
-missing: a ``samples_df`` frame has no such column)."""
+"""Columns of the raw per-sample frame that :func:`tidy` shapes (what ``samples_df`` gives;
+twice's own reader adds ``agent_error``, read from the sample store)."""
 
 
 class LogReadError(Exception):
@@ -155,7 +154,7 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
             raise LogReadError(
                 f"could not read inspect log {str(path)!r}: {type(ex).__name__}: {ex}"
             ) from None
-    raw = pd.DataFrame(rows, columns=list(RAW_COLUMNS))
+    raw = pd.DataFrame(rows, columns=[*RAW_COLUMNS, "agent_error"])
     frame = tidy(raw)
     extra = pd.DataFrame(counts, index=frame.index, columns=list(LEDGER_COLUMNS), dtype="float64")
     return pd.concat([frame, extra], axis=1)
