@@ -93,12 +93,15 @@ def test_builtin_agents_keep_every_trials_effects_its_own(tmp_path: Path) -> Non
         samples = log.samples or []
         assert len(samples) == 56, log.eval.task
         for sample in samples:
-            order = sample.metadata["intents"][0]["identity"]["order_id"]
+            own = {i["identity"]["order_id"] for i in sample.metadata["intents"]}
             effects = _effects(sample)
+            # The first refund's reply is lost and stub/retry repeats it: one extra refund.
+            assert {e["fields"]["order_id"] for e in effects} == own, log.eval.task
+            assert len(effects) == len(own) + 1, log.eval.task
+            # Ids count from 1 in every trial: no other trial's refunds are in this service.
+            assert [e["id"] for e in effects] == [f"re_{n}" for n in range(1, len(effects) + 1)]
             attempts = sample.store[LEDGER_STORE_KEY]["attempts"]
-            assert [e["fields"]["order_id"] for e in effects] == [order, order], log.eval.task
-            assert all(a["service"] == "payments" for a in attempts)
-            assert all(order in str(a["params"].values()) or a["method"] == "GET" for a in attempts)
+            assert {a["service"] for a in attempts} == {"payments"}
 
 
 def _user_agent(tmp_path: Path, name: str, body: str) -> str:
