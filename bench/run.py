@@ -39,6 +39,7 @@ class Sizes:
     delay: float  # seconds the stub waits per turn
     concurrency_epochs: int
     demo_args: tuple[str, ...]  # extra `twice run` arguments (none: the default suite)
+    agent_limit: int | None = None  # agent_overhead: samples per eval (None: all 24)
 
 
 FULL = Sizes(
@@ -68,6 +69,7 @@ QUICK = Sizes(
     delay=0.05,
     concurrency_epochs=1,
     demo_args=("--model", "stub/retry", "--fault", "none", "--limit", "2", "--no-report"),
+    agent_limit=2,
 )
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -183,6 +185,18 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
                 f"process at {x['cpu_bound_ceiling']:.2f} of ideal; 0.9 needs a model slower "
                 f"than {x['break_even_delay']:.2f} s/turn"
             )
+    if want("agents"):
+        import _agents
+
+        log("agent_overhead: each built-in framework agent vs react, CPU per trial")
+        # 3 pairs at most: a framework trial is slow and the ratio is stable (spread in notes).
+        ratios, pairs = _agents.agent_overhead(work, 1, min(sizes.reps, 3), sizes.agent_limit)
+        results["agent_overhead"] = ratios
+        for name, p in pairs.items():
+            notes.append(
+                f"agent {name}: {ratios[name]:.2f}x react's CPU per trial "
+                f"(per-pair {_spread(p)}; wall ratio {p.ratio('wall'):.2f})"
+            )
     if want("demo"):
         log(f"demo: twice run {' '.join(sizes.demo_args) or '(default suite)'}")
         d = demo(work, list(sizes.demo_args))
@@ -245,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=HERE / "out", help="scratch and cached logs")
     parser.add_argument(
         "--only",
-        help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,demo",
+        help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,demo,"
+        "agents (the other figures already in --out are kept)",
     )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "LOG_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -269,6 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_at_end"] = list(os.getloadavg())
     machine["bench_seconds"] = time.perf_counter() - w0
     results["machine"] = machine
+    if only and args.out.is_file():
+        # A partial run updates its figures and keeps the rest of the results file.
+        kept = json.loads(args.out.read_text(encoding="utf-8"))
+        results = {**kept, **results, "machine": kept.get("machine", machine)}
+        results["machine"]["partial_runs"] = {
+            **kept.get("machine", {}).get("partial_runs", {}),
+            ",".join(sorted(only)): machine,
+        }
 
     print(table(results))
     print()

@@ -26,6 +26,7 @@ FIGURES = {
     "report_vs_read_ratio",
     "concurrency_efficiency_64",
     "demo_seconds",
+    "agent_overhead",
 }
 
 
@@ -53,8 +54,15 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
     assert set(results) == FIGURES | {"machine"}
     assert results["concurrent_same_key"]["effects"] == 1
     assert set(results["concurrent_same_key"]) == {"effects", "attempts_per_second"}
-    for key in FIGURES - {"concurrent_same_key"}:
+    for key in FIGURES - {"concurrent_same_key", "agent_overhead"}:
         assert isinstance(results[key], float) and results[key] > 0, key
+    assert set(results["agent_overhead"]) == {
+        "openai-agents",
+        "langgraph",
+        "langgraph-retry",
+        "pydantic-ai",
+    }
+    assert all(isinstance(v, float) and v > 0 for v in results["agent_overhead"].values())
     machine = results["machine"]
     assert machine["mode"] == "quick"
     assert machine["cores"] >= 1 and machine["libraries"]["inspect_ai"]
