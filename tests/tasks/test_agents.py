@@ -330,3 +330,13 @@ def test_unmapped_hosts_pass_through(tmp_path: Path) -> None:
 
     request = httpx.Request("GET", "https://elsewhere.example.org/x")
     assert _side_effect(request) is request
+
+
+def test_agents_package_all_is_sorted_and_importable() -> None:
+    from twice.tasks import agents
+
+    names = list(agents.__all__)
+    assert names == sorted(names, key=lambda n: (not n.isupper(), n))
+    assert all(hasattr(agents, n) for n in names)
+    # Importing twice's agents must not import a framework: they are an optional extra.
+    assert not {"agents", "langgraph", "pydantic_ai"} & set(dir(agents))
