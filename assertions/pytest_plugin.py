@@ -14,11 +14,16 @@ Fixtures:
   URL your code calls.
 * ``twice_fault`` -- the fault: from ``@pytest.mark.twice_mock(fault="lost_reply")`` (a fault
   name or a :class:`mocks.Fault`), or parametrize it: ``@pytest.mark.parametrize("twice_fault",
-  ["none", "lost_reply"])``. Default ``"none"``.
+  ["none", "lost_reply"])``, not both (that is an error naming the two). Default ``"none"``.
 * ``twice_mock`` -- starts the services for the test: every httpx request (sync or async
-  client) to one of their base URLs is served by them; any other request goes through
-  untouched. A :class:`TwiceMock`.
+  client) to one of their base URLs is served by them. A :class:`TwiceMock`.
 * ``ledger`` -- the test's :class:`mocks.Ledger`, for :func:`assertions.assert_side_effects`.
+
+A request to a host no service mocks is, by default, let through to the real network with a
+:class:`UnmockedRequestWarning` (it may reach a real API). Strict mode refuses it (the request
+raises :class:`UnmockedRequestError`) and fails the test at teardown:
+``@pytest.mark.twice_mock(unmocked="fail")`` for one test, or ``twice_unmocked = fail`` in the
+pytest ini options for every test; ``"allow"`` lets such requests through silently.
 
 At teardown, a fault that never fired fails the test (a fault that never fires proves
 nothing); opt out with ``@pytest.mark.twice_mock(assert_fault_fired=False)``.
@@ -27,9 +32,11 @@ nothing); opt out with ``@pytest.mark.twice_mock(assert_fault_fired=False)``.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import Any, Literal, get_args
 
+import httpx
 import pytest
 import respx
 from twice.mocks import Fault, Ledger, NoFault, PaymentsService, Service, Services, get_fault
@@ -41,7 +48,22 @@ MARKER = "twice_mock"
 MARKER_OPTIONS: dict[str, str] = {
     "fault": "a fault name (twice list) or a mocks.Fault; default 'none'",
     "assert_fault_fired": "fail the test when the fault never fired (default True)",
+    "unmocked": "a request to a host no service mocks: 'warn' (default), 'fail' or 'allow'",
 }
+UNMOCKED_INI = "twice_unmocked"
+Unmocked = Literal["warn", "fail", "allow"]
+"""What a request to a host no service mocks does: goes through with a warning, is refused
+and fails the test, or goes through silently."""
+UNMOCKED_MODES: tuple[str, ...] = get_args(Unmocked)
+
+
+class UnmockedRequestWarning(UserWarning):
+    """A request matched no mocked service and went to the real network."""
+
+
+class UnmockedRequestError(Exception):
+    """Raised to the client, in strict mode, for a request that matched no mocked service."""
+
 
 _CALL_REPORT = pytest.StashKey[pytest.TestReport]()
 
@@ -58,20 +80,54 @@ class TwiceMock:
 
     Args:
         services: The trial's services, ledger and fault.
+        unmocked: What a request to any other host does: ``"warn"`` (goes through, with an
+            :class:`UnmockedRequestWarning`), ``"fail"`` (raises :class:`UnmockedRequestError`)
+            or ``"allow"`` (goes through silently).
+
+    Raises:
+        ValueError: for an unknown ``unmocked`` mode, naming the accepted ones.
     """
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, unmocked: Unmocked = "warn") -> None:
+        if unmocked not in UNMOCKED_MODES:
+            raise ValueError(
+                f"unmocked must be one of {', '.join(UNMOCKED_MODES)}, got {unmocked!r}"
+            )
         self.services = services
+        self.unmocked = unmocked
+        self._unmocked_urls: list[str] = []
         # A MockRouter of our own (never respx's global one), patching httpx clients only.
         self.router = respx.MockRouter(
             using="httpx", assert_all_called=False, assert_all_mocked=True
         )
         for service in services.services.values():
+            # The base URL is normalised like a request's (lowercase host, no default port).
             pattern = "^" + re.escape(service.base_url) + r"(?:[/?#]|$)"
             self.router.route(url__regex=pattern, name=f"twice:{service.name}").mock(
                 side_effect=services.dispatch
             )
-        self._passed = self.router.route(name="twice:pass_through").pass_through()
+        self.router.route(name="twice:unmocked").mock(side_effect=self._other_host)
+
+    def _other_host(self, request: httpx.Request) -> httpx.Request:
+        """A request no service mocks: refuse it, or let it through (returning the request
+        is respx's pass-through)."""
+        url = str(request.url)
+        self._unmocked_urls.append(url)
+        where = f"{request.method} {url} matched no mocked service ({', '.join(self.base_urls)})"
+        if self.unmocked == "fail":
+            raise UnmockedRequestError(
+                f"twice: {where}; refused (unmocked='fail'). Point the code under test at a "
+                "mocked base URL, or mock that host too (override the twice_services fixture)."
+            )
+        if self.unmocked == "warn":
+            warnings.warn(
+                f"twice: {where} and went to the real network. Fail on it with "
+                f"@pytest.mark.twice_mock(unmocked='fail') or {UNMOCKED_INI} = fail; silence "
+                "it with unmocked='allow'.",
+                UnmockedRequestWarning,
+                stacklevel=2,
+            )
+        return request
 
     @property
     def ledger(self) -> Ledger:
@@ -100,8 +156,21 @@ class TwiceMock:
         return assert_side_effects(self.ledger, *assertions)
 
     def passed_through(self) -> list[str]:
-        """URLs of the requests that matched no service and went through untouched."""
-        return [str(call.request.url) for call in self._passed.calls]
+        """URLs of the requests that matched no service (let through, or refused in strict
+        mode)."""
+        return list(self._unmocked_urls)
+
+    def unmocked_message(self) -> str | None:
+        """In strict mode, why the test fails for requests to unmocked hosts; else None."""
+        urls = self.passed_through()
+        if self.unmocked != "fail" or not urls:
+            return None
+        shown = ", ".join(urls[:3]) + (", ..." if len(urls) > 3 else "")
+        return (
+            f"twice: {len(urls)} request(s) matched no mocked service and were refused "
+            f"(unmocked='fail'): {shown}. Point the code under test at a mocked base URL "
+            f"({', '.join(self.base_urls)}), or mock that host too."
+        )
 
     def fault_fired(self) -> bool:
         """Whether the fault hit some attempt (always True when there is no fault)."""
@@ -191,13 +260,51 @@ def _as_fault(value: object) -> Fault:
     )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the ``twice_unmocked`` ini option (strict mode for every test)."""
+    parser.addini(
+        UNMOCKED_INI,
+        "twice: what a request to a host no mocked service serves does: warn (default), "
+        "fail or allow",
+        default="warn",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Register the ``twice_mock`` marker."""
     options = "; ".join(f"{k}: {v}" for k, v in MARKER_OPTIONS.items())
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(fault=..., assert_fault_fired=True): twice's mock services ({options})",
+        f"{MARKER}(fault=..., assert_fault_fired=True, unmocked='warn'): twice's mock services "
+        f"({options})",
     )
+
+
+def _unmocked_mode(request: pytest.FixtureRequest, options: dict[str, Any]) -> Unmocked:
+    if "unmocked" in options:
+        value, where = options["unmocked"], f"@pytest.mark.{MARKER}(unmocked=...)"
+    else:
+        value, where = request.config.getini(UNMOCKED_INI), f"the {UNMOCKED_INI} ini option"
+    if value not in UNMOCKED_MODES:
+        pytest.fail(
+            f"twice: {where} must be one of {', '.join(UNMOCKED_MODES)}, got {value!r}",
+            pytrace=False,
+        )
+    mode: Unmocked = value
+    return mode
+
+
+def _check_one_fault(request: pytest.FixtureRequest, options: dict[str, Any]) -> None:
+    """A fault from ``parametrize("twice_fault")`` and one from the marker conflict."""
+    callspec = getattr(request.node, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    if "twice_fault" in params and "fault" in options:
+        pytest.fail(
+            f"twice: the test sets its fault twice: parametrize('twice_fault') gives "
+            f"{params['twice_fault']!r} and @pytest.mark.{MARKER}(fault=...) gives "
+            f"{options['fault']!r}; keep one of them",
+            pytrace=False,
+        )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -246,6 +353,8 @@ def twice_mock(
     configured fault never fired (opt out: ``@pytest.mark.twice_mock(assert_fault_fired=False)``).
     """
     options = _marker_options(request.node)
+    _check_one_fault(request, options)
+    unmocked = _unmocked_mode(request, options)
     services = [twice_services] if isinstance(twice_services, Service) else twice_services
     if not services or not all(isinstance(s, Service) for s in services):
         pytest.fail(
@@ -253,14 +362,18 @@ def twice_mock(
             f"one), e.g. [PaymentsService(base_url=...)]; got {twice_services!r}",
             pytrace=False,
         )
-    mock = TwiceMock(Services(services, fault=_as_fault(twice_fault)))
+    mock = TwiceMock(Services(services, fault=_as_fault(twice_fault)), unmocked=unmocked)
     with mock:
         yield mock
-    if not options.get("assert_fault_fired", True):
-        return
     report = request.node.stash.get(_CALL_REPORT, None)
     if report is not None and not report.passed:
         return  # the test already failed (or was skipped): do not pile on
+    refused = mock.unmocked_message()
+    if refused is not None:
+        # Code under test may have swallowed the refusal: the test still fails.
+        pytest.fail(refused, pytrace=False)
+    if not options.get("assert_fault_fired", True):
+        return
     message = mock.unfired_fault_message()
     if message is not None:
         pytest.fail(message, pytrace=False)

@@ -15,6 +15,7 @@ from ._faults import (
     NoFault,
     RateLimited,
     Schedule,
+    ServerErrorAfterCommit,
     TimeoutBeforeCommit,
     get_fault,
 )
@@ -32,12 +33,14 @@ from ._service import (
     BACKOFF_HEADER,
     CALL_HEADER,
     KEY_HEADER,
+    REPLAYED_HEADER,
     SOURCE_HEADER,
     Call,
     Route,
     Service,
     Services,
     error_response,
+    services_from_state,
 )
 from ._stub import (
     NOISY_DEFAULT_RATE,
@@ -67,6 +70,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "NOISY_DEFAULT_RATE",
     "NOISY_RETRY_RATES",
+    "REPLAYED_HEADER",
     "RETRY_SOURCES",
     "SOURCE_HEADER",
     "STUB_MODELS",
@@ -91,6 +95,7 @@ __all__ = [
     "RecordsService",
     "Route",
     "Schedule",
+    "ServerErrorAfterCommit",
     "Service",
     "Services",
     "StubAPI",
@@ -101,4 +106,5 @@ __all__ = [
     "get_fault",
     "noisy_retry_rate",
     "outcome_of",
+    "services_from_state",
 ]

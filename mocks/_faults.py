@@ -64,6 +64,11 @@ class Fault:
     schedule: Schedule = field(default_factory=Schedule)
     commits: bool = True
     """Whether the work is done when this fault hits (documentation and the report)."""
+    saved: bool = False
+    """Whether a response :meth:`after_commit` returns is the service's own answer, saved
+    under the request's idempotency key and replayed to keyed retries (a service-side error,
+    as Stripe saves its 500s). False: it comes from something between client and service (a
+    gateway), and the service's own saved response is what a keyed retry gets."""
 
     def before_commit(self, request: httpx.Request) -> httpx.Response | None:
         """Return a response to stop before the work, or raise; None lets the work happen."""
@@ -112,13 +117,35 @@ class TimeoutBeforeCommit(Fault):
 
 @dataclass(frozen=True)
 class ErrorAfterCommit(Fault):
-    """The work is committed, then a gateway answers 502: outcome unknown to the client."""
+    """The work is committed, then a gateway answers 502: outcome unknown to the client.
+
+    The service itself finished and saved its 200 under the idempotency key; only the gateway
+    failed. A keyed retry therefore gets the saved 200 (the effect the first attempt made),
+    never the 502.
+    """
 
     name: str = "error_after_commit"
     status: int = 502
 
     def after_commit(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
         return _error(self.status, "Bad gateway: the upstream connection was reset")
+
+
+@dataclass(frozen=True)
+class ServerErrorAfterCommit(Fault):
+    """The work is committed, then the service itself answers 500 and saves that answer.
+
+    Stripe's rule: a request that began executing has its result saved under its key, 500s
+    included, so every keyed retry replays the 500 and the client never learns the effect
+    exists; only a lookup (or a fresh key, which makes a second effect) gets past it.
+    """
+
+    name: str = "server_error_after_commit"
+    status: int = 500
+    saved: bool = True
+
+    def after_commit(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
+        return _error(self.status, "Internal server error while finishing the request")
 
 
 @dataclass(frozen=True)
@@ -179,6 +206,7 @@ FAULTS: dict[str, Fault] = {
         ErrorBeforeCommit(),
         RateLimited(),
         CrashAfterCommit(),
+        ServerErrorAfterCommit(),
     )
 }
 """The built-in faults by CLI name, each with the default schedule."""

@@ -1,9 +1,12 @@
 """The Idempotency-Key store, following Stripe API v1 and the IETF Idempotency-Key draft.
 
 * The first request with a key reserves it (in flight) before any work begins; check-then-act
-  is atomic because reserving is a single dictionary operation on one event loop.
+  is atomic because reserving is a single dictionary operation under the services' lock.
 * When the work ends, the status and body are saved and replayed to every later request with
-  that key, 5xx included.
+  that key, a 5xx the service itself answered included (a gateway's error after the service
+  finished is not the service's answer: its own saved response stays).
+* A handler that raises releases the key when it committed nothing, and saves a 500 when it
+  did, so a later request with the key never waits on a 409 for good.
 * A later request with the same key and different parameters is rejected with 422.
 * A request arriving while the first is still in flight gets 409 and is not saved.
 * A request rejected before execution began (validation, rate limiting, an unavailable

@@ -8,6 +8,10 @@ concurrently never see each other's state.
 Every request goes through one pipeline: record the attempt, apply the idempotency-key rules,
 run the fault's ``before_commit`` hook, let other requests in (the "in flight" window), run the
 handler (which commits effects), save the keyed response, run the fault's ``after_commit`` hook.
+
+The steps between two in-flight windows run under one lock per :class:`Services`, so blocking
+clients on several threads (and an event loop beside them) see one request at a time: attempt
+numbers stay unique and a fault's schedule counts every attempt exactly once.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import collections
 import inspect
 import json
 import re
-from collections.abc import Callable, Generator, Iterable
+import threading
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -35,6 +40,9 @@ CALL_HEADER = "X-Twice-Call"
 BACKOFF_HEADER = "X-Twice-Backoff"
 """Request header carrying the virtual seconds the client waited before this attempt."""
 KEY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+"""Response header set to ``true`` on a response replayed from the idempotency store (Stripe's
+name): the client can tell "this call made it" from "an earlier request with this key did"."""
 
 
 def error_response(
@@ -97,9 +105,13 @@ class Service:
     idempotency_keys: ClassVar[bool] = True
     """Whether the service honours Idempotency-Key on its mutating POST routes. A service
     without key support ignores the header entirely (it is still recorded on the attempt)."""
+    api_name: ClassVar[str | None] = None
+    """What messages call the service ("helpdesk API"); None: ``"<name> API"``."""
 
     def __init__(self, base_url: str | None = None) -> None:
-        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        # Normalised as httpx normalises a request's URL (lowercase host, no default port), so
+        # a base URL written "https://API.example.com" still matches the requests sent to it.
+        self.base_url = str(httpx.URL(base_url or self.default_base_url)).rstrip("/")
         self.keys = IdempotencyStore()
         self._counters: dict[str, int] = {}
         self._services: Services | None = None
@@ -107,6 +119,11 @@ class Service:
     def routes(self) -> list[Route]:
         """The service's endpoints."""
         raise NotImplementedError
+
+    @property
+    def label(self) -> str:
+        """What messages call the service: ``api_name``, else ``"<name> API"``."""
+        return self.api_name or f"{self.name} API"
 
     @property
     def ledger(self) -> Ledger:
@@ -120,6 +137,39 @@ class Service:
         n = self._counters.get(prefix, 0) + 1
         self._counters[prefix] = n
         return f"{prefix}_{n}"
+
+
+def services_from_state(state: Mapping[str, Any], *kinds: type[Service]) -> list[Service]:
+    """Build a trial's services from a sample's ``state``: each key goes to the service whose
+    constructor takes it (``{"orders": [...]}`` → ``PaymentsService(orders=[...])``).
+
+    Args:
+        state: The sample's starting state, keyed by constructor argument.
+        kinds: The service classes of the trial.
+
+    Raises:
+        ValueError: for a key no service takes (a misspelt key must not give an empty
+            service), naming it and the accepted keys; or a key two services take.
+    """
+    owner: dict[str, type[Service]] = {}
+    for kind in kinds:
+        for name, param in inspect.signature(kind).parameters.items():
+            if name == "base_url" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            if name in owner:
+                raise ValueError(
+                    f"state key {name!r} is taken by both {owner[name].__name__} and "
+                    f"{kind.__name__}; give one of them another constructor argument"
+                )
+            owner[name] = kind
+    unknown = sorted(set(state) - set(owner))
+    if unknown:
+        names = ", ".join(k.__name__ for k in kinds)
+        raise ValueError(
+            f"unknown state key(s) {', '.join(map(repr, unknown))} for {names}; accepted: "
+            + ", ".join(sorted(owner))
+        )
+    return [kind(**{k: v for k, v in state.items() if owner[k] is kind}) for kind in kinds]
 
 
 def _params(request: httpx.Request, path_params: dict[str, str]) -> dict[str, Any]:
@@ -167,6 +217,11 @@ def _key_rejection(kind: str, key: str) -> httpx.Response:
     )
 
 
+_HANDLER_FAILED = {
+    "error": {"type": "api_error", "message": "The service failed while handling the request"}
+}
+
+
 class Services:
     """The mock services of one trial, their shared ledger and fault, and an httpx client.
 
@@ -190,6 +245,9 @@ class Services:
                 raise ValueError(f"two services named {service.name!r} in one Services set")
             service._services = self
             self.services[service.name] = service
+        # Re-entrant: the blocking path holds it for a whole request, and the unmatched route
+        # (shared by both paths) takes it again.
+        self._lock = threading.RLock()
         self.router = self._build_router(sync=False)
         self._sync_router: respx.Router | None = None
         # Mutating attempts so far, in total (key None) and per route: a fault's schedule
@@ -205,7 +263,7 @@ class Services:
 
     def sync_client(self, **kwargs: Any) -> httpx.Client:
         """A blocking httpx client on the same services (no in-flight window)."""
-        return httpx.Client(transport=httpx.MockTransport(self.sync_router.handler), **kwargs)
+        return httpx.Client(transport=httpx.MockTransport(self.dispatch), **kwargs)
 
     @property
     def sync_router(self) -> respx.Router:
@@ -215,8 +273,12 @@ class Services:
         return self._sync_router
 
     def dispatch(self, request: httpx.Request) -> httpx.Response:
-        """Serve one request synchronously (usable as a respx side effect anywhere)."""
-        return self.sync_router.handler(request)
+        """Serve one request synchronously (usable as a respx side effect anywhere).
+
+        Thread-safe: requests from several threads are served one at a time.
+        """
+        with self._lock:
+            return self.sync_router.handler(request)
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -249,7 +311,8 @@ class Services:
             steps = self._pipeline(service, route, request, path_params)
             try:
                 while True:
-                    next(steps)
+                    with self._lock:
+                        next(steps)
                     # The in-flight window: a concurrent request with the same key sees the
                     # reservation here and gets 409, as it would against a real server.
                     await asyncio.sleep(0)
@@ -260,12 +323,15 @@ class Services:
         return run_async
 
     def _unmatched(self, request: httpx.Request) -> httpx.Response:
-        attempt = self._record(request, service="unknown", route=None, mutating=False, params={})
-        response = error_response(
-            404, f"no such endpoint: {request.method} {request.url}", type="not_found"
-        )
-        self._finish(attempt, response)
-        return response
+        with self._lock:
+            attempt = self._record(
+                request, service="unknown", route=None, mutating=False, params={}
+            )
+            response = error_response(
+                404, f"no such endpoint: {request.method} {request.url}", type="not_found"
+            )
+            self._finish(attempt, response)
+            return response
 
     # -- the pipeline ----------------------------------------------------------------------
 
@@ -312,6 +378,32 @@ class Services:
         nth = self._mutating[schedule.route]
         return self.fault if schedule.hits(attempt, nth) else None
 
+    def _handle(
+        self, service: Service, route: Route, call: Call, key: str | None
+    ) -> httpx.Response:
+        """Run the handler and settle the request's idempotency key."""
+        try:
+            response = route.handler(call)
+        except Exception:
+            if key is not None:
+                if call.attempt.effect_ids:
+                    # It committed before failing: save a 500, as a service that began
+                    # executing does, so a keyed retry can never redo the half-done work.
+                    service.keys.save(key, 500, _HANDLER_FAILED)
+                else:
+                    # Nothing was done: free the key, or every later request with it gets 409.
+                    service.keys.release(key)
+            # The client got an exception, not a reply: the outcome is unknown to it.
+            self._finish(call.attempt, None, delivered=False)
+            raise
+        if key is not None:
+            if 400 <= response.status_code < 500:
+                # Validation failures never began executing: not saved, retryable.
+                service.keys.release(key)
+            else:
+                service.keys.save(key, response.status_code, response.json())
+        return response
+
     def _pipeline(
         self, service: Service, route: Route, request: httpx.Request, path_params: dict[str, str]
     ) -> Generator[None, None, httpx.Response]:
@@ -355,15 +447,11 @@ class Services:
 
         if saved is not None:
             attempt.replayed = True
-            response = httpx.Response(saved.status or 500, json=saved.body)
+            response = httpx.Response(
+                saved.status or 500, json=saved.body, headers={REPLAYED_HEADER: "true"}
+            )
         else:
-            response = route.handler(Call(service, request, params, attempt))
-            if key is not None:
-                if 400 <= response.status_code < 500:
-                    # Validation failures never began executing: not saved, retryable.
-                    service.keys.release(key)
-                else:
-                    service.keys.save(key, response.status_code, response.json())
+            response = self._handle(service, route, Call(service, request, params, attempt), key)
 
         if fault is not None:
             try:
@@ -371,9 +459,10 @@ class Services:
             except Exception:
                 self._finish(attempt, response, delivered=False)
                 raise
-            if replaced is not response and key is not None and saved is None:
+            if replaced is not response and fault.saved and key is not None and saved is None:
                 # The service itself answered with the error, so that is what gets saved
-                # and replayed (Stripe saves 5xx responses too).
+                # and replayed (Stripe saves 5xx responses too). A gateway's error is not
+                # the service's answer: its saved response stays.
                 service.keys.save(key, replaced.status_code, replaced.json())
             response = replaced
 

@@ -150,6 +150,31 @@ def _usage(messages: list[ChatMessage], out: str) -> ModelUsage:
     return ModelUsage(input_tokens=n_in, output_tokens=n_out, total_tokens=n_in + n_out)
 
 
+def _number(
+    model: str, name: str, value: object, low: float, high: float | None, *, whole: bool = False
+) -> float:
+    """A stub model arg checked: a number (a whole one if ``whole``) in ``[low, high]``.
+
+    Raises:
+        ValueError: naming the arg, the value and what is accepted.
+    """
+    kind = "a whole number" if whole else "a number"
+    accepted = f"{kind} >= {low:g}" if high is None else f"{kind} from {low:g} to {high:g}"
+    ok = isinstance(value, int | float | str) and not isinstance(value, bool)
+    number = float("nan")
+    if ok:
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except ValueError:
+            ok = False
+    ok = ok and low <= number and (high is None or number <= high)
+    if ok and whole and not number.is_integer():
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} for stub/{model} must be {accepted}, got {value!r}")
+    return number
+
+
 class StubAPI(ModelAPI):
     """The ``stub`` model provider. ``model_name`` is the behaviour (``retry``, ``verify``...).
 
@@ -180,12 +205,15 @@ class StubAPI(ModelAPI):
                 f"unknown model args for stub/{model_name}: {', '.join(model_args)}; "
                 "accepted: attempts, p, delay"
             )
-        if float(delay) < 0:
-            raise ValueError(f"delay for stub/{model_name} must be >= 0 seconds, got {delay!r}")
         self.behaviour = model_name
-        self.attempts = int(attempts)
-        self.p = None if p is None else float(p)
-        self.delay = float(delay)
+        self.attempts = int(_number(model_name, "attempts", attempts, 1, None, whole=True))
+        self.delay = _number(model_name, "delay", delay, 0.0, None)
+        if p is not None and model_name != "noisy":
+            raise ValueError(
+                f"p for stub/{model_name}: only stub/noisy takes p (its retry probability); "
+                f"stub/{model_name} accepts attempts, delay"
+            )
+        self.p = None if p is None else _number(model_name, "p", p, 0.0, 1.0)
 
     def max_connections(self) -> int:
         return 64

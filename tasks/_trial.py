@@ -145,6 +145,16 @@ def resumable_generate(
     return solve
 
 
+def _check_states(name: str, dataset: Dataset, services: ServicesFactory) -> None:
+    """Build every sample's services once, so a bad ``state`` fails the task, not a trial."""
+    for sample in dataset:
+        state = (sample.metadata or {}).get("state", {})
+        try:
+            services(state)
+        except (TypeError, ValueError) as ex:
+            raise ValueError(f"task {name!r}, sample {sample.id!r}: {ex}") from None
+
+
 def twice_task(
     *,
     name: str,
@@ -181,11 +191,13 @@ def twice_task(
 
     Raises:
         ValueError: for an unknown fault, protection, prompt or agent, naming the accepted
-            values, or a combination an agent other than ``react`` cannot run
-            (:class:`~twice.tasks.agents.AgentError`).
+            values; a combination an agent other than ``react`` cannot run
+            (:class:`~twice.tasks.agents.AgentError`); or a sample whose ``state`` the
+            services do not take (a misspelt key).
     """
     get_fault(fault)
     check_agent_cell(agent, name, fault, protection, mocks)
+    _check_states(name, dataset, services)
     protection_obj = get_protection(protection)
     if action_log is not None and not isinstance(action_log, bool):
         raise ValueError(f"action_log must be true or false, got {action_log!r}")

@@ -87,7 +87,7 @@ def test_gc_for_trials_restores_thresholds() -> None:
 
 
 def test_stub_rejects_a_negative_delay() -> None:
-    with pytest.raises(ValueError, match=r"delay for stub/retry must be >= 0 seconds, got -1"):
+    with pytest.raises(ValueError, match=r"delay for stub/retry must be a number >= 0, got -1"):
         StubAPI("retry", delay=-1)
 
 

@@ -29,6 +29,7 @@ class TicketsService(Service):
     """
 
     name: ClassVar[str] = "tickets"
+    api_name: ClassVar[str | None] = "helpdesk API"
     default_base_url: ClassVar[str] = "https://tickets.twice.test"
 
     def __init__(

@@ -15,18 +15,17 @@ from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool
-from twice.mocks import Attempt, Ledger, RecordsService, Service
+from twice.mocks import Attempt, Ledger, RecordsService, Service, services_from_state
 from twice.tasks._dataset import load_dataset
-from twice.tasks._toolkit import TrialContext, make_tool, mutate, read
+from twice.tasks._toolkit import TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
 DATASET = Path(__file__).parent / "dataset.jsonl"
-API = "records API"
 ARCHIVE = "records.record.archive"
 
 
 def _services(state: dict[str, Any]) -> list[Service]:
-    return [RecordsService(records=state.get("records", []))]
+    return services_from_state(state, RecordsService)
 
 
 def _describe(record: dict[str, Any]) -> str:
@@ -69,10 +68,10 @@ def archive_end_state(ledger: Ledger, metadata: dict[str, Any]) -> str | None:
 
 def archive_record_tools(ctx: TrialContext) -> list[Tool]:
     """The archive_record task's tools, bound to one trial."""
-    base = ctx.services["records"].base_url
+    records = ctx.api("records")
 
     async def lookup(record_id: str) -> dict[str, Any] | None:
-        record = await read(ctx, f"{base}/v1/records/{record_id}", api=API)
+        record = await records.get(f"/v1/records/{record_id}")
         return dict(record) if record["status"] == "archived" else None
 
     async def archive_record(record_id: str, reason: str) -> str:
@@ -83,25 +82,19 @@ def archive_record_tools(ctx: TrialContext) -> list[Tool]:
             record_id: The record to archive, e.g. "rec_1042".
             reason: Why it is archived, kept with the record.
         """
-        result = await mutate(
-            ctx,
-            route=ARCHIVE,
-            method="POST",
-            url=f"{base}/v1/records/{record_id}/archive",
+        result = await records.mutate(
+            ARCHIVE,
+            f"/v1/records/{record_id}/archive",
             payload={"reason": reason},
             identity={"record_id": record_id},
             noun="archive",
-            api=API,
             lookup=lambda: lookup(record_id),
         )
-        if result.found_by_lookup:
-            return f"The first attempt timed out; the record is archived: {_describe(result.body)}."
         if result.body.get("already_archived"):
-            return (
-                f"Success: the record was already archived, nothing changed: "
-                f"{_describe(result.body)}."
-            )
-        return f"Archived {_describe(result.body)}."
+            done = "Success: the record was already archived, nothing changed:"
+        else:
+            done = "Archived"
+        return result.say(done, _describe(result.body))
 
     async def get_record(record_id: str) -> str:
         """Look up a record and whether it is archived. Read-only and safe to call any time.
@@ -109,7 +102,7 @@ def archive_record_tools(ctx: TrialContext) -> list[Tool]:
         Args:
             record_id: The record, e.g. "rec_1042".
         """
-        record = await read(ctx, f"{base}/v1/records/{record_id}", api=API)
+        record = await records.get(f"/v1/records/{record_id}")
         return f"The {_describe(record)}; owner {record.get('owner', 'unknown')}."
 
     return [

@@ -14,17 +14,16 @@ from typing import Any, Literal
 
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool
-from twice.mocks import Service, TicketsService
+from twice.mocks import Service, TicketsService, services_from_state
 from twice.tasks._dataset import load_dataset
-from twice.tasks._toolkit import TrialContext, make_tool, mutate, read
+from twice.tasks._toolkit import TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
 DATASET = Path(__file__).parent / "dataset.jsonl"
-API = "helpdesk API"
 
 
 def _services(state: dict[str, Any]) -> list[Service]:
-    return [TicketsService(customers=state.get("customers", []), tickets=state.get("tickets", []))]
+    return services_from_state(state, TicketsService)
 
 
 def _describe(ticket: dict[str, Any]) -> str:
@@ -36,14 +35,11 @@ def _describe(ticket: dict[str, Any]) -> str:
 
 def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
     """The create_ticket task's tools, bound to one trial."""
-    base = ctx.services["tickets"].base_url
+    helpdesk = ctx.api("tickets")
 
     async def lookup(customer_id: str, subject: str) -> dict[str, Any] | None:
-        found = await read(
-            ctx,
-            f"{base}/v1/tickets",
-            api=API,
-            params={"customer_id": customer_id, "subject": subject},
+        found = await helpdesk.get(
+            "/v1/tickets", params={"customer_id": customer_id, "subject": subject}
         )
         for ticket in found["data"]:
             if ticket["subject"] == subject:
@@ -64,11 +60,9 @@ def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
             description: What happened, in a few sentences.
             priority: How urgent the problem is.
         """
-        result = await mutate(
-            ctx,
-            route="tickets.ticket.create",
-            method="POST",
-            url=f"{base}/v1/tickets",
+        result = await helpdesk.mutate(
+            "tickets.ticket.create",
+            "/v1/tickets",
             payload={
                 "customer_id": customer_id,
                 "subject": subject,
@@ -77,15 +71,9 @@ def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
             },
             identity={"customer_id": customer_id, "subject": subject},
             noun="ticket",
-            api=API,
             lookup=lambda: lookup(customer_id, subject),
         )
-        if result.found_by_lookup:
-            return (
-                f"The first attempt timed out; found {result.body['id']} already, not opening "
-                f"another: {_describe(result.body)}."
-            )
-        return f"Opened {_describe(result.body)}."
+        return result.say("Opened", _describe(result.body))
 
     async def find_tickets(customer_id: str, subject: str = "") -> str:
         """List a customer's tickets. Read-only and safe to call any time.
@@ -97,7 +85,7 @@ def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
         params = {"customer_id": customer_id}
         if subject:
             params["subject"] = subject
-        found = await read(ctx, f"{base}/v1/tickets", api=API, params=params)
+        found = await helpdesk.get("/v1/tickets", params=params)
         tickets = found["data"]
         if not tickets:
             what = f" with subject containing {subject!r}" if subject else ""
@@ -112,7 +100,7 @@ def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
         Args:
             customer_id: The customer, e.g. "cus_1042".
         """
-        c = await read(ctx, f"{base}/v1/customers/{customer_id}", api=API)
+        c = await helpdesk.get(f"/v1/customers/{customer_id}")
         open_tickets = ", ".join(c["open_tickets"]) or "none"
         return (
             f"Customer {c['customer_id']}: {c['name']} <{c.get('email', '')}>, "

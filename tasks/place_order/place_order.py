@@ -17,19 +17,18 @@ from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool, ToolError
-from twice.mocks import OrdersService, Service
+from twice.mocks import OrdersService, Service, services_from_state
 from twice.tasks._dataset import load_dataset
-from twice.tasks._toolkit import TrialContext, make_tool, mutate, read
+from twice.tasks._toolkit import TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
 DATASET = Path(__file__).parent / "dataset.jsonl"
-API = "orders API"
 IDENTITY_FIELDS: tuple[str, ...] = ("customer", "sku")
 """What names an order intent: who ordered which product (not quantity or address)."""
 
 
 def _services(state: dict[str, Any]) -> list[Service]:
-    return [OrdersService(products=state.get("products", []), orders=state.get("orders", []))]
+    return services_from_state(state, OrdersService)
 
 
 def _dollars(cents: int) -> str:
@@ -54,12 +53,10 @@ def place_order_tools(
         identity_fields: Which ``place_order`` arguments name the intent (and so the
             ``intent-key``); the default names the customer and the SKU.
     """
-    base = ctx.services["orders"].base_url
+    shop = ctx.api("orders")
 
     async def lookup(customer: str, sku: str) -> dict[str, Any] | None:
-        found = await read(
-            ctx, f"{base}/v1/orders", api=API, params={"customer": customer, "sku": sku}
-        )
+        found = await shop.get("/v1/orders", params={"customer": customer, "sku": sku})
         return dict(found["data"][-1]) if found["data"] else None
 
     async def place_order(customer: str, sku: str, quantity: int, shipping_address: str) -> str:
@@ -79,23 +76,15 @@ def place_order_tools(
             "quantity": quantity,
             "shipping_address": shipping_address,
         }
-        result = await mutate(
-            ctx,
-            route="orders.order.create",
-            method="POST",
-            url=f"{base}/v1/orders",
+        result = await shop.mutate(
+            "orders.order.create",
+            "/v1/orders",
             payload=payload,
             identity={f: payload[f] for f in identity_fields},
             noun="order",
-            api=API,
             lookup=lambda: lookup(customer, sku),
         )
-        if result.found_by_lookup:
-            return (
-                f"The first attempt timed out; found {result.body['id']} already, not ordering "
-                f"again: {_describe(result.body)}."
-            )
-        return f"Placed {_describe(result.body)}."
+        return result.say("Placed", _describe(result.body))
 
     async def find_orders(customer: str, sku: str = "") -> str:
         """List a customer's orders. Read-only and safe to call any time.
@@ -105,7 +94,7 @@ def place_order_tools(
             sku: Optional SKU to filter by.
         """
         params = {"customer": customer, "sku": sku} if sku else {"customer": customer}
-        found = await read(ctx, f"{base}/v1/orders", api=API, params=params)
+        found = await shop.get("/v1/orders", params=params)
         orders = found["data"]
         if not orders:
             what = f" for {sku}" if sku else ""
@@ -118,7 +107,7 @@ def place_order_tools(
         Args:
             sku: The product's SKU, e.g. "SKU-MUG-01".
         """
-        p = await read(ctx, f"{base}/v1/products/{sku}", api=API)
+        p = await shop.get(f"/v1/products/{sku}")
         return f"{p['sku']}: {p['name']}, {_dollars(p['price'])} each, {p['stock']} in stock."
 
     return [

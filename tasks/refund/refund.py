@@ -11,17 +11,16 @@ from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool, ToolError
-from twice.mocks import PaymentsService, Service
+from twice.mocks import PaymentsService, Service, services_from_state
 from twice.tasks._dataset import load_dataset
-from twice.tasks._toolkit import TrialContext, make_tool, mutate, read
+from twice.tasks._toolkit import TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
 DATASET = Path(__file__).parent / "dataset.jsonl"
-API = "payments API"
 
 
 def _services(state: dict[str, Any]) -> list[Service]:
-    return [PaymentsService(orders=state.get("orders", []))]
+    return services_from_state(state, PaymentsService)
 
 
 def _dollars(cents: int) -> str:
@@ -37,10 +36,10 @@ def _describe(refund: dict[str, Any]) -> str:
 
 def refund_tools(ctx: TrialContext) -> list[Tool]:
     """The refund task's tools, bound to one trial."""
-    base = ctx.services["payments"].base_url
+    payments = ctx.api("payments")
 
     async def lookup(order_id: str, cents: int) -> dict[str, Any] | None:
-        found = await read(ctx, f"{base}/v1/refunds", api=API, params={"order_id": order_id})
+        found = await payments.get("/v1/refunds", params={"order_id": order_id})
         for refund in found["data"]:
             if refund["amount"] == cents:
                 return dict(refund)
@@ -57,23 +56,15 @@ def refund_tools(ctx: TrialContext) -> list[Tool]:
         cents = round(amount * 100)
         if cents <= 0:
             raise ToolError(f"amount must be positive, got {amount!r}. No refund was made.")
-        result = await mutate(
-            ctx,
-            route="payments.refund.create",
-            method="POST",
-            url=f"{base}/v1/refunds",
+        result = await payments.mutate(
+            "payments.refund.create",
+            "/v1/refunds",
             payload={"order_id": order_id, "amount": cents, "reason": reason},
             identity={"order_id": order_id},
             noun="refund",
-            api=API,
             lookup=lambda: lookup(order_id, cents),
         )
-        if result.found_by_lookup:
-            return (
-                f"The first attempt timed out; found {result.body['id']} already, not retrying: "
-                f"{_describe(result.body)}."
-            )
-        return f"Created {_describe(result.body)}."
+        return result.say("Created", _describe(result.body))
 
     async def find_refunds(order_id: str) -> str:
         """List the refunds already made on an order. Read-only and safe to call any time.
@@ -81,7 +72,7 @@ def refund_tools(ctx: TrialContext) -> list[Tool]:
         Args:
             order_id: The order to look up, e.g. "order_1042".
         """
-        found = await read(ctx, f"{base}/v1/refunds", api=API, params={"order_id": order_id})
+        found = await payments.get("/v1/refunds", params={"order_id": order_id})
         refunds = found["data"]
         if not refunds:
             return f"No refunds found for order {order_id}."
@@ -95,7 +86,7 @@ def refund_tools(ctx: TrialContext) -> list[Tool]:
         Args:
             order_id: The order to look up, e.g. "order_1042".
         """
-        order = await read(ctx, f"{base}/v1/orders/{order_id}", api=API)
+        order = await payments.get(f"/v1/orders/{order_id}")
         items = ", ".join(f"{i['name']} {_dollars(i['amount'])}" for i in order.get("items", []))
         return (
             f"Order {order['order_id']} for {order['customer']}: paid {_dollars(order['amount'])}, "

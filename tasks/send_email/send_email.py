@@ -16,17 +16,16 @@ from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool
-from twice.mocks import EmailService, Service
+from twice.mocks import EmailService, Service, services_from_state
 from twice.tasks._dataset import load_dataset
-from twice.tasks._toolkit import TrialContext, make_tool, mutate, read
+from twice.tasks._toolkit import TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
 DATASET = Path(__file__).parent / "dataset.jsonl"
-API = "email API"
 
 
 def _services(state: dict[str, Any]) -> list[Service]:
-    return [EmailService(sent=state.get("sent", []))]
+    return services_from_state(state, EmailService)
 
 
 def _describe(message: dict[str, Any]) -> str:
@@ -42,12 +41,10 @@ def client_reference(ctx: TrialContext, to: str, subject: str) -> str:
 
 def send_email_tools(ctx: TrialContext) -> list[Tool]:
     """The send_email task's tools, bound to one trial."""
-    base = ctx.services["email"].base_url
+    email = ctx.api("email")
 
     async def lookup(reference: str) -> dict[str, Any] | None:
-        found = await read(
-            ctx, f"{base}/v1/messages", api=API, params={"client_reference": reference}
-        )
+        found = await email.get("/v1/messages", params={"client_reference": reference})
         return dict(found["data"][0]) if found["data"] else None
 
     async def send_email(to: str, subject: str, body: str) -> str:
@@ -59,23 +56,15 @@ def send_email_tools(ctx: TrialContext) -> list[Tool]:
             body: The plain-text message body.
         """
         reference = client_reference(ctx, to, subject)
-        result = await mutate(
-            ctx,
-            route="email.message.send",
-            method="POST",
-            url=f"{base}/v1/messages",
+        result = await email.mutate(
+            "email.message.send",
+            "/v1/messages",
             payload={"to": to, "subject": subject, "body": body, "client_reference": reference},
             identity={"to": to, "subject": subject},
             noun="email",
-            api=API,
             lookup=lambda: lookup(reference),
         )
-        if result.found_by_lookup:
-            return (
-                f"The first attempt timed out; found {result.body['id']} already in the sent "
-                f"folder, not sending again: {_describe(result.body)}."
-            )
-        return f"Sent {_describe(result.body)}."
+        return result.say("Sent", _describe(result.body))
 
     async def find_sent_emails(to: str, subject: str = "") -> str:
         """Search the sent folder. Read-only and safe to call any time.
@@ -85,7 +74,7 @@ def send_email_tools(ctx: TrialContext) -> list[Tool]:
             subject: Optional text the subject contains (case-insensitive).
         """
         params = {"to": to, "subject": subject} if subject else {"to": to}
-        found = await read(ctx, f"{base}/v1/messages", api=API, params=params)
+        found = await email.get("/v1/messages", params=params)
         messages = found["data"]
         if not messages:
             what = f" with subject containing {subject!r}" if subject else ""

@@ -19,13 +19,12 @@ from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool
-from twice.mocks import Effect, Ledger, Service, TravelService
+from twice.mocks import Effect, Ledger, Service, TravelService, services_from_state
 from twice.tasks._dataset import load_dataset
-from twice.tasks._toolkit import Compensation, Mutation, TrialContext, make_tool, mutate, read
+from twice.tasks._toolkit import Compensation, TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
 DATASET = Path(__file__).parent / "dataset.jsonl"
-API = "travel API"
 
 FLIGHT_BOOK = "travel.flight.book"
 FLIGHT_CANCEL = "travel.flight.cancel"
@@ -33,13 +32,7 @@ HOTEL_BOOK = "travel.hotel.book"
 
 
 def _services(state: dict[str, Any]) -> list[Service]:
-    return [
-        TravelService(
-            flights=state.get("flights", []),
-            hotels=state.get("hotels", []),
-            legacy_cancel=bool(state.get("legacy_cancel", False)),
-        )
-    ]
+    return services_from_state(state, TravelService)
 
 
 def _dollars(cents: int) -> str:
@@ -69,20 +62,12 @@ def _cancellation(c: dict[str, Any]) -> str:
     )
 
 
-def _how(result: Mutation) -> str:
-    if result.from_action_log:
-        return "Already done before the run restarted (from the action log; not sent again): "
-    if result.found_by_lookup:
-        return f"The first attempt timed out; found {result.body['id']} already, not retrying: "
-    return ""
-
-
 def travel_tools(ctx: TrialContext) -> list[Tool]:
     """The travel booking task's tools, bound to one trial."""
-    base = ctx.services["travel"].base_url
+    travel = ctx.api("travel")
 
     async def trip(trip_id: str) -> dict[str, Any]:
-        data: dict[str, Any] = await read(ctx, f"{base}/v1/trips/{trip_id}", api=API)
+        data: dict[str, Any] = await travel.get(f"/v1/trips/{trip_id}")
         return data
 
     async def book_flight(trip_id: str, traveler: str, flight_id: str) -> str:
@@ -103,18 +88,15 @@ def travel_tools(ctx: TrialContext) -> list[Tool]:
             ]
             return dict(live[-1]) if live else None
 
-        result = await mutate(
-            ctx,
-            route=FLIGHT_BOOK,
-            method="POST",
-            url=f"{base}/v1/flight_bookings",
+        result = await travel.mutate(
+            FLIGHT_BOOK,
+            "/v1/flight_bookings",
             payload={"trip_id": trip_id, "traveler": traveler, "flight_id": flight_id},
             identity={"trip_id": trip_id},
             noun="flight booking",
-            api=API,
             lookup=lookup,
         )
-        return f"{_how(result)}Booked {_flight(result.body)}."
+        return result.say("Booked", _flight(result.body))
 
     async def book_hotel(
         trip_id: str, traveler: str, hotel_id: str, check_in: str, nights: int
@@ -134,11 +116,9 @@ def travel_tools(ctx: TrialContext) -> list[Tool]:
             found = [b for b in data["hotel_bookings"] if b["hotel_id"] == hotel_id]
             return dict(found[-1]) if found else None
 
-        result = await mutate(
-            ctx,
-            route=HOTEL_BOOK,
-            method="POST",
-            url=f"{base}/v1/hotel_bookings",
+        result = await travel.mutate(
+            HOTEL_BOOK,
+            "/v1/hotel_bookings",
             payload={
                 "trip_id": trip_id,
                 "traveler": traveler,
@@ -148,10 +128,9 @@ def travel_tools(ctx: TrialContext) -> list[Tool]:
             },
             identity={"trip_id": trip_id},
             noun="hotel booking",
-            api=API,
             lookup=lookup,
         )
-        return f"{_how(result)}Booked {_hotel(result.body)}."
+        return result.say("Booked", _hotel(result.body))
 
     async def cancel_flight(booking_id: str) -> str:
         """Cancel a flight booking and refund its fare. Use it to undo a booking.
@@ -161,23 +140,20 @@ def travel_tools(ctx: TrialContext) -> list[Tool]:
         """
 
         async def lookup() -> dict[str, Any] | None:
-            booking = await read(ctx, f"{base}/v1/flight_bookings/{booking_id}", api=API)
+            booking = await travel.get(f"/v1/flight_bookings/{booking_id}")
             data = await trip(str(booking["trip_id"]))
             found = [c for c in data["cancellations"] if c["booking_id"] == booking_id]
             return dict(found[-1]) if found else None
 
-        result = await mutate(
-            ctx,
-            route=FLIGHT_CANCEL,
-            method="POST",
-            url=f"{base}/v1/flight_bookings/{booking_id}/cancel",
+        result = await travel.mutate(
+            FLIGHT_CANCEL,
+            f"/v1/flight_bookings/{booking_id}/cancel",
             payload={},
             identity={"booking_id": booking_id},
             noun="cancellation",
-            api=API,
             lookup=lookup,
         )
-        return f"{_how(result)}Cancelled: {_cancellation(result.body)}."
+        return result.say("Cancelled:", _cancellation(result.body))
 
     async def find_trip_bookings(trip_id: str) -> str:
         """List a trip's flight bookings, hotel bookings and cancellations. Read-only, safe.

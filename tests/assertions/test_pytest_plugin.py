@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 
 PLUGIN = ("-p", "twice.assertions.pytest_plugin", "--strict-markers")
+
+
+def run_with_default_warnings(project: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """Run pytest inline with Python's default warning filters, as a user's run has them (an
+    inline run inherits this suite's "warnings are errors" filter)."""
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        return project.runpytest(*PLUGIN, *args)
+
+
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
 
 CONFTEST = """
@@ -234,7 +245,7 @@ def test_plugin_unfired_fault_names_where_requests_went(project: pytest.Pytester
                 client.post("https://pay.example.org/v1/refunds", json={})
         """
     )
-    result = project.runpytest(*PLUGIN)
+    result = run_with_default_warnings(project)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
         [
@@ -319,7 +330,7 @@ def test_plugin_bad_marker_option_and_fault_name_error(project: pytest.Pytester)
     result.stdout.fnmatch_lines(
         [
             "*@pytest.mark.twice_mock got unknown option(s) faults; accepted: fault, "
-            "assert_fault_fired*",
+            "assert_fault_fired, unmocked*",
             "*twice: unknown fault 'lost-reply'; expected one of: none, lost_reply,*",
         ]
     )
@@ -327,7 +338,9 @@ def test_plugin_bad_marker_option_and_fault_name_error(project: pytest.Pytester)
 
 def test_plugin_marker_is_registered_for_strict_markers(project: pytest.Pytester) -> None:
     result = project.runpytest(*PLUGIN, "--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.twice_mock(fault=..., assert_fault_fired=True):*"])
+    result.stdout.fnmatch_lines(
+        ["@pytest.mark.twice_mock(fault=..., assert_fault_fired=True, unmocked='warn'):*"]
+    )
 
 
 def test_plugin_docs_example_passes(pytester: pytest.Pytester) -> None:
@@ -356,3 +369,151 @@ def test_plugin_docs_example_catches_a_naive_client(
     assert shown
     missing = [line for line in shown if line not in result.stdout.lines]
     assert not missing
+
+
+# -- requests to hosts no service mocks ------------------------------------------------------
+
+ELSEWHERE = """
+import httpx
+import pytest
+
+def elsewhere(request):
+    return httpx.Response(200, json={"id": "re_x"})
+
+def call_other_host():
+    # The client's own transport stands in for the network: a passed-through request reaches
+    # it, so nothing leaves the machine.
+    with httpx.Client(transport=httpx.MockTransport(elsewhere)) as client:
+        return client.post("https://pay.example.org/v1/refunds", json={}).status_code
+"""
+
+
+def test_plugin_warns_by_default_on_a_request_to_an_unmocked_host(
+    project: pytest.Pytester,
+) -> None:
+    project.makepyfile(
+        ELSEWHERE
+        + """
+def test_default(twice_mock):
+    assert call_other_host() == 200
+"""
+    )
+    result = run_with_default_warnings(project)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*UnmockedRequestWarning: twice: POST https://pay.example.org/v1/refunds matched no "
+            "mocked service (https://payments.example.com) and went to the real network.*",
+        ]
+    )
+
+
+def test_plugin_strict_mode_fails_a_request_to_an_unmocked_host(
+    project: pytest.Pytester,
+) -> None:
+    project.makepyfile(
+        ELSEWHERE
+        + """
+from twice.assertions.pytest_plugin import UnmockedRequestError
+
+@pytest.mark.twice_mock(unmocked="fail")
+def test_strict(twice_mock):
+    with pytest.raises(UnmockedRequestError, match="refused"):
+        call_other_host()
+
+@pytest.mark.twice_mock(unmocked="fail")
+def test_strict_swallowed(twice_mock):
+    try:
+        call_other_host()
+    except Exception:
+        pass  # code under test that hides the refusal still fails the test
+
+def test_allowed(twice_mock):
+    assert call_other_host() == 200
+"""
+    )
+    project.makeini("[pytest]\ntwice_unmocked = allow\n")
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(passed=3, errors=2, warnings=0)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_strict*",
+            "twice: 1 request(s) matched no mocked service and were refused (unmocked='fail'): "
+            "https://pay.example.org/v1/refunds.*",
+        ]
+    )
+
+
+def test_plugin_strict_mode_from_the_ini_option(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        ELSEWHERE
+        + """
+def test_strict_everywhere(twice_mock):
+    call_other_host()
+"""
+    )
+    project.makeini("[pytest]\ntwice_unmocked = fail\n")
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*UnmockedRequestError: twice: POST https://pay.example.org*"])
+
+
+def test_plugin_bad_unmocked_mode_names_the_accepted_ones(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+import pytest
+
+@pytest.mark.twice_mock(unmocked="strict")
+def test_typo(twice_mock):
+    pass
+"""
+    )
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*twice: @pytest.mark.twice_mock(unmocked=...) must be one of warn, fail, allow, got "
+         "'strict'*"]
+    )  # fmt: skip
+
+
+def test_plugin_matches_a_base_url_with_an_uppercase_host(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        CONFTEST.replace("https://payments.example.com", "https://Payments.Example.COM:443/")
+    )
+    pytester.makepyfile(
+        """
+import httpx
+import pytest
+
+@pytest.mark.twice_mock(fault="lost_reply", unmocked="fail")
+def test_refund(twice_mock, ledger):
+    body = {"order_id": "order_1042", "amount": 499}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post("https://Payments.Example.COM/v1/refunds", json=body)
+    assert [e.id for e in ledger.effects] == ["re_1"]
+    assert twice_mock.base_urls == ["https://payments.example.com"]
+"""
+    )
+    pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
+
+
+def test_plugin_fault_from_parametrize_and_marker_is_an_error(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+import pytest
+
+@pytest.mark.twice_mock(fault="lost_reply")
+@pytest.mark.parametrize("twice_fault", ["error_before_commit"])
+def test_both(twice_fault, twice_mock):
+    pass
+"""
+    )
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*twice: the test sets its fault twice: parametrize('twice_fault') gives "
+            "'error_before_commit' and @pytest.mark.twice_mock(fault=...) gives 'lost_reply'; "
+            "keep one of them*",
+        ]
+    )

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
+import threading
 
 import httpx
 import pytest
 from twice.mocks import (
     FAULTS,
+    REPLAYED_HEADER,
+    Call,
     ErrorAfterCommit,
     LostReply,
     PaymentsService,
     Schedule,
+    ServerErrorAfterCommit,
     Services,
     TimeoutBeforeCommit,
     get_fault,
@@ -137,13 +143,101 @@ def test_validation_failure_is_not_saved() -> None:
     assert len(s["payments"].keys) == 0
 
 
-def test_saved_5xx_is_replayed() -> None:
+def test_gateway_error_after_commit_leaves_the_saved_200_for_a_keyed_retry() -> None:
+    # The 502 came from a gateway: the service saved its own 200, which the retry replays.
     s = services(ErrorAfterCommit())
     first = asyncio.run(post(s, "k"))
     again = asyncio.run(post(s, "k"))
-    assert first.status_code == again.status_code == 502
+    assert first.status_code == 502
+    assert again.status_code == 200 and again.json()["id"] == "re_1"
+    assert again.headers[REPLAYED_HEADER] == "true" and s.ledger.attempts[1].replayed
+    assert len(s.ledger.effects) == 1
+
+
+def test_server_error_after_commit_saves_and_replays_the_500() -> None:
+    # The service itself answered 500 after committing; Stripe saves that answer.
+    s = services(ServerErrorAfterCommit())
+    first = asyncio.run(post(s, "k"))
+    again = asyncio.run(post(s, "k"))
+    assert first.status_code == again.status_code == 500
     assert again.json() == first.json() and s.ledger.attempts[1].replayed
     assert len(s.ledger.effects) == 1  # committed once, though the client never saw success
+
+
+def test_only_a_replay_carries_the_replayed_header() -> None:
+    s = services()
+    first, again = asyncio.run(post(s, "k")), asyncio.run(post(s, "k"))
+    assert REPLAYED_HEADER not in first.headers
+    assert again.headers[REPLAYED_HEADER] == "true"
+
+
+class _Boom(RuntimeError):
+    pass
+
+
+def _raising_service(*, commit_first: bool) -> Services:
+    class Flaky(PaymentsService):
+        calls = 0
+
+        def create_refund(self, call: Call) -> httpx.Response:
+            Flaky.calls += 1
+            if Flaky.calls == 1:
+                if commit_first:
+                    call.commit("payments.refund.create", "re", dict(call.params))
+                raise _Boom("handler bug")
+            return super().create_refund(call)
+
+    return Services([Flaky(orders=[ORDER])])
+
+
+def test_handler_that_raises_frees_its_key_and_records_an_unknown_outcome() -> None:
+    s = _raising_service(commit_first=False)
+    with pytest.raises(_Boom):
+        asyncio.run(post(s, "k"))
+    first = s.ledger.attempts[0]
+    assert (first.outcome, first.delivered, first.status) == ("unknown", False, None)
+    # Nothing was done, so the key is free: the retry runs (no 409 forever).
+    again = asyncio.run(post(s, "k"))
+    assert again.status_code == 200 and not s.ledger.attempts[1].replayed
+
+
+def test_handler_that_raises_after_committing_saves_a_500() -> None:
+    s = _raising_service(commit_first=True)
+    with pytest.raises(_Boom):
+        asyncio.run(post(s, "k"))
+    again = asyncio.run(post(s, "k"))
+    # The half-done work is never redone under that key: its retry gets the saved 500.
+    assert again.status_code == 500 and s.ledger.attempts[1].replayed
+    assert len(s.ledger.effects) == 1
+
+
+def test_sync_path_serves_threads_one_request_at_a_time() -> None:
+    # Switch threads as often as possible, so an unserialised path races within a few rounds.
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for round_no in range(200):
+            s = services(LostReply(schedule=Schedule(attempts=(3,))))
+            barrier = threading.Barrier(8)
+
+            def send(s: Services = s, barrier: threading.Barrier = barrier) -> None:
+                with s.sync_client() as client:
+                    barrier.wait()
+                    with contextlib.suppress(httpx.ReadTimeout):
+                        client.post(URL, json={"order_id": "order_1042", "amount": 1})
+
+            threads = [threading.Thread(target=send) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            numbers = [a.n for a in s.ledger.attempts]
+            assert sorted(numbers) == list(range(1, 9)), f"round {round_no}: {numbers}"
+            fired = [a.n for a in s.ledger.faults_fired()]
+            assert fired == [3], f"round {round_no}: fault hit attempts {fired}"
+            assert len(s.ledger.effects) == 8
+    finally:
+        sys.setswitchinterval(old)
 
 
 @pytest.mark.parametrize(
@@ -153,6 +247,7 @@ def test_saved_5xx_is_replayed() -> None:
         ("lost_reply", True, "timeout"),
         ("timeout_before_commit", False, "timeout"),
         ("error_after_commit", True, 502),
+        ("server_error_after_commit", True, 500),
         ("error_before_commit", False, 503),
         ("rate_limited", False, 429),
     ],
@@ -228,5 +323,5 @@ def test_get_fault_names_accepted_values() -> None:
         get_fault("lost")
     assert set(FAULTS) == {
         "none", "lost_reply", "timeout_before_commit", "error_after_commit",
-        "error_before_commit", "rate_limited", "crash_after_commit",
+        "error_before_commit", "rate_limited", "crash_after_commit", "server_error_after_commit",
     }  # fmt: skip

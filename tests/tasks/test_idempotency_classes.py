@@ -16,6 +16,7 @@ from twice.mocks import (
     NoFault,
     PaymentsService,
     RateLimited,
+    ServerErrorAfterCommit,
     Services,
     TravelService,
 )
@@ -269,12 +270,23 @@ def test_declared_compensable_registers_its_undo() -> None:
 
 
 def test_declared_compensable_unknown_outcome_names_the_undo() -> None:
-    ctx, tools = _travel("declared", ErrorAfterCommit(status=503))
-    # 503 on every transport retry is replayed with the same key: still unknown at the end.
+    ctx, tools = _travel("declared", ServerErrorAfterCommit(status=503))
+    # The service saved its 503: every transport retry with the same key replays it, so the
+    # outcome is still unknown at the end.
     with pytest.raises(ToolError, match="undo it with cancel_flight"):
         asyncio.run(tools["book_flight"](trip_id="t1", traveler="Ana", flight_id="TW1"))
     assert len(ctx.services.ledger.effects) == 1
     assert ctx.compensations == []  # nothing the layer saw committed
+
+
+def test_declared_compensable_retry_after_a_gateway_error_gets_the_saved_booking() -> None:
+    ctx, tools = _travel("declared", ErrorAfterCommit())
+    text = str(asyncio.run(tools["book_flight"](trip_id="t1", traveler="Ana", flight_id="TW1")))
+    # The gateway's 502 was not saved: the keyed retry got the service's own saved reply.
+    assert text.startswith("Attempt 1: the travel API answered HTTP 502")
+    assert "got back the saved result of the earlier attempt" in text and "fb_1" in text
+    assert "To undo it: cancel_flight(booking_id='fb_1')" in text
+    assert len(ctx.services.ledger.effects) == 1 and ctx.services.ledger.attempts[1].replayed
 
 
 def test_compensation_is_registered_once_per_effect() -> None:

@@ -1,0 +1,156 @@
+"""The tool layer writes the "what happened" sentence; services come from a sample's state."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.tool import Tool, ToolDef
+from twice.mocks import (
+    ErrorAfterCommit,
+    Fault,
+    LostReply,
+    NoFault,
+    PaymentsService,
+    RateLimited,
+    Services,
+    TicketsService,
+    services_from_state,
+)
+from twice.tasks import ActionLog, TrialContext, get_protection, twice_task
+from twice.tasks.refund.refund import _services, refund_tools
+
+ORDER = {"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997}
+
+
+def _refund_tool(protection: str, fault: Fault | None = None) -> tuple[TrialContext, Tool]:
+    services = Services(_services({"orders": [ORDER]}), fault=fault or NoFault())
+    p = get_protection(protection)
+    ctx = TrialContext(services, p, action_log=ActionLog() if p.action_log else None)
+    tools = {ToolDef(t).name: t for t in refund_tools(ctx)}
+    return ctx, tools["issue_refund"]
+
+
+def _refund(tool: Tool) -> str:
+    return str(asyncio.run(tool(order_id="order_1042", amount=4.99)))
+
+
+def test_first_attempt_result_says_what_it_did() -> None:
+    _, tool = _refund_tool("bare")
+    assert _refund(tool).startswith("Created refund re_1 of $4.99 on order order_1042")
+
+
+def test_lookup_after_a_gateway_error_says_502_not_timed_out() -> None:
+    # The issue's repro: refund, error_after_commit, lookup. The agent used to be told that
+    # the first attempt timed out.
+    _, tool = _refund_tool("lookup", ErrorAfterCommit())
+    text = _refund(tool)
+    assert "timed out" not in text
+    assert text.startswith("Attempt 1: the payments API answered HTTP 502 (Bad gateway")
+    assert "A lookup then found it already made, so it was not sent again: refund re_1" in text
+
+
+def test_lookup_after_a_lost_reply_says_it_timed_out() -> None:
+    _, tool = _refund_tool("lookup", LostReply())
+    assert _refund(tool).startswith("Attempt 1: timed out waiting for the payments API. A lookup")
+
+
+def test_a_result_from_the_action_log_does_not_claim_it_was_created() -> None:
+    ctx, tool = _refund_tool("declared")
+    _refund(tool)
+    again = _refund(tool)
+    assert not again.startswith("Created")
+    assert again.startswith("Already done before the run restarted (from the action log; nothing")
+    assert "refund re_1" in again
+    assert len([a for a in ctx.services.ledger.attempts if a.mutating]) == 1  # nothing sent
+
+
+def test_a_keyed_replay_for_a_second_call_says_nothing_new_was_made() -> None:
+    ctx, tool = _refund_tool("intent-key")
+    _refund(tool)
+    again = _refund(tool)
+    assert again.startswith("Already done: the payments API returned the saved result")
+    assert "nothing new was made: refund re_1" in again
+    assert ctx.services.ledger.attempts[-1].replayed
+
+
+def test_a_keyed_retry_after_a_lost_reply_says_it_got_the_saved_result() -> None:
+    _, tool = _refund_tool("retry-stepkey", LostReply())
+    text = _refund(tool)
+    assert text.startswith("Attempt 1: timed out waiting for the payments API. Attempt 2")
+    assert "got back the saved result of the earlier attempt, so it was made once: refund re_1" in (
+        text
+    )
+
+
+def test_an_unkeyed_retry_warns_that_the_earlier_attempt_may_have_made_one() -> None:
+    ctx, tool = _refund_tool("retry-nokey", LostReply())
+    text = _refund(tool)
+    assert text.startswith("Created refund re_2 of $4.99")
+    assert "on attempt 2. Attempt 1: timed out waiting for the payments API" in text
+    assert "another refund may have been made by it" in text
+    assert [e.id for e in ctx.services.ledger.effects] == ["re_1", "re_2"]
+
+
+def test_a_retry_after_a_429_says_nothing_was_made_by_it() -> None:
+    _, tool = _refund_tool("retry-nokey", RateLimited())
+    text = _refund(tool)
+    assert text.startswith("Created refund re_1 of $4.99")
+    assert "HTTP 429" in text and "no refund was made by it" in text
+
+
+# -- the per-service handle --------------------------------------------------------------------
+
+
+def test_api_handle_names_the_service_and_builds_urls() -> None:
+    ctx = TrialContext(Services([TicketsService()]), get_protection("bare"))
+    api = ctx.api("tickets")
+    assert api.label == "helpdesk API"
+    assert api.url("/v1/tickets") == "https://tickets.twice.test/v1/tickets"
+
+
+def test_api_handle_for_an_unknown_service_names_the_trials_services() -> None:
+    ctx = TrialContext(Services([PaymentsService()]), get_protection("bare"))
+    with pytest.raises(
+        ValueError, match=r"no service 'payment' in this trial; its services: payments"
+    ):
+        ctx.api("payment")
+
+
+# -- services from a sample's state ----------------------------------------------------------
+
+
+def test_services_from_state_passes_each_key_to_its_service() -> None:
+    (payments,) = services_from_state({"orders": [ORDER]}, PaymentsService)
+    assert isinstance(payments, PaymentsService) and list(payments.orders) == ["order_1042"]
+
+
+def test_services_from_state_rejects_a_misspelt_key() -> None:
+    with pytest.raises(
+        ValueError, match=r"unknown state key\(s\) 'order' for PaymentsService; accepted: orders"
+    ):
+        services_from_state({"order": [ORDER]}, PaymentsService)
+
+
+def test_twice_task_rejects_a_sample_whose_state_has_a_misspelt_key() -> None:
+    dataset = MemoryDataset(
+        [Sample(input="refund it", id="s1", metadata={"state": {"ordres": [ORDER]}})]
+    )
+
+    def tools(ctx: TrialContext) -> list[Any]:
+        return []
+
+    with pytest.raises(
+        ValueError, match=r"task 'refund', sample 's1': unknown state key\(s\) 'ordres'"
+    ):
+        twice_task(
+            name="refund",
+            dataset=dataset,
+            services=_services,
+            tools=tools,
+            fault="none",
+            protection="bare",
+            prompt="baseline",
+        )
