@@ -38,7 +38,8 @@ class AgentContext:
         task: The twice task name (``refund``).
         sample_id: The dataset sample's id.
         epoch: The epoch (1-based).
-        metadata: The sample's metadata minus the stub models' gold plan.
+        metadata: The sample's own metadata, minus what only the eval may see (the stubs' gold
+            plan, the expected effects, the services' starting state).
     """
 
     urls: Mapping[str, str]

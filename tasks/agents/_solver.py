@@ -25,6 +25,10 @@ AGENT_STORE_KEY = "twice:agent"
 MAX_ERROR_CHARS = 500
 """How much of a crashed agent's exception message is kept (a framework's can be huge)."""
 
+EVAL_ONLY_METADATA = frozenset({"plan", "intents", "state"})
+"""Sample metadata an agent is not shown: the stubs' gold plan, the expected effects and the
+services' starting state are the eval's ground truth, not the user's request."""
+
 DUMMY_KEY = "twice-agent-bridge"
 """The API key set (only when none is set) so SDK clients can be built; the bridge never sends
 it anywhere: requests for model ``inspect`` are answered in-process."""
@@ -87,7 +91,7 @@ def agent_solver(
             task=task,
             sample_id=state.sample_id,
             epoch=state.epoch,
-            metadata={k: v for k, v in state.metadata.items() if k != "plan"},
+            metadata={k: v for k, v in state.metadata.items() if k not in EVAL_ONLY_METADATA},
         )
         for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
             os.environ.setdefault(var, DUMMY_KEY)

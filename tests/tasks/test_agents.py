@@ -314,13 +314,14 @@ def test_agent_context_urls_are_the_trial_services(tmp_path: Path) -> None:
         "echo_ctx",
         """
         async def agent(request, ctx):
-            return f"{ctx.model} {dict(ctx.urls)} {ctx.task} {'plan' in ctx.metadata}"
+            hidden = {"plan", "intents", "state"} & set(ctx.metadata)
+            return f"{ctx.model} {dict(ctx.urls)} {ctx.task} {sorted(hidden)}"
         """,
     )
     (log,) = _run([refund(agent=spec)], tmp_path / "logs", limit=1, model="stub/retry")
     (sample,) = log.samples or []
     assert sample.output.completion == (
-        "inspect {'payments': 'https://payments.twice.test'} refund False"
+        "inspect {'payments': 'https://payments.twice.test'} refund []"
     )
 
 
