@@ -24,7 +24,7 @@ from ._checks import (
     parse_assertions,
 )
 from ._inspect import EndStateCheck, side_effect_assertions, side_effects
-from ._metrics import METRICS, Intent, IntentResult, TrialMetrics, trial_metrics
+from ._metrics import METRICS, EffectFacts, Intent, IntentResult, TrialMetrics, trial_metrics
 from ._verdict import Verdict, describe_attempt
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Assertion",
     "Compensated",
     "Count",
+    "EffectFacts",
     "EndStateCheck",
     "Intent",
     "IntentResult",

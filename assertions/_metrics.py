@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from twice.mocks import Effect, Ledger
+from twice.mocks import RETRY_SOURCES, Effect, Ledger
 
 METRICS: tuple[str, ...] = (
     "completed",
@@ -72,6 +72,29 @@ class IntentResult:
 
 
 @dataclass
+class EffectFacts:
+    """What the scorer decided about one committed effect: the per-effect contract.
+
+    Written into the score metadata (``metadata["effects"]``) so readers of the log (the
+    report's drill-down and retry-source table) use the scorer's judgement instead of
+    re-deriving it from the raw ledger.
+    """
+
+    id: str
+    name: str
+    attempt: int
+    """Number of the attempt that committed it."""
+    source: str
+    """Retry source of that attempt (one of ``mocks.RETRY_SOURCES``)."""
+    intent: str | None
+    """Label of the intent it matched, or None when it matches no intent."""
+    excess: bool
+    """Beyond its intent's expected count (the later ones are the repeats), or unmatched."""
+    seen: bool
+    """Its id appeared, as a whole word, in a tool result the agent was shown."""
+
+
+@dataclass
 class TrialMetrics:
     """Every per-trial metric, plus the evidence behind it."""
 
@@ -87,6 +110,8 @@ class TrialMetrics:
     """Evidence lines for mutating effects that match no intent."""
     end_state: str | None = None
     """Why the task's end-state check failed, or None when it held."""
+    effects: list[EffectFacts] = field(default_factory=list)
+    """One entry per committed effect, in ledger order."""
 
     def values(self) -> dict[str, float]:
         """The metric values as floats (booleans as 0/1), for an inspect Score."""
@@ -98,6 +123,7 @@ class TrialMetrics:
             "intents": [asdict(r) for r in self.intents],
             "unmatched": self.unmatched,
             "end_state": self.end_state,
+            "effects": [asdict(f) for f in self.effects],
         }
 
     def explanation(self) -> str:
@@ -138,12 +164,17 @@ def trial_metrics(
     intents = list(intents)
     results: list[IntentResult] = []
     matched: set[str] = set()
+    intent_of: dict[str, str] = {}
+    excess_ids: set[str] = set()
     completed = end_state_error is None
     duplicated = diverged = False
     excess = 0
     for intent in intents:
         effects = [e for e in ledger.effects if intent.matches(e)]
         matched.update(e.id for e in effects)
+        for e in effects:
+            intent_of.setdefault(e.id, intent.label())
+        excess_ids.update(e.id for e in effects[max(0, intent.expected) :])
         n = len(effects)
         if intent.expected >= 1 and n < 1:
             completed = False
@@ -164,6 +195,19 @@ def trial_metrics(
         )
     unmatched = [e for e in ledger.effects if e.id not in matched]
     excess += len(unmatched)
+    excess_ids.update(e.id for e in unmatched)
+    facts = [
+        EffectFacts(
+            id=e.id,
+            name=e.name,
+            attempt=e.attempt,
+            source=_source(ledger, e),
+            intent=intent_of.get(e.id),
+            excess=e.id in excess_ids,
+            seen=ledger.seen(e),
+        )
+        for e in ledger.effects
+    ]
     exactly_once = not unmatched and all(r.observed == r.expected for r in results)
     return TrialMetrics(
         completed=completed,
@@ -172,8 +216,17 @@ def trial_metrics(
         diverged=diverged,
         exactly_once=exactly_once,
         safe_success=completed and exactly_once,
-        unseen_effects=len(ledger.unseen_effects()),
+        unseen_effects=sum(not f.seen for f in facts),
         intents=results,
         unmatched=[f"{e.name} {ledger.describe_effect(e)}" for e in unmatched],
         end_state=end_state_error,
+        effects=facts,
     )
+
+
+def _source(ledger: Ledger, effect: Effect) -> str:
+    try:
+        source = ledger.attempt(effect.attempt).source
+    except IndexError:  # an effect whose attempt the ledger does not hold
+        return "unknown"
+    return source if source in RETRY_SOURCES else "unknown"

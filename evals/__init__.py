@@ -14,7 +14,6 @@ from ._gate import (
     parse_gate,
     write_junit,
 )
-from ._logs import LogDir, LogEntry, check_log_dir, read_log_dir
 from ._power import trials_needed, trials_table
 from ._rates import CellRates, EvalRates, eval_rates
 from ._run import RunResult, build_tasks, check_model_args, run_metadata, run_suite
@@ -29,15 +28,12 @@ __all__ = [
     "GateConfig",
     "GateError",
     "GateResult",
-    "LogDir",
-    "LogEntry",
     "Matrix",
     "Rule",
     "RunResult",
     "Suite",
     "SuiteError",
     "build_tasks",
-    "check_log_dir",
     "check_model_args",
     "eval_rates",
     "evaluate_gate",
@@ -46,7 +42,6 @@ __all__ = [
     "load_gate",
     "load_suite",
     "parse_gate",
-    "read_log_dir",
     "run_metadata",
     "run_suite",
     "suite_from_flags",

@@ -20,7 +20,9 @@ A gate file holds ``[[rule]]`` blocks and an optional ``[baseline]`` table::
 
 Every rule is checked in every cell it matches (a rule × cell is one JUnit test case).
 
-**Why Fisher's exact test for the baseline.** A cell holds tens of trials and the rates that
+**Why Fisher's exact test for the baseline.** The test is ``reports.baseline_test``, the same
+function behind the report's regression badge, so the two never disagree at one alpha. A cell
+holds tens of trials and the rates that
 matter sit near 0 (duplication) or 1 (completion), so the expected counts in the 2×2 table are
 often below 5: there the normal approximation behind the two-proportion z-test is poor and
 can exceed its nominal false-alarm rate. Fisher's exact test conditions on the margins and
@@ -43,22 +45,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from scipy.stats import fisher_exact
-from twice.reports import CELL, RATES, wilson
-
-MEANS: dict[str, str] = {
-    "excess_effects_mean": "excess_effects",
-    "unseen_effects_mean": "unseen_effects",
-}
-"""Per-cell means a rule may bound (point estimate only: they have no interval)."""
-
-HIGHER_IS_WORSE = frozenset(
-    {"duplication_rate", "divergence_rate", "excess_effects_mean", "unseen_effects_mean"}
-)
-"""Metrics where a larger value is a regression; for every other rate, smaller is worse."""
+from twice.reports import CATALOGUE, CELL, COMPARED, baseline_test, crashed, metric, wilson
 
 STATISTICS = ("point", "lower", "upper")
-DEFAULT_BASELINE_METRICS = ("duplication_rate", "completion_rate", "safe_success_rate")
 
 Statistic = Literal["point", "lower", "upper"]
 Status = Literal["pass", "fail", "skip"]
@@ -68,9 +57,8 @@ class GateError(ValueError):
     """A gate file that cannot be used: names the bad value and what would be accepted."""
 
 
-def metrics() -> dict[str, str]:
-    """Every metric a rule may name → the per-trial column it is computed from."""
-    return {**RATES, **MEANS}
+def _is_rate(name: str) -> bool:
+    return metric(name).kind == "rate"
 
 
 @dataclass(frozen=True)
@@ -99,7 +87,7 @@ class BaselinePolicy:
     """How ``--baseline`` compares: which rates, which cells pair up, at what alpha."""
 
     alpha: float = 0.05
-    metrics: tuple[str, ...] = DEFAULT_BASELINE_METRICS
+    metrics: tuple[str, ...] = COMPARED
     match: tuple[str, ...] = CELL
     """Cell keys that pair a cell with baseline trials; keys left out are pooled (e.g. leave
     out ``model`` to compare a new model against the old one)."""
@@ -186,39 +174,42 @@ def _rule(block: Any, index: int, source: str) -> Rule:
             f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
             f"expected: {', '.join(sorted(_RULE_KEYS))}"
         )
-    metric = block.get("metric")
-    known = metrics()
-    if metric not in known:
-        raise GateError(f"{where}: unknown metric {metric!r}; expected one of: {', '.join(known)}")
+    metric_name = block.get("metric")
+    known = [m.name for m in CATALOGUE]
+    if metric_name not in known:
+        raise GateError(
+            f"{where}: unknown metric {metric_name!r}; expected one of: {', '.join(known)}"
+        )
+    is_rate = _is_rate(metric_name)
     if ("max" in block) == ("min" in block):
-        raise GateError(f"{where}: give exactly one of 'max' or 'min' (the bound on {metric})")
+        raise GateError(f"{where}: give exactly one of 'max' or 'min' (the bound on {metric_name})")
     direction: Literal["max", "min"] = "max" if "max" in block else "min"
     raw_bound = block[direction]
-    if metric in RATES:
+    if is_rate:
         bound = _probability(raw_bound, where, direction)
     elif isinstance(raw_bound, (int, float)) and not isinstance(raw_bound, bool) and raw_bound >= 0:
         bound = float(raw_bound)
     else:
         raise GateError(f"{where}: {direction!r} must be a non-negative number, got {raw_bound!r}")
     cautious: Statistic = "upper" if direction == "max" else "lower"
-    statistic = block.get("statistic", cautious if metric in RATES else "point")
+    statistic = block.get("statistic", cautious if is_rate else "point")
     if statistic not in STATISTICS:
         raise GateError(
             f"{where}: unknown statistic {statistic!r}; expected one of: {', '.join(STATISTICS)}"
         )
-    if metric in MEANS and statistic != "point":
+    if not is_rate and statistic != "point":
         raise GateError(
-            f"{where}: {metric} is a mean without an interval; statistic must be 'point', "
+            f"{where}: {metric_name} is a mean without an interval; statistic must be 'point', "
             f"got {statistic!r}"
         )
     min_trials = block.get("min_trials", 1)
     if not isinstance(min_trials, int) or isinstance(min_trials, bool) or min_trials < 1:
         raise GateError(f"{where}: 'min_trials' must be an integer ≥ 1, got {min_trials!r}")
     filters = {axis: _patterns(block[axis], where, axis) for axis in CELL if axis in block}
-    name = block.get("name", f"{metric} {direction} {raw_bound}")
+    name = block.get("name", f"{metric_name} {direction} {raw_bound}")
     if not isinstance(name, str) or not name.strip():
         raise GateError(f"{where}: 'name' must be a non-empty string, got {name!r}")
-    return Rule(name.strip(), metric, bound, direction, statistic, min_trials, filters)
+    return Rule(name.strip(), metric_name, bound, direction, statistic, min_trials, filters)
 
 
 def _baseline(block: Any, source: str) -> BaselinePolicy:
@@ -232,12 +223,13 @@ def _baseline(block: Any, source: str) -> BaselinePolicy:
             f"expected: {', '.join(sorted(_BASELINE_KEYS))}"
         )
     alpha = _probability(block.get("alpha", 0.05), where, "alpha", open_interval=True)
-    names = _patterns(block.get("metrics", list(DEFAULT_BASELINE_METRICS)), where, "metrics")
+    names = _patterns(block.get("metrics", list(COMPARED)), where, "metrics")
+    rates = [m.name for m in CATALOGUE if m.kind == "rate"]
     for m in names:
-        if m not in RATES:
+        if m not in rates:
             raise GateError(
                 f"{where}: metric {m!r} cannot be compared with a test of proportions; "
-                f"expected one of: {', '.join(RATES)}"
+                f"expected one of: {', '.join(rates)}"
             )
     match = block.get("match", list(CELL))
     if match == []:
@@ -295,10 +287,10 @@ def parse_gate(data: Mapping[str, Any], source: str = "<config>") -> GateConfig:
 # -- evaluating ----------------------------------------------------------------------------
 
 
-def _num(metric: str, x: float) -> str:
+def _num(name: str, x: float) -> str:
     if math.isnan(x):
         return "n/a"
-    return f"{x:.1%}" if metric in RATES else f"{x:.3g}"
+    return f"{x:.1%}" if _is_rate(name) else f"{x:.3g}"
 
 
 def cell_label(cell: Mapping[str, Any]) -> str:
@@ -320,17 +312,17 @@ def _cells(trials: pd.DataFrame) -> list[_Cell]:
     out = []
     for key, group in trials.groupby(list(CELL), sort=True, dropna=False):
         scored = group[group["completed"].notna()]
-        errors = int(((group["error"] != "") | group["completed"].isna()).sum())
+        errors = int(crashed(group).sum())
         out.append(_Cell(dict(zip(CELL, key, strict=True)), len(group), errors, scored))
     return out
 
 
 def _check_rule(rule: Rule, cell: _Cell, confidence: float) -> Check:
-    column = metrics()[rule.metric]
+    column = metric(rule.metric).column
     n = len(cell.scored)
     label = cell_label(cell.keys)
     excluded = f"; {cell.errors} errored trial(s) excluded" if cell.errors else ""
-    if rule.metric in RATES:
+    if _is_rate(rule.metric):
         k = int(cell.scored[column].sum())
         point = k / n if n else math.nan
         lo, hi = wilson(k, n, alpha=1 - confidence)
@@ -374,8 +366,8 @@ def _no_match(rule: Rule, cells: list[_Cell]) -> Check:
     )
 
 
-def _check_baseline(metric: str, cell: _Cell, base: pd.DataFrame, policy: BaselinePolicy) -> Check:
-    column = RATES[metric]
+def _check_baseline(name: str, cell: _Cell, base: pd.DataFrame, policy: BaselinePolicy) -> Check:
+    column = metric(name).column
     label = cell_label(cell.keys)
     mask = pd.Series(True, index=base.index)
     for key in policy.match:
@@ -385,23 +377,19 @@ def _check_baseline(metric: str, cell: _Cell, base: pd.DataFrame, policy: Baseli
     if n0 == 0 or n1 == 0:
         which = "the baseline has no scored trials" if n0 == 0 else "this cell has no scored trials"
         pairing = ", ".join(f"{k}={cell.keys[k]}" for k in policy.match) or "all trials"
-        return Check("baseline", metric, label, "skip", f"{which} for {pairing}")
+        return Check("baseline", name, label, "skip", f"{which} for {pairing}")
     k1, k0 = int(cell.scored[column].sum()), int(paired[column].sum())
-    worse_if_higher = metric in HIGHER_IS_WORSE
-    _, p = fisher_exact(
-        [[k1, n1 - k1], [k0, n0 - k0]], alternative="greater" if worse_if_higher else "less"
-    )
-    p = float(p)
-    worse = p < policy.alpha
+    test = baseline_test(name, k1, n1, k0, n0, alpha=policy.alpha)
+    p = test.p_worse
+    worse = test.verdict == "worse"
     numbers = (
-        f"{metric} {_num(metric, k1 / n1)} ({k1}/{n1}) vs baseline {_num(metric, k0 / n0)} "
-        f"({k0}/{n0})"
+        f"{name} {_num(name, k1 / n1)} ({k1}/{n1}) vs baseline {_num(name, k0 / n0)} ({k0}/{n0})"
     )
     verdict = "significantly worse" if worse else "not significantly worse"
     sign = "<" if worse else "≥"
     return Check(
         "baseline",
-        metric,
+        name,
         label,
         "fail" if worse else "pass",
         f"{numbers}: {verdict} (Fisher's exact test, one-sided p = {p:.3g} {sign} "
@@ -427,8 +415,8 @@ def evaluate_gate(
             checks.append(_no_match(rule, cells))
         checks.extend(_check_rule(rule, c, config.confidence) for c in matched)
     if baseline is not None:
-        for metric in config.baseline.metrics:
-            checks.extend(_check_baseline(metric, c, baseline, config.baseline) for c in cells)
+        for name in config.baseline.metrics:
+            checks.extend(_check_baseline(name, c, baseline, config.baseline) for c in cells)
     notes = []
     errored = sum(c.errors for c in cells)
     if errored:

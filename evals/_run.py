@@ -18,11 +18,10 @@ import pandas as pd
 from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
-from twice.reports import LogReadError, cells, trials_frame, write_summary
+from twice.reports import LogReadError, cells, check_log_dir, trials_frame, write_summary
 from twice.tasks import get_task, load_prompt
 from twice.tasks.agents import BUILTIN_AGENTS, REACT
 
-from ._logs import check_log_dir
 from ._suite import Cell, Suite, SuiteError
 
 CREDENTIAL_ARG = re.compile(
@@ -168,7 +167,7 @@ def build_tasks(suite: Suite, model_args: dict[str, Any] | None = None) -> list[
         if cell.agent != REACT:
             # Only for agents under test, so react's task args (and resumable logs) are as
             # before; a user's agent file is hashed so editing it makes its old logs stale.
-            args = {"agent": cell.agent, "mocks": suite.options.get("mocks") or None}
+            args = {"agent": cell.agent, "mocks": suite.mocks or None}
             version += agent_version(cell.agent)
         task = get_task(cell.task)(
             fault=cell.fault, protection=cell.protection, prompt=cell.prompt, **args
@@ -246,7 +245,9 @@ def run_suite(
             **eval_options(display),
         )
     with gc_for_trials():
-        frame = trials_frame([log.location for log in logs])
+        # The directory, not the logs eval_set returned: one rule for which logs count
+        # (reports.read_log_dir), shared with trials_frame, `twice report` and `twice gate`.
+        frame = trials_frame(log_dir)
     table = cells(frame)
     run = run_metadata(suite, model_args)
     summary_path = write_summary(table, log_dir / "summary.json", run=run)
@@ -272,7 +273,7 @@ def run_metadata(suite: Suite, model_args: dict[str, Any] | None = None) -> dict
     return {
         "models": suite.models(),
         "agents": suite.agents(),
-        "mocks": dict(suite.options.get("mocks") or {}),
+        "mocks": dict(suite.mocks),
         "model_args": {
             k: v
             for k, v in (model_args or {}).items()

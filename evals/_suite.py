@@ -74,7 +74,8 @@ class Suite:
     epochs: int = 1
     limit: int | None = None
     source: str = "flags"
-    options: dict[str, Any] = field(default_factory=dict)
+    mocks: dict[str, str] = field(default_factory=dict)
+    """``--mock SERVICE=URL``: production URL by service name, for agents other than react."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order."""
@@ -95,10 +96,6 @@ class Suite:
     def agents(self) -> list[str]:
         """Distinct agents, in order."""
         return list(dict.fromkeys(c.agent for c in self.cells()))
-
-    def prompts(self) -> list[str]:
-        """Distinct prompts, in order."""
-        return list(dict.fromkeys(c.prompt for c in self.cells()))
 
     def override(self, **axes: Sequence[str]) -> Suite:
         """Replace the named axes in every block (flags given with ``--config``)."""
@@ -154,7 +151,7 @@ class Suite:
 
     def _validate_agents(self) -> None:
         """Check each agent once, then every cell an agent other than ``react`` is in."""
-        mocks = self.options.get("mocks") or {}
+        mocks = self.mocks
         checked: set[str] = set()
         for cell in self.cells():
             try:
@@ -280,6 +277,6 @@ def suite_from_flags(
     if limit is not None:
         suite = replace(suite, limit=limit)
     if mocks:
-        suite = replace(suite, options={**suite.options, "mocks": dict(mocks)})
+        suite = replace(suite, mocks=dict(mocks))
     suite.validate()
     return suite

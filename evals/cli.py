@@ -217,9 +217,7 @@ def list_() -> None:
 
 def _trials(log_dir: Path, what: str) -> tuple[Any, Any]:
     """Read a log directory for gate/report: (LogDir, trial frame); LogReadError → exit 2."""
-    from twice.reports import LogReadError, trials_frame
-
-    from ._logs import read_log_dir
+    from twice.reports import LogReadError, read_log_dir, trials_frame
 
     try:
         logs = read_log_dir(log_dir)
@@ -229,9 +227,10 @@ def _trials(log_dir: Path, what: str) -> tuple[Any, Any]:
 
 
 def _errored(logs: Any, frame: Any) -> list[str]:
+    from twice.reports import crashed
+
     problems: list[str] = list(logs.problems())
-    crashed = frame[(frame["error"] != "") | frame["completed"].isna()]
-    for row in crashed.itertuples():
+    for row in frame[crashed(frame)].itertuples():
         first = str(row.error).strip().splitlines()[0] if row.error else "not scored"
         problems.append(
             f"trial {row.sample} epoch {row.epoch} of {row.model} / {row.prompt} / {row.task} / "

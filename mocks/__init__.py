@@ -27,6 +27,8 @@ from ._ledger import (
     Effect,
     Ledger,
     Outcome,
+    ledger_of,
+    ledgers,
     outcome_of,
 )
 from ._service import (
@@ -104,6 +106,8 @@ __all__ = [
     "TravelService",
     "error_response",
     "get_fault",
+    "ledger_of",
+    "ledgers",
     "noisy_retry_rate",
     "outcome_of",
     "services_from_state",

@@ -14,11 +14,10 @@ from typing import Any, Literal
 Outcome = Literal["ok", "fail", "unknown"]
 """What the client saw of an attempt (Jepsen's ok / fail / info)."""
 
-RetrySource = Literal["initial", "transport", "model", "resume", "unknown"]
-"""Who sent an attempt: the first try, the tool layer's retry loop, the model calling the
-tool again, or a restarted run re-executing a step. ``unknown`` when the client did not say."""
-
 RETRY_SOURCES: tuple[str, ...] = ("initial", "transport", "model", "resume", "unknown")
+"""Who sent an attempt (``Attempt.source``): the first try, the tool layer's retry loop, the
+model calling the tool again, or a restarted run re-executing a step. ``unknown`` when the
+client did not say."""
 
 
 @dataclass
@@ -147,3 +146,24 @@ class Ledger:
 
 LEDGER_STORE_KEY = "twice:ledger"
 """Key of the ledger (``Ledger.to_dict()``) in an inspect sample's store."""
+
+
+def ledger_of(sample: Any) -> Ledger:
+    """The ledger twice's tools kept in one inspect sample's store (an ``EvalSample``).
+
+    Raises:
+        LookupError: when the sample's store holds no ledger (not a twice task's sample).
+    """
+    data = (getattr(sample, "store", None) or {}).get(LEDGER_STORE_KEY)
+    if data is None:
+        raise LookupError(
+            f"sample {getattr(sample, 'id', '?')!r} has no ledger under {LEDGER_STORE_KEY!r} in "
+            "its store: it was not run by a twice task"
+        )
+    return Ledger.from_dict(data)
+
+
+def ledgers(log: Any) -> list[Ledger]:
+    """The ledgers of every sample of a full inspect log (an ``EvalLog`` read with samples),
+    in sample order."""
+    return [ledger_of(s) for s in getattr(log, "samples", None) or []]

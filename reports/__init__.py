@@ -3,42 +3,55 @@
 ``reports`` reads only inspect logs: it imports nothing from the rest of twice.
 """
 
-from ._aggregate import RATES, cells, summary, wilson, write_summary
-from ._compare import COMPARED, Difference, baseline_comparison, difference, prompt_comparison
+from ._aggregate import cells, summary, wilson, write_summary
+from ._compare import (
+    BaselineTest,
+    Difference,
+    baseline_comparison,
+    baseline_test,
+    difference,
+    prompt_comparison,
+)
 from ._drill import WORST_N, drill_down, severity, trial_detail, worst_trials
 from ._frame import (
     CELL,
     LEDGER_COLUMNS,
     METRICS,
     RETRY_SOURCES,
-    LogReadError,
     ledger_counts,
-    log_files,
     tidy,
     trials_frame,
 )
 from ._html import render_report, report_data, write_report
-from ._synthetic import SyntheticCell, SyntheticRun, write_synthetic_logs
+from ._logs import LogDir, LogEntry, LogReadError, check_log_dir, log_files, read_log_dir
+from ._metrics import CATALOGUE, COMPARED, Metric, crashed, metric
 
 __all__ = [
+    "CATALOGUE",
     "CELL",
     "COMPARED",
     "LEDGER_COLUMNS",
     "METRICS",
-    "RATES",
     "RETRY_SOURCES",
     "WORST_N",
+    "BaselineTest",
     "Difference",
+    "LogDir",
+    "LogEntry",
     "LogReadError",
-    "SyntheticCell",
-    "SyntheticRun",
+    "Metric",
     "baseline_comparison",
+    "baseline_test",
     "cells",
+    "check_log_dir",
+    "crashed",
     "difference",
     "drill_down",
     "ledger_counts",
     "log_files",
+    "metric",
     "prompt_comparison",
+    "read_log_dir",
     "render_report",
     "report_data",
     "severity",
@@ -50,5 +63,4 @@ __all__ = [
     "worst_trials",
     "write_report",
     "write_summary",
-    "write_synthetic_logs",
 ]

@@ -11,40 +11,36 @@ import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
 from ._frame import CELL
-
-RATES: dict[str, str] = {
-    "completion_rate": "completed",
-    "duplication_rate": "duplicated",
-    "exactly_once_rate": "exactly_once",
-    "safe_success_rate": "safe_success",
-    "divergence_rate": "diverged",
-    "crashed_rate": "crashed",
-}
-"""Cell rate name → per-trial metric it averages. Every rate gets a ``<name>_ci`` twin."""
+from ._metrics import CATALOGUE, crashed
 
 ALPHA = 0.05
 
 
 def wilson(successes: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
-    """Wilson score interval for ``successes`` out of ``n`` (NaNs when ``n == 0``)."""
+    """Wilson score interval for ``successes`` out of ``n`` (NaNs when ``n == 0``).
+
+    The interval always contains ``successes / n`` and lies in [0, 1], with exact ends:
+    statsmodels computes the bounds in floating point, so 0 of 28 came back as
+    ``[1.4e-17, 0.12]`` and 96 of 96 as ``[0.96, 0.9999999999999999]``, intervals that did
+    not contain their own rate. The Wilson bound at k = 0 (k = n) is exactly 0 (1).
+    """
     if n == 0:
         return (math.nan, math.nan)
     lo, hi = proportion_confint(successes, n, alpha=alpha, method="wilson")
-    return (float(lo), float(hi))
-
-
-def _ci_name(rate: str) -> str:
-    return rate.removesuffix("_rate") + "_ci"
+    rate = successes / n
+    lo = 0.0 if successes == 0 else min(max(float(lo), 0.0), rate)
+    hi = 1.0 if successes == n else max(min(float(hi), 1.0), rate)
+    return (lo, hi)
 
 
 def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     """Aggregate the trial frame per cell.
 
     Rates are over the trials that were scored; ``errors`` counts trials that crashed (they are
-    reported, never dropped silently; a ``crashed`` agent's trial is scored and counted in
-    ``crashed_rate``). Columns: the cell keys, ``trials``, ``errors``, each rate
-    of :data:`RATES` with ``<rate minus _rate>_ci`` as ``[lo, hi]``, ``excess_effects_mean``,
-    ``unseen_effects_mean``, ``tokens_mean``.
+    reported, never dropped silently). Columns: the cell keys, ``trials``, ``errors``, then every
+    metric of the catalogue (``reports.CATALOGUE``) in its order, each rate followed by its
+    interval ``<prefix>_ci`` as ``[lo, hi]``, then ``crashed_rate``/``crashed_ci`` (trials whose
+    agent under test raised; they are scored), then ``tokens_mean``.
     """
     rows: list[dict[str, Any]] = []
     for key, group in trials.groupby(list(by), sort=True, dropna=False):
@@ -53,15 +49,20 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
         n = len(scored)
         row: dict[str, Any] = dict(zip(by, keys, strict=True))
         row["trials"] = len(group)
-        row["errors"] = int(((group["error"] != "") | group["completed"].isna()).sum())
-        for rate, metric in RATES.items():
-            if metric not in scored:  # a frame from before the column existed
-                continue
-            k = int(scored[metric].sum())
-            row[rate] = k / n if n else math.nan
-            row[_ci_name(rate)] = list(wilson(k, n))
-        row["excess_effects_mean"] = float(scored["excess_effects"].mean()) if n else math.nan
-        row["unseen_effects_mean"] = float(scored["unseen_effects"].mean()) if n else math.nan
+        row["errors"] = int(crashed(group).sum())
+        for m in CATALOGUE:
+            if m.ci is not None:
+                k = int(scored[m.column].sum())
+                row[m.name] = k / n if n else math.nan
+                row[m.ci] = list(wilson(k, n))
+            else:
+                row[m.name] = float(scored[m.column].mean()) if n else math.nan
+        if "crashed" in scored:
+            # Agents under test: trials whose agent raised (scored, so counted over the scored
+            # trials). Not in the catalogue, whose columns are the scorer's own metrics.
+            k = int(scored["crashed"].sum())
+            row["crashed_rate"] = k / n if n else math.nan
+            row["crashed_ci"] = list(wilson(k, n))
         row["tokens_mean"] = float(group["total_tokens"].mean())
         rows.append(row)
     return pd.DataFrame(rows)

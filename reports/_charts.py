@@ -269,7 +269,8 @@ def timeline(attempts: list[dict[str, Any]], effects: list[dict[str, Any]]) -> T
                     "ax": x,
                     "id": e["id"],
                     "excess": bool(e.get("excess")),
-                    "seen": bool(e.get("seen")),
+                    "seen": e.get("seen")
+                    is not False,  # unknown (an old log) is not drawn as unseen
                     "lost": not a.get("delivered", True),
                 }
             )

@@ -1,9 +1,18 @@
 """Differences between two rates: prompt vs prompt per model, and a run vs its baseline.
 
-The statistics are statsmodels': Newcombe's hybrid score interval for the difference of two
-independent proportions (``confint_proportions_2indep(method="newcomb")``) and the score test
-of equal proportions (``test_proportions_2indep(method="score")``). Both behave at rates of
-0 % and 100 %, which is where agents under a fault often sit.
+Every difference carries Newcombe's hybrid score interval for the difference of two
+independent proportions (statsmodels' ``confint_proportions_2indep(method="newcomb")``).
+Two questions, two tests, each named wherever its verdict is shown:
+
+- **Prompt vs prompt** (:func:`prompt_comparison`) asks "do these differ, either way?": the
+  two-sided score test of equal proportions (``test_proportions_2indep(method="score")``).
+- **This run vs a baseline run** (:func:`baseline_comparison`, the report's regression badge)
+  asks "did this cell get worse (or better)?": :func:`baseline_test`, Fisher's exact test,
+  one-sided in the direction of the observed change. ``twice gate --baseline`` calls the same
+  function, so at the same alpha a cell the report flags as a regression is a cell the gate
+  fails, and the reverse.
+
+All of them behave at rates of 0 % and 100 %, which is where agents under a fault often sit.
 """
 
 from __future__ import annotations
@@ -15,17 +24,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import fisher_exact
 from statsmodels.stats.proportion import confint_proportions_2indep, test_proportions_2indep
 
 from ._aggregate import ALPHA
 from ._frame import CELL
-
-COMPARED: dict[str, str] = {
-    "duplicated": "lower",
-    "safe_success": "higher",
-    "completed": "higher",
-}
-"""Per-trial metrics compared between prompts and against a baseline, and which way is better."""
+from ._metrics import COMPARED, Metric, metric
 
 
 @dataclass(frozen=True)
@@ -69,22 +73,78 @@ def difference(k: int, n: int, k_ref: int, n_ref: int, alpha: float = ALPHA) -> 
     return Difference(k_ref / n_ref, k / n, k / n - k_ref / n_ref, (float(lo), float(hi)), p)
 
 
-def verdict(metric: str, d: Difference) -> str:
+def verdict(name: str, d: Difference) -> str:
     """``better``, ``worse`` (significant either way) or ``same`` for a metric's difference."""
     if not d.significant or d.diff == 0:
         return "same"
-    lower_is_better = COMPARED.get(metric, "higher") == "lower"
+    lower_is_better = metric(name).higher_is_worse
     return "better" if (d.diff < 0) == lower_is_better else "worse"
+
+
+@dataclass(frozen=True)
+class BaselineTest:
+    """Whether ``k`` of ``n`` is worse (or better) than the baseline's ``k_ref`` of ``n_ref``.
+
+    The test is Fisher's exact test, one-sided: ``p_worse`` is the p-value of "this run is
+    worse", ``p_better`` of "this run is better". It conditions on the margins and computes the
+    tail exactly, so its false-alarm rate stays at or below ``alpha`` at the small counts and
+    extreme rates of a cell (where the normal approximation of a z or score test is poor).
+    """
+
+    metric: Metric
+    p_worse: float
+    p_better: float
+    alpha: float
+
+    @property
+    def verdict(self) -> str:
+        """``worse`` (p_worse < alpha), ``better`` (p_better < alpha) or ``same``."""
+        if self.p_worse < self.alpha:
+            return "worse"
+        return "better" if self.p_better < self.alpha else "same"
+
+    @property
+    def p_value(self) -> float:
+        """The p-value of the direction the verdict (or, when ``same``, the data) leans."""
+        return min(self.p_worse, self.p_better)
+
+
+TEST_NAME = "Fisher's exact test, one-sided"
+"""How the baseline test is named wherever its verdict is shown."""
+
+
+def baseline_test(
+    name: str, k: int, n: int, k_ref: int, n_ref: int, alpha: float = ALPHA
+) -> BaselineTest:
+    """Test one metric of a cell against the baseline: the report's badge and the gate's check.
+
+    Args:
+        name: The metric (``duplication_rate`` or its column ``duplicated``).
+        k, n: Trials where the metric's column is 1, and scored trials, in this run.
+        k_ref, n_ref: The same in the baseline.
+        alpha: Significance level.
+    """
+    m = metric(name)
+    if n == 0 or n_ref == 0:
+        return BaselineTest(m, math.nan, math.nan, alpha)
+    table = [[k, n - k], [k_ref, n_ref - k_ref]]
+    p_higher = float(fisher_exact(table, alternative="greater")[1])
+    p_lower = float(fisher_exact(table, alternative="less")[1])
+    if m.higher_is_worse:
+        return BaselineTest(m, p_higher, p_lower, alpha)
+    return BaselineTest(m, p_lower, p_higher, alpha)
 
 
 def _scored(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["completed"].notna()]
 
 
-def _row(metric: str, k: int, n: int, k_ref: int, n_ref: int) -> dict[str, Any]:
+def _row(name: str, k: int, n: int, k_ref: int, n_ref: int) -> dict[str, Any]:
+    m = metric(name)
     d = difference(k, n, k_ref, n_ref)
     return {
-        "metric": metric,
+        "metric": m.column,
+        "label": m.label,
         "n_ref": n_ref,
         "n": n,
         "rate_ref": d.rate_ref,
@@ -93,7 +153,18 @@ def _row(metric: str, k: int, n: int, k_ref: int, n_ref: int) -> dict[str, Any]:
         "diff_ci": list(d.ci),
         "p_value": d.p_value,
         "significant": d.significant,
-        "verdict": verdict(metric, d),
+        "verdict": verdict(name, d),
+    }
+
+
+def _baseline_row(name: str, k: int, n: int, k_ref: int, n_ref: int) -> dict[str, Any]:
+    t = baseline_test(name, k, n, k_ref, n_ref)
+    return {
+        **_row(name, k, n, k_ref, n_ref),
+        "p_value": t.p_value,
+        "significant": t.verdict != "same",
+        "verdict": t.verdict,
+        "test": TEST_NAME,
     }
 
 
@@ -115,8 +186,8 @@ def prompt_comparison(
     Returns:
         A long frame: ``model, prompt, reference, fault, conditions, metric, n_ref, n,
         rate_ref, rate, diff`` (``rate - rate_ref``), ``diff_ci`` ([lo, hi], Newcombe),
-        ``p_value`` (score test), ``significant``, ``verdict`` (better/worse/same for the
-        prompt). Empty when fewer than two prompts ran.
+        ``p_value`` (two-sided score test), ``significant``, ``verdict`` (better/worse/same
+        for the prompt), ``label``. Empty when fewer than two prompts ran.
     """
     scored = _scored(trials)
     prompts = list(dict.fromkeys(trials["prompt"]))
@@ -146,7 +217,8 @@ def prompt_comparison(
                 a = scope[scope["prompt"] == prompt]
                 r = scope[scope["prompt"] == ref]
                 n_cond = len(scope[cond].drop_duplicates())
-                for metric in COMPARED:
+                for name in COMPARED:
+                    column = metric(name).column
                     rows.append(
                         {
                             "model": model,
@@ -155,7 +227,7 @@ def prompt_comparison(
                             "fault": fault,
                             "conditions": n_cond,
                             **_row(
-                                metric, int(a[metric].sum()), len(a), int(r[metric].sum()), len(r)
+                                name, int(a[column].sum()), len(a), int(r[column].sum()), len(r)
                             ),
                         }
                     )
@@ -170,15 +242,17 @@ def baseline_comparison(trials: pd.DataFrame, baseline: pd.DataFrame) -> pd.Data
     """Every cell of this run against the same cell of a baseline run.
 
     A cell is a ``regression`` when some compared metric got significantly worse (duplication
-    up, completion or safe success down), an ``improvement`` when some got significantly better
-    and none worse, ``mixed`` when both, ``same`` otherwise; ``new``/``gone`` for cells only in
-    this run / only in the baseline. ``prompt_changed`` is True when a prompt of the same name
-    has a different text (sha256) in the two runs.
+    up, completion or safe success down; :func:`baseline_test`, the gate's test), an
+    ``improvement`` when some got significantly better and none worse, ``mixed`` when both,
+    ``same`` otherwise; ``new``/``gone`` for cells only in this run / only in the baseline.
+    ``prompt_changed`` is True when a prompt of the same name has a different text (sha256) in
+    the two runs.
 
     Returns:
         A long frame: the cell columns, ``flag``, ``prompt_changed``, then per compared metric
-        one row (``metric`` and the columns of :func:`prompt_comparison`); ``new``/``gone``
-        cells have one row with ``metric`` None.
+        one row (``metric`` and the columns of :func:`prompt_comparison`, with ``p_value``,
+        ``significant`` and ``verdict`` from :func:`baseline_test`, and ``test`` naming it);
+        ``new``/``gone`` cells have one row with ``metric`` None.
     """
     now, base = _scored(trials), _scored(baseline)
     now_groups = {k: g for k, g in now.groupby(list(CELL), sort=True)}
@@ -200,7 +274,10 @@ def baseline_comparison(trials: pd.DataFrame, baseline: pd.DataFrame) -> pd.Data
             set(baseline.loc[_cell_mask(baseline, cell), "prompt_sha256"]),
         )
         changed = bool(shas[0] and shas[1] and shas[0] != shas[1] and "" not in shas[0] | shas[1])
-        metric_rows = [_row(m, int(a[m].sum()), len(a), int(r[m].sum()), len(r)) for m in COMPARED]
+        metric_rows = [
+            _baseline_row(name, int(a[c].sum()), len(a), int(r[c].sum()), len(r))
+            for name, c in ((name, metric(name).column) for name in COMPARED)
+        ]
         verdicts = {row["verdict"] for row in metric_rows}
         if "worse" in verdicts:
             flag = "mixed" if "better" in verdicts else "regression"

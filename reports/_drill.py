@@ -17,7 +17,8 @@ import pandas as pd
 from inspect_ai.log import EvalSample, read_eval_log_sample
 
 from ._charts import timeline
-from ._frame import CELL, LEDGER_KEY, SCORER, local_path
+from ._frame import CELL, LEDGER_KEY, SCORER, effect_facts, local_path
+from ._metrics import crashed
 
 WORST_N = 20
 """Trials drilled into by default."""
@@ -38,11 +39,10 @@ def severity(trials: pd.DataFrame) -> pd.Series:
     ``10 × excess effects + 5 × diverged + 3 × crashed + 2 × not completed + 1 × any unseen
     effect``; a crashed trial (not scored) counts as crashed only.
     """
-    crashed = trials["completed"].isna() | (trials["error"] != "")
     score = (
         10 * trials["excess_effects"].fillna(0)
         + 5 * trials["diverged"].fillna(0)
-        + 3 * crashed.astype(float)
+        + 3 * crashed(trials).astype(float)
         + 2 * (1 - trials["completed"].fillna(1))
         + (trials["unseen_effects"].fillna(0) > 0).astype(float)
     )
@@ -154,6 +154,7 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
         "intents": [],
         "unmatched": [],
         "end_state": "",
+        "hidden_attempts": 0,
         "timeline": None,
     }
     try:
@@ -168,15 +169,9 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
     detail["task_input"], detail["agent"] = _agent_view(sample)
     ledger = (sample.store or {}).get(LEDGER_KEY) or {}
     attempts: list[dict[str, Any]] = list(ledger.get("attempts", []))
-    observations: list[str] = [str(o) for o in ledger.get("observations", [])]
     score = (sample.scores or {}).get(SCORER)
     meta: dict[str, Any] = (score.metadata or {}) if score is not None else {}
-    excess: set[str] = set()
-    claimed: set[str] = set()
     for intent in meta.get("intents", []):
-        ids = [str(i) for i in intent.get("effects", [])]
-        claimed.update(ids)
-        excess.update(ids[max(0, int(intent.get("expected", 1))) :])
         detail["intents"].append(
             {
                 "intent": clip(intent.get("intent", ""), 300),
@@ -188,19 +183,21 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
         )
     detail["unmatched"] = [clip(u, 300) for u in meta.get("unmatched", [])]
     detail["end_state"] = clip(meta.get("end_state") or "", 300)
-    source_of = {a.get("n"): a.get("source", "unknown") for a in attempts}
+    # Excess, seen and source are the scorer's facts (None: a log without them).
+    facts = {str(f.get("id")): f for f in effect_facts({"metadata": meta}) or []}
     effects = []
     for e in ledger.get("effects", []):
         effect_id = str(e.get("id"))
+        fact = facts.get(effect_id, {})
         effects.append(
             {
                 "id": effect_id,
                 "name": e.get("name", ""),
                 "attempt": e.get("attempt"),
-                "source": source_of.get(e.get("attempt"), "unknown"),
+                "source": fact.get("source", "unknown"),
                 "fields": clip(e.get("fields", {}), 300),
-                "seen": any(effect_id in o for o in observations),
-                "excess": effect_id in excess or (bool(meta) and effect_id not in claimed),
+                "seen": fact.get("seen"),
+                "excess": bool(fact.get("excess")),
             }
         )
     detail["effects"] = effects[:MAX_ROWS]

@@ -19,16 +19,12 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 from inspect_ai.log import read_eval_log
 
-METRICS: tuple[str, ...] = (
-    "completed",
-    "duplicated",
-    "excess_effects",
-    "diverged",
-    "exactly_once",
-    "safe_success",
-    "unseen_effects",
-)
-"""Per-trial metric columns (the names of DESIGN.md and of twice's scorer)."""
+from ._logs import LogReadError, read_log_dir
+from ._metrics import CATALOGUE
+
+METRICS: tuple[str, ...] = tuple(m.column for m in CATALOGUE)
+"""Per-trial metric columns: the catalogue's columns, which are the names twice's scorer writes
+(``assertions.METRICS``)."""
 
 CELL: tuple[str, ...] = ("model", "agent", "prompt", "task", "fault", "protection")
 """The columns that identify a cell. ``agent`` is the agent under test (``react``: twice's own
@@ -77,35 +73,6 @@ RAW_COLUMNS: tuple[str, ...] = (
 twice's own reader adds ``agent_error``, read from the sample store)."""
 
 
-class LogReadError(Exception):
-    """A log directory that is missing, empty, or holds a log that cannot be read."""
-
-
-def log_files(log_dir: str | Path) -> list[Path]:
-    """The ``.eval``/``.json`` inspect logs under ``log_dir``.
-
-    Raises:
-        LogReadError: when the directory is missing or holds no logs.
-    """
-    root = Path(log_dir)
-    if not root.is_dir():
-        raise LogReadError(f"log directory {str(root)!r} does not exist")
-    files = sorted(
-        p
-        for p in root.rglob("*")
-        if p.suffix in (".eval", ".json")
-        and p.is_file()
-        and not p.name.startswith(("logs", "summary", "eval-set"))
-        and p.name != "summary.json"
-    )
-    if not files:
-        raise LogReadError(
-            f"log directory {str(root)!r} holds no inspect logs (*.eval or *.json); "
-            "run `twice run --log-dir DIR` first"
-        )
-    return files
-
-
 def _twice_meta(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         try:
@@ -132,14 +99,16 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     scored).
 
     Args:
-        logs: A log directory, or a list of log files (paths or ``file://`` URIs, as in
+        logs: A log directory, whose counted logs are read (:func:`read_log_dir`: the newest
+            log of each task of the last run, as ``summary.json`` and ``twice gate`` count),
+            or a list of log files, all read (paths or ``file://`` URIs, as in
             ``EvalLog.location``).
 
     Raises:
         LogReadError: when there are no logs or one cannot be read.
     """
     if isinstance(logs, (str, Path)):
-        paths = log_files(logs)
+        paths = read_log_dir(logs).files
     else:  # EvalLog.location is a file:// URI for logs eval_set found on disk
         paths = [Path(local_path(str(p))) for p in logs]
     rows: list[dict[str, Any]] = []
@@ -290,13 +259,29 @@ def sample_records(path: str | Path) -> Iterator[dict[str, Any]]:
         yield sample.model_dump(mode="json", exclude={"messages", "events", "attachments"})
 
 
-def _source(attempt: dict[str, Any]) -> str:
-    source = attempt.get("source")
-    return source if source in RETRY_SOURCES else "unknown"
+def _source(value: Any) -> str:
+    return value if value in RETRY_SOURCES else "unknown"
+
+
+def effect_facts(score: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The scorer's per-effect facts (``id, name, attempt, source, intent, excess, seen``).
+
+    twice's ``side_effects`` scorer writes them into its score metadata: the report reads
+    them instead of re-deriving excess and seen from the raw ledger. None when the trial was
+    not scored, or was scored by a twice older than these facts.
+    """
+    meta = (score or {}).get("metadata")
+    facts = meta.get("effects") if isinstance(meta, dict) else None
+    if not isinstance(facts, list):
+        return None
+    return [f for f in facts if isinstance(f, dict)]
 
 
 def ledger_counts(store: dict[str, Any] | None, score: dict[str, Any] | None) -> dict[str, float]:
     """The :data:`LEDGER_COLUMNS` of one trial, from its store and its ``side_effects`` score.
+
+    Attempts are counted from the ledger; which effects are excess, and whose attempt
+    committed them, come from the scorer's per-effect facts (:func:`effect_facts`).
 
     Args:
         store: The sample's store (the ledger is under :data:`LEDGER_KEY`).
@@ -318,21 +303,13 @@ def ledger_counts(store: dict[str, Any] | None, score: dict[str, Any] | None) ->
     for a in attempts:
         if a.get("mutating"):
             out["attempts"] += 1
-            out[f"attempts_{_source(a)}"] += 1
-    meta = (score or {}).get("metadata")
-    if not isinstance(meta, dict):
+            out[f"attempts_{_source(a.get('source'))}"] += 1
+    facts = effect_facts(score)
+    if facts is None:
         for s in RETRY_SOURCES:
             out[f"excess_{s}"] = math.nan
         return out
-    by_n = {a.get("n"): a for a in attempts}
-    source_of = {e.get("id"): _source(by_n.get(e.get("attempt"), {})) for e in effects}
-    claimed: set[Any] = set()
-    excess: list[Any] = []
-    for intent in meta.get("intents", []):
-        ids = list(intent.get("effects", []))
-        claimed.update(ids)
-        excess += ids[max(0, int(intent.get("expected", 1))) :]  # the later ones are the repeats
-    excess += [e.get("id") for e in effects if e.get("id") not in claimed]
-    for effect_id in excess:
-        out[f"excess_{source_of.get(effect_id, 'unknown')}"] += 1
+    for fact in facts:
+        if fact.get("excess"):
+            out[f"excess_{_source(fact.get('source'))}"] += 1
     return out

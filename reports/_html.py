@@ -8,6 +8,7 @@ page carries a Content-Security-Policy that allows no script and no network at a
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +23,7 @@ from ._charts import PALETTE, interval_bar, rate_colour, scatter
 from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comparison
 from ._drill import WORST_N, clip, drill_down
 from ._frame import CELL, RETRY_SOURCES, local_path
+from ._metrics import COMPARED, crashed, metric
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader(__package__ or "twice.reports", "templates"),
@@ -31,30 +33,8 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
 )
 
-GRID_METRICS: tuple[tuple[str, str, str, bool, str], ...] = (
-    (
-        "dup",
-        "Duplication",
-        "duplication",
-        True,
-        "trials where some intent got more effects than asked",
-    ),
-    ("comp", "Completion", "completion", False, "trials where everything asked for was done"),
-    (
-        "safe",
-        "Safe success",
-        "safe_success",
-        False,
-        "completed and exactly once: the job got done, once",
-    ),
-)
-"""(id, title, rate prefix in :func:`cells`, lower is better, what it counts)."""
-
-METRIC_LABELS: dict[str, str] = {
-    "duplicated": "duplication",
-    "safe_success": "safe success",
-    "completed": "completion",
-}
+GRID_METRICS: tuple[str, ...] = ("duplication_rate", "completion_rate", "safe_success_rate")
+"""The catalogue metrics the model × prompt grid has a tab for, first tab first."""
 
 SOURCE_NOTES: dict[str, str] = {
     "initial": "the first attempt of a tool call",
@@ -149,6 +129,21 @@ def _headers(trials: pd.DataFrame) -> list[Any]:
     return out
 
 
+def _span(headers: list[Any]) -> str:
+    """``first start – last finish`` of the logs' evals (minutes; UTC offsets as written)."""
+    started = min(str(h.eval.created) for h in headers)
+    ends = [str(h.stats.completed_at) for h in headers if h.stats and h.stats.completed_at]
+    first, last = _minute(started), _minute(max(ends)) if ends else ""
+    return first if not last or last == first else f"{first} – {last}"
+
+
+def _minute(stamp: str) -> str:
+    try:
+        return dt.datetime.fromisoformat(stamp).strftime("%Y-%m-%d %H:%M %Z").strip()
+    except ValueError:
+        return stamp
+
+
 def run_info(trials: pd.DataFrame, run: dict[str, Any] | None) -> dict[str, Any]:
     """What was run: ``run`` (from ``twice run``) completed from the logs themselves."""
     run = dict(run or {})
@@ -170,10 +165,12 @@ def run_info(trials: pd.DataFrame, run: dict[str, Any] | None) -> dict[str, Any]
         prompts.setdefault(name, {"source": "", "sha256": sha, "text": ""})
     order = [*(run.get("prompts") or {}), *prompts]  # the run's order, then the logs'
     versions = dict(run.get("versions") or {})
+    # When the trials ran, from the logs: a resumed run that reused every cell writes a new
+    # run["created"], but its trials are as old as their logs.
     created = run.get("created") or ""
     if headers:
         versions = {**{k: v for k, v in (headers[0].eval.packages or {}).items()}, **versions}
-        created = created or min(str(h.eval.created) for h in headers)
+        created = _span(headers)
     info = {
         "models": _ordered(run.get("models"), trials["model"]),
         "prompts": {
@@ -212,9 +209,33 @@ def _rate(row: dict[str, Any], prefix: str, lower_is_better: bool) -> dict[str, 
     }
 
 
+def _by_prompt(mine: pd.DataFrame, prompts: list[str]) -> dict[str, Any] | None:
+    """One model's safe success per prompt, over the conditions all its prompts ran."""
+    if len(prompts) < 2:
+        return None
+    cond = ["task", "fault", "protection"]
+    ran = {
+        p: set(map(tuple, g[cond].drop_duplicates().to_numpy())) for p, g in mine.groupby("prompt")
+    }
+    if len(ran) < 2:
+        return {"rows": [], "conditions": 0, "note": "ran one prompt only"}
+    shared = set.intersection(*ran.values())
+    if not shared:
+        return {"rows": [], "conditions": 0, "note": "its prompts share no condition"}
+    keys = pd.Series(list(map(tuple, mine[cond].to_numpy())), index=mine.index)
+    matched = mine[keys.isin(shared)]
+    table = {r["prompt"]: r for r in _records(cells(matched, by=("prompt",)))}
+    rows = [
+        {"prompt": p, "n": table[p]["trials"], "safe": _rate(table[p], "safe_success", False)}
+        for p in _ordered(prompts, table)
+    ]
+    return {"rows": rows, "conditions": len(shared), "note": ""}
+
+
 def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
     by_model = {r["model"]: r for r in _records(cells(trials, by=("model",)))}
     per_cell = cells(trials)
+    prompts = list(info["prompts"]) or _ordered(None, trials["prompt"])
     rows = []
     for model in info["models"]:
         r = by_model.get(model)
@@ -226,6 +247,7 @@ def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]
             w = mine.sort_values(["duplication_rate", "trials"], ascending=False).iloc[0]
             worst = {k: w[k] for k in ("prompt", "task", "fault", "protection")}
             worst["rate"], worst["ci"] = w["duplication_rate"], w["duplication_ci"]
+        own = trials[trials["model"] == model]
         rows.append(
             {
                 "model": model,
@@ -237,6 +259,12 @@ def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]
                 "comp": _rate(r, "completion", False),
                 "excess": r["excess_effects_mean"],
                 "worst": worst,
+                # What the row pools: the headline rates are over all of these at once.
+                "pooled": {
+                    axis: int(own[axis].nunique())
+                    for axis in ("prompt", "task", "fault", "protection")
+                },
+                "by_prompt": _by_prompt(own, prompts),
             }
         )
     # Best first: the page is read top-down, so the table answers "which one" on its own.
@@ -254,42 +282,85 @@ def _takeaway(headline: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     best = max(scored, key=lambda r: (_num(r["safe"]["ci"][0]), -_num(r["dup"]["ci"][1])))
     return {
-        "best": best,
+        # A model with no safe success at all is nobody's "highest safe success".
+        "best": best if _num(best["safe"]["rate"]) > 0 else None,
         "duplicators": [r["model"] for r in scored if _num(r["dup"]["rate"]) > 0],
         "clean": [r["model"] for r in scored if _num(r["dup"]["rate"]) == 0],
     }
 
 
+def _matched(part: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """One model's trials under one fault and protection, cut to the tasks every prompt ran.
+
+    The grid compares prompts along a row, so a prompt must not be credited (or blamed) for
+    tasks only it faced: ``stub/retry`` under ``baseline`` over five tasks beside ``cautious``
+    over refund alone read as a prompt effect. Returns the matched trials and a note saying
+    what was left out ("" when nothing was).
+    """
+    tasks = {p: set(g["task"]) for p, g in part.groupby("prompt", sort=False)}
+    if len(tasks) < 2:
+        return part, ""
+    shared = set.intersection(*tasks.values())
+    if not shared:
+        return part, "prompts ran different tasks: not comparable along this row"
+    if all(t == shared for t in tasks.values()):
+        return part, ""
+    left = sorted(set.union(*tasks.values()) - shared)
+    return (
+        part[part["task"].isin(shared)],
+        f"matched on {', '.join(sorted(shared))}; left out {', '.join(left)} "
+        "(run by only some prompts)",
+    )
+
+
 def _grids(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
-    table = cells(trials, by=("fault", "protection", "model", "prompt"))
-    index = {(r["fault"], r["protection"], r["model"], r["prompt"]): r for r in _records(table)}
+    facets_data: dict[tuple[str, str], list[tuple[str, pd.DataFrame, str]]] = {}
+    for (fault, protection, model), part in trials.groupby(
+        ["fault", "protection", "model"], sort=False
+    ):
+        matched, note = _matched(part)
+        facets_data.setdefault((str(fault), str(protection)), []).append(
+            (str(model), matched, note)
+        )
     out = []
-    for gid, title, prefix, lower, what in GRID_METRICS:
+    for m in map(metric, GRID_METRICS):
+        prefix, lower = m.prefix, m.higher_is_worse
         faults = []
         for fault in info["faults"]:
             facets = []
             for protection in info["protections"]:
-                here = table[(table["fault"] == fault) & (table["protection"] == protection)]
-                if here.empty:
+                here = facets_data.get((fault, protection))
+                if not here:
                     continue
-                prompts = _ordered(info["prompts"], here["prompt"])
+                prompts = _ordered(
+                    info["prompts"], pd.concat([part["prompt"] for _, part, _ in here])
+                )
+                by_model = {model: (part, note) for model, part, note in here}
                 rows = []
-                for model in _ordered(info["models"], here["model"]):
+                for model in _ordered(info["models"], by_model):
+                    part, note = by_model[model]
+                    index = {r["prompt"]: r for r in _records(cells(part, by=("prompt",)))}
                     row_cells: list[dict[str, Any] | None] = []
                     for prompt in prompts:
-                        r = index.get((fault, protection, model, prompt))
+                        r = index.get(prompt)
                         if r is None:
                             row_cells.append(None)
                             continue
                         row_cells.append(
                             {**_rate(r, prefix, lower), "n": r["trials"], "errors": r["errors"]}
                         )
-                    rows.append({"model": model, "cells": row_cells})
+                    rows.append({"model": model, "cells": row_cells, "note": note})
                 facets.append({"protection": protection, "prompts": prompts, "rows": rows})
             if facets:
                 faults.append({"fault": fault, "facets": facets})
         out.append(
-            {"id": gid, "title": title, "what": what, "lower_is_better": lower, "faults": faults}
+            {
+                "id": m.prefix,
+                "title": m.label.capitalize(),
+                "what": m.what,
+                "lower_is_better": lower,
+                "faults": faults,
+            }
         )
     return out
 
@@ -336,7 +407,6 @@ def _prompt_section(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any
                             "model": model,
                             "prompt": prompt,
                             "fault": fault,
-                            "label": METRIC_LABELS[m["metric"]],
                             **m,
                         }
                     )
@@ -350,9 +420,7 @@ def _prompt_section(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any
                     "n_ref": first["n_ref"],
                     "n": first["n"],
                     "metrics": [
-                        metrics[m]
-                        for m in ("duplicated", "safe_success", "completed")
-                        if m in metrics
+                        metrics[c] for c in (metric(n).column for n in COMPARED) if c in metrics
                     ],
                 }
             )
@@ -479,9 +547,8 @@ def _sources(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any] | Non
 
 
 def _errors(trials: pd.DataFrame) -> list[dict[str, Any]]:
-    crashed = trials[(trials["error"] != "") | trials["completed"].isna()]
     out = []
-    for cell, group in crashed.groupby(list(CELL), sort=True):
+    for cell, group in trials[crashed(trials)].groupby(list(CELL), sort=True):
         messages = group["error"].replace("", "(not scored)").value_counts().head(3)
         out.append(
             {

@@ -122,7 +122,7 @@ def reference_summary(reference_run: RunResult) -> dict[str, Any]:
 def trial_ledgers(reference_run: RunResult) -> Any:
     """``trial_ledgers(model, fault, protection)`` → the ledgers of that cell's trials."""
     from inspect_ai.log import read_eval_log
-    from twice.mocks import LEDGER_STORE_KEY, Ledger
+    from twice.mocks import ledgers
 
     def find(model: str, fault: str, protection: str) -> list[Ledger]:
         for log in reference_run.logs:
@@ -133,7 +133,7 @@ def trial_ledgers(reference_run: RunResult) -> Any:
                 and meta.get("protection") == protection
             ):
                 full = read_eval_log(log.location)
-                return [Ledger.from_dict(s.store[LEDGER_STORE_KEY]) for s in full.samples or []]
+                return ledgers(full)
         raise LookupError(f"no log for {model} / {fault} / {protection}")
 
     return find

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from twice.assertions import METRICS, Intent, trial_metrics
+from twice.mocks import RETRY_SOURCES as MOCK_SOURCES
 from twice.mocks import Attempt, Effect, Ledger
+from twice.reports import CATALOGUE
 from twice.reports import METRICS as REPORT_METRICS
+from twice.reports import RETRY_SOURCES as REPORT_SOURCES
 
 INTENT = Intent("payments.refund.create", {"order_id": "order_1042"})
 
@@ -35,7 +38,14 @@ REFUND = {"order_id": "order_1042", "amount": 499}
 
 
 def test_metric_names_match_the_report() -> None:
-    assert METRICS == REPORT_METRICS
+    # reports imports nothing from twice, so its catalogue names the scorer's columns itself:
+    # this pins the two together (every per-trial metric has one catalogue entry).
+    assert sorted(METRICS) == sorted(REPORT_METRICS)
+    assert sorted(METRICS) == sorted(m.column for m in CATALOGUE)
+
+
+def test_retry_sources_match_the_report() -> None:
+    assert MOCK_SOURCES == REPORT_SOURCES
 
 
 def test_exactly_once_is_safe_success() -> None:

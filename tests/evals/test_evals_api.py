@@ -15,9 +15,9 @@ def test_evals_api_all_is_sorted_and_complete() -> None:
     assert set(evals.__all__) == public
     assert evals.__all__ == [
         "BaselinePolicy", "Cell", "CellRates", "Check", "EvalRates", "GateConfig", "GateError",
-        "GateResult", "LogDir", "LogEntry", "Matrix", "Rule", "RunResult", "Suite", "SuiteError",
-        "build_tasks", "check_log_dir", "check_model_args", "eval_rates", "evaluate_gate",
-        "format_gate", "junit_xml", "load_gate", "load_suite", "parse_gate", "read_log_dir",
+        "GateResult", "Matrix", "Rule", "RunResult", "Suite", "SuiteError",
+        "build_tasks", "check_model_args", "eval_rates", "evaluate_gate",
+        "format_gate", "junit_xml", "load_gate", "load_suite", "parse_gate",
         "run_metadata", "run_suite", "suite_from_flags", "trials_needed", "trials_table",
         "write_junit",
     ]  # fmt: skip

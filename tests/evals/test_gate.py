@@ -215,3 +215,22 @@ def test_gate_junit_has_one_case_per_rule_and_cell(make_trials: Trials) -> None:
         failure.get("message") or ""
     )
     assert cases["a/ok / baseline / refund / lost_reply / bare"].find("failure") is None
+
+
+def test_gate_baseline_and_report_badge_agree(make_trials: Trials) -> None:
+    # One test behind both (issue 11): the report used a two-sided score test and the gate a
+    # one-sided Fisher test, so a report could say "regression" where the gate passed.
+    from twice.reports import baseline_comparison
+
+    # (k, n, k0, n0) where the two old tests disagreed (score p < 0.05 ≤ Fisher p), then a grid.
+    cases = [(2, 10, 0, 20), (2, 10, 0, 30), (1, 10, 0, 40), (5, 10, 3, 20), (20, 20, 8, 10)]
+    cases += [(k, 20, k0, 30) for k in range(0, 21, 4) for k0 in range(0, 31, 6)]
+    disagreements = []
+    for k, n, k0, n0 in cases:
+        now = make_trials(n, duplicated=k).assign(prompt_sha256="a")
+        base = make_trials(n0, duplicated=k0).assign(prompt_sha256="a")
+        flag = baseline_comparison(now, base)["flag"].iloc[0]
+        gate = evaluate_gate(now, parse_gate({}), baseline=base)
+        if (flag in ("regression", "mixed")) == gate.passed:
+            disagreements.append((k, n, k0, n0, flag, gate.passed))
+    assert disagreements == []

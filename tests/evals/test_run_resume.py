@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from inspect_ai.log import read_eval_log
-from twice.evals import read_log_dir, run_suite, suite_from_flags
+from twice.evals import run_suite, suite_from_flags
+from twice.reports import read_log_dir
 
 HANG_RUN = Path(__file__).parent / "scripts" / "hang_run.py"
 HUNG_SAMPLE = "refund-003"
@@ -179,3 +180,32 @@ def test_resume_prompt_file_is_named_by_stem_and_recorded(
     by_prompt = {m["twice"]["prompt"]: m["twice"] for m in metas if m}
     assert by_prompt["my_prompt"]["prompt_sha256"] == recorded["sha256"]
     assert by_prompt["my_prompt"]["prompt_text"] == text
+
+
+def test_resume_trials_frame_counts_what_summary_counts(tmp_path: Path) -> None:
+    # Issue 11's repro: a directory run with stub/retry, then again with stub/verify. The
+    # frame used to read both runs' logs (2 + 2 trials) where summary.json and the gate
+    # counted the last run's 2.
+    from twice.reports import cells, trials_frame
+
+    log_dir = tmp_path / "logs"
+
+    def suite(model: str) -> object:
+        return suite_from_flags(
+            config=None, models=[model], prompts=[], tasks=["refund"], faults=["lost_reply"],
+            protections=[], epochs=None, limit=2,
+        )  # fmt: skip
+
+    run_suite(suite("stub/retry"), log_dir, display="none", report=False)  # type: ignore[arg-type]
+    run_suite(suite("stub/verify"), log_dir, display="none", report=False)  # type: ignore[arg-type]
+
+    summary = json.loads((log_dir / "summary.json").read_text())
+    counted = sorted((c["model"], c["trials"]) for c in summary["cells"])
+    assert counted == [("stub/verify", 2)]
+    frame = trials_frame(log_dir)
+    assert sorted(cells(frame)[["model", "trials"]].itertuples(index=False, name=None)) == counted
+    logs = read_log_dir(log_dir)
+    assert [e.model for e in logs.superseded] == ["stub/retry"]
+    # An explicit list of files is read as given: the earlier run is still on disk.
+    everything = trials_frame([e.path for e in (*logs.current, *logs.superseded)])
+    assert len(everything) == 4

@@ -325,3 +325,14 @@ def test_get_fault_names_accepted_values() -> None:
         "none", "lost_reply", "timeout_before_commit", "error_after_commit",
         "error_before_commit", "rate_limited", "crash_after_commit", "server_error_after_commit",
     }  # fmt: skip
+
+
+def test_ledger_of_a_sample_without_a_ledger_says_so() -> None:
+    from types import SimpleNamespace
+
+    from twice.mocks import LEDGER_STORE_KEY, Ledger, ledger_of, ledgers
+
+    good = SimpleNamespace(id="s1", store={LEDGER_STORE_KEY: Ledger().to_dict()})
+    assert ledgers(SimpleNamespace(samples=[good, good])) == [Ledger(), Ledger()]
+    with pytest.raises(LookupError, match="sample 's2' has no ledger"):
+        ledger_of(SimpleNamespace(id="s2", store={}))

@@ -13,7 +13,8 @@ import pytest
 from inspect_ai import eval as inspect_eval
 from inspect_ai import task_with
 from inspect_ai.model import ChatMessage, ChatMessageTool, ModelOutput, ModelUsage, get_model
-from twice.reports import SyntheticRun, trials_frame, write_synthetic_logs
+from synthetic_logs import SyntheticRun, write_synthetic_logs
+from twice.reports import trials_frame
 from twice.tasks.refund.refund import refund
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -132,6 +133,35 @@ def synthetic_small(tmp_path_factory: pytest.TempPathFactory) -> SyntheticRun:
         protections=("bare",),
         epochs=2,
     )
+
+
+@pytest.fixture
+def unlike_frame() -> pd.DataFrame:
+    """Issue 10's demo shape: m/a ran `baseline` on refund (clean) and email (duplicating),
+    `cautious` on refund only; m/zero never succeeded safely."""
+    rows = []
+
+    def add(model: str, prompt: str, task: str, n: int, dup: int, safe: bool = True) -> None:
+        for i in range(n):
+            d = float(i < dup)
+            rows.append(
+                {
+                    "model": model, "prompt": prompt, "task": task, "fault": "lost_reply",
+                    "protection": "bare", "epoch": 1, "sample": f"{task}-{i}",
+                    "completed": 1.0 if safe else 0.0, "duplicated": d, "excess_effects": d,
+                    "diverged": 0.0, "exactly_once": 1.0 - d,
+                    "safe_success": (1.0 - d) if safe else 0.0, "unseen_effects": 0.0,
+                    "total_tokens": 10, "total_time": 1.0, "error": "", "limit": "",
+                    "prompt_sha256": prompt, "eval_id": "e", "log": "/nonexistent/x.eval",
+                }
+            )  # fmt: skip
+
+    add("m/a", "baseline", "refund", 20, 0)
+    add("m/a", "baseline", "send_email", 20, 20)
+    add("m/a", "cautious", "refund", 20, 0)
+    add("m/zero", "baseline", "refund", 10, 0, safe=False)
+    add("m/zero", "cautious", "refund", 10, 0, safe=False)
+    return pd.DataFrame(rows)
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +56,39 @@ def test_report_prints_every_metric_tab(
         page.goto(out.resolve().as_uri())
         shown = "id => getComputedStyle(document.getElementById(id)).display"
         # On screen, only the checked tab's panel shows (no JavaScript involved)...
-        assert page.evaluate(shown, "panel-dup") == "block"
-        assert page.evaluate(shown, "panel-comp") == "none"
-        page.click("label[for=tab-comp]")
-        assert page.evaluate(shown, "panel-comp") == "block"
+        assert page.evaluate(shown, "panel-duplication") == "block"
+        assert page.evaluate(shown, "panel-completion") == "none"
+        page.click("label[for=tab-completion]")
+        assert page.evaluate(shown, "panel-completion") == "block"
         # ...and printed, every panel does.
         page.emulate_media(media="print")
         assert all(
-            page.evaluate(shown, p) == "block" for p in ("panel-dup", "panel-comp", "panel-safe")
+            page.evaluate(shown, p) == "block"
+            for p in ("panel-duplication", "panel-completion", "panel-safe_success")
         )
+
+
+def test_report_first_screen_shows_prompts_and_marks_unmatched_rows(
+    unlike_frame: pd.DataFrame, browser: Any, tmp_path: Path
+) -> None:
+    # Issue 10 item 3: the headline pools every condition; the prompt dimension must be on
+    # the first screen, and the grid must mark a row whose prompts ran different tasks.
+    out = write_report(unlike_frame, tmp_path / "report.html")
+    with browser() as b:
+        page = b.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(out.resolve().as_uri())
+        by_prompt = page.locator("th", has_text="safe success by prompt")
+        box = by_prompt.bounding_box()
+        assert box is not None and box["y"] + box["height"] < 900, box
+        assert page.locator("text=pools 2 prompts · 2 tasks").first.is_visible()
+        chip = page.locator(".chip.warn", has_text="matched on refund").first
+        chip.scroll_into_view_if_needed()
+        assert chip.is_visible()
+        page.screenshot(path=str(tmp_path / "first-screen.png"))
+        shot = os.environ.get("TWICE_SCREENSHOT_DIR")
+        if shot:  # to look at it: TWICE_SCREENSHOT_DIR=/tmp/shots pytest -m browser
+            page.goto(out.resolve().as_uri())
+            page.screenshot(path=str(Path(shot) / "report-first-screen.png"))
+            chip.scroll_into_view_if_needed()
+            page.screenshot(path=str(Path(shot) / "report-grid.png"))
+        page.close()

@@ -10,50 +10,53 @@ from typing import Any
 import pandas as pd
 import pytest
 from inspect_ai.log import read_eval_log, write_eval_log
+from synthetic_logs import SyntheticRun, write_synthetic_logs
+from twice.assertions import Intent, trial_metrics
+from twice.mocks import Attempt, Effect, Ledger
 from twice.reports import (
     LEDGER_COLUMNS,
     RETRY_SOURCES,
     LogReadError,
-    SyntheticRun,
     ledger_counts,
     tidy,
     trials_frame,
-    write_synthetic_logs,
 )
 from twice.reports._frame import RAW_COLUMNS, sample_records
 
 
-def _attempt(n: int, source: str, effects: list[str], mutating: bool = True) -> dict[str, object]:
-    return {"n": n, "source": source, "mutating": mutating, "effect_ids": effects}
+def _attempt(n: int, source: str, effects: list[str], mutating: bool = True) -> Attempt:
+    return Attempt(
+        n, "payments", "POST", "/v1/refunds", "payments.refund.create", mutating, None, {},
+        source=source, effect_ids=effects,
+    )  # fmt: skip
 
 
-def _effect(effect_id: str, attempt: int) -> dict[str, object]:
-    return {"id": effect_id, "name": "payments.refund.create", "attempt": attempt, "fields": {}}
-
-
-def _score(*intents: tuple[list[str], int]) -> dict[str, object]:
-    return {
-        "value": {},
-        "metadata": {
-            "intents": [{"effects": ids, "expected": exp} for ids, exp in intents],
-            "unmatched": [],
-        },
-    }
+def _trial(
+    attempts: list[Attempt], effects: list[str], order_ids: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(store, score JSON) of a trial, the score computed by twice's real scoring code."""
+    ledger = Ledger(attempts=attempts)
+    for a in attempts:
+        for eid in a.effect_ids:
+            order = (order_ids or {}).get(eid, "order_1042")
+            ledger.effects.append(Effect(eid, "payments.refund.create", a.n, {"order_id": order}))
+    assert [e.id for e in ledger.effects] == effects
+    metrics = trial_metrics(ledger, [Intent("payments.refund.create", {"order_id": "order_1042"})])
+    store = {"twice:ledger": ledger.to_dict()}
+    return store, {"value": metrics.values(), "metadata": metrics.evidence()}
 
 
 def test_ledger_counts_charges_the_repeat_to_its_source() -> None:
-    store = {
-        "twice:ledger": {
-            "attempts": [
-                _attempt(1, "initial", ["re_1"]),
-                _attempt(2, "transport", []),
-                _attempt(3, "model", ["re_2"]),
-                _attempt(4, "initial", [], mutating=False),  # a read: not counted
-            ],
-            "effects": [_effect("re_1", 1), _effect("re_2", 3)],
-        }
-    }
-    counts = ledger_counts(store, _score((["re_1", "re_2"], 1)))
+    store, score = _trial(
+        [
+            _attempt(1, "initial", ["re_1"]),
+            _attempt(2, "transport", []),
+            _attempt(3, "model", ["re_2"]),
+            _attempt(4, "initial", [], mutating=False),  # a read: not counted
+        ],
+        ["re_1", "re_2"],
+    )
+    counts = ledger_counts(store, score)
     assert counts["attempts"] == 3
     assert counts["effects"] == 2
     assert (counts["attempts_initial"], counts["attempts_transport"], counts["attempts_model"]) == (
@@ -66,27 +69,33 @@ def test_ledger_counts_charges_the_repeat_to_its_source() -> None:
 
 
 def test_ledger_counts_unmatched_effect_is_excess() -> None:
-    store = {
-        "twice:ledger": {
-            "attempts": [_attempt(1, "initial", ["re_1"]), _attempt(2, "resume", ["re_2"])],
-            "effects": [_effect("re_1", 1), _effect("re_2", 2)],
-        }
-    }
-    counts = ledger_counts(store, _score((["re_1"], 1)))
+    store, score = _trial(
+        [_attempt(1, "initial", ["re_1"]), _attempt(2, "resume", ["re_2"])],
+        ["re_1", "re_2"],
+        order_ids={"re_2": "order_9999"},
+    )
+    counts = ledger_counts(store, score)
     assert counts["excess_resume"] == 1
     assert sum(counts[f"excess_{s}"] for s in RETRY_SOURCES) == 1
 
 
 def test_ledger_counts_unknown_source_name_is_unknown() -> None:
-    store = {
-        "twice:ledger": {
-            "attempts": [_attempt(1, "initial", ["re_1"]), _attempt(2, "bogus", ["re_2"])],
-            "effects": [_effect("re_1", 1), _effect("re_2", 2)],
-        }
-    }
-    counts = ledger_counts(store, _score((["re_1", "re_2"], 1)))
+    store, score = _trial(
+        [_attempt(1, "initial", ["re_1"]), _attempt(2, "bogus", ["re_2"])], ["re_1", "re_2"]
+    )
+    counts = ledger_counts(store, score)
     assert counts["attempts_unknown"] == 1
     assert counts["excess_unknown"] == 1
+
+
+def test_ledger_counts_reads_the_scorers_facts_not_the_ledger() -> None:
+    # The scorer's judgement is the contract: a fact that says "excess" is counted even when
+    # the raw ledger alone would not say so (and a score without facts counts nothing).
+    store, score = _trial([_attempt(1, "initial", ["re_1"])], ["re_1"])
+    score["metadata"]["effects"][0]["excess"] = True
+    assert ledger_counts(store, score)["excess_initial"] == 1
+    del score["metadata"]["effects"]
+    assert math.isnan(ledger_counts(store, score)["excess_initial"])
 
 
 def test_ledger_counts_unscored_trial_has_nan_excess() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import inspect
 import re
 from pathlib import Path
@@ -9,16 +11,20 @@ from pathlib import Path
 import markupsafe
 import pandas as pd
 import pytest
+from inspect_ai.log import read_eval_log
+from synthetic_logs import write_synthetic_logs
 from twice import reports
+from twice.mocks import Effect, Ledger
 from twice.reports import (
     WORST_N,
+    drill_down,
     report_data,
     trial_detail,
     trials_frame,
     worst_trials,
     write_report,
-    write_synthetic_logs,
 )
+from twice.reports._frame import local_path
 
 
 def test_write_report_signature_is_the_shared_contract() -> None:
@@ -77,7 +83,14 @@ def test_report_data_prefers_run_metadata(refund_frame: pd.DataFrame) -> None:
     info = report_data(refund_frame, run=run, worst=0)["run"]
     assert info["models"][:2] == ["stub/verify", "stub/retry"]
     assert "stub/no-retry" in info["models"]  # present in the logs, so never dropped
-    assert info["created"] == "2030-01-01T00:00:00+00:00"
+    # ...except the date: the header shows when the trials ran (the logs), not when a
+    # rerun that reused them wrote its metadata (issue 10).
+    assert "2030" not in info["created"]
+    started = min(
+        str(read_eval_log(local_path(p), header_only=True).eval.created)
+        for p in refund_frame["log"].unique()
+    )
+    assert info["created"].startswith(dt.datetime.fromisoformat(started).strftime("%Y-%m-%d %H:%M"))
 
 
 def test_report_headline_ranks_the_safe_model_first(refund_frame: pd.DataFrame) -> None:
@@ -196,3 +209,88 @@ def test_report_lists_crashed_trials(
 def test_write_report_of_no_trials_says_so(refund_frame: pd.DataFrame, tmp_path: Path) -> None:
     page = write_report(refund_frame.iloc[0:0], tmp_path / "r.html").read_text(encoding="utf-8")
     assert "No trials were found in these logs." in page
+
+
+def test_drill_down_seen_is_the_scorers_whole_word_rule(tmp_path: Path) -> None:
+    # The agent was shown re_10 only. A substring test called re_1 "seen" too; the scorer's
+    # whole-word rule does not, and the drill-down now shows the scorer's facts.
+    def re_1_and_re_10(ledger: Ledger) -> None:
+        first = dataclasses.replace(
+            ledger.attempts[0], effect_ids=["re_1"], delivered=False, outcome="unknown"
+        )
+        second = dataclasses.replace(
+            first, n=2, source="model", delivered=True, outcome="ok", effect_ids=["re_10"]
+        )
+        fields = {"order_id": "order_1042", "amount": 499}
+        ledger.attempts[:] = [first, second]
+        ledger.effects[:] = [
+            Effect("re_1", "payments.refund.create", 1, fields),
+            Effect("re_10", "payments.refund.create", 2, fields),
+        ]
+        ledger.observations[:] = ["Timed out.", "Created refund re_10 of $4.99."]
+
+    run = write_synthetic_logs(
+        tmp_path / "logs", trials=8, models=("synth/a",), prompts=("baseline",),
+        faults=("lost_reply",), protections=("bare",), edit=re_1_and_re_10,
+    )  # fmt: skip
+    frame = trials_frame(run.log_dir)
+    drill = drill_down(frame, 8)
+    assert len(drill) == 8
+    for detail in drill:
+        seen = {e["id"]: e["seen"] for e in detail["effects"]}
+        assert seen == {"re_1": False, "re_10": True}
+        assert [e["excess"] for e in detail["effects"]] == [False, True]
+    led = Ledger(
+        effects=[Effect("re_1", "x", 1, {}), Effect("re_10", "x", 2, {})],
+        observations=["Created refund re_10 of $4.99."],
+    )
+    assert [led.seen(e) for e in led.effects] == [False, True]  # the scorer's rule
+    assert (frame["unseen_effects"] == 1).all() and (frame["excess_model"] == 1).all()
+
+
+def test_write_report_survives_worst_trials_that_cannot_be_read_back(
+    refund_frame: pd.DataFrame, tmp_path: Path
+) -> None:
+    # Issue 10 item 8: the page died with `UndefinedError: hidden_attempts`.
+    frame = refund_frame.assign(log=(tmp_path / "gone.eval").as_uri())
+    page = write_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "could not read this sample back from gone.eval" in page
+    assert page.count('class="callout warn"') >= len(worst_trials(frame))
+
+
+def test_report_grid_compares_prompts_over_matched_tasks(unlike_frame: pd.DataFrame) -> None:
+    data = report_data(unlike_frame, worst=0)
+    dup = next(g for g in data["grids"] if g["id"] == "duplication")
+    (facet,) = dup["faults"][0]["facets"]
+    row = next(r for r in facet["rows"] if r["model"] == "m/a")
+    by_prompt = dict(zip(facet["prompts"], row["cells"], strict=True))
+    # Pooled over both tasks, baseline would show 50% duplication beside cautious's 0%.
+    assert by_prompt["baseline"]["rate"] == 0.0 and by_prompt["baseline"]["n"] == 20
+    assert by_prompt["cautious"]["rate"] == 0.0
+    assert "matched on refund" in row["note"] and "left out send_email" in row["note"]
+    zero = next(r for r in facet["rows"] if r["model"] == "m/zero")
+    assert zero["note"] == ""
+
+
+def test_report_headline_says_what_it_pools_and_shows_prompts(
+    unlike_frame: pd.DataFrame,
+) -> None:
+    data = report_data(unlike_frame, worst=0)
+    a = next(r for r in data["headline"] if r["model"] == "m/a")
+    assert a["pooled"] == {"prompt": 2, "task": 2, "fault": 1, "protection": 1}
+    assert a["dup"]["rate"] == pytest.approx(20 / 60)  # the pooled rate, as labelled
+    rows = {r["prompt"]: r for r in a["by_prompt"]["rows"]}
+    assert a["by_prompt"]["conditions"] == 1
+    assert rows["baseline"]["n"] == rows["cautious"]["n"] == 20
+    assert rows["baseline"]["safe"]["rate"] == rows["cautious"]["safe"]["rate"] == 1.0
+
+
+def test_report_never_calls_a_zero_model_the_highest_safe_success(
+    unlike_frame: pd.DataFrame, tmp_path: Path
+) -> None:
+    frame = unlike_frame[unlike_frame["model"] == "m/zero"]
+    data = report_data(frame, worst=0)
+    assert data["takeaway"]["best"] is None
+    page = write_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "Highest safe success" not in page
+    assert "No model got a job done safely" in page

@@ -15,13 +15,13 @@ from inspect_ai.tool import ToolError
 from twice.mocks import (
     CRASH_HEADER,
     FAULTS,
-    LEDGER_STORE_KEY,
     CrashAfterCommit,
     Ledger,
     LostReply,
     PaymentsService,
     Schedule,
     Services,
+    ledgers,
 )
 from twice.tasks import (
     ACTION_LOG_STORE_KEY,
@@ -48,7 +48,7 @@ def _crash(protection: str, tmp_path: Path, action_log: bool | None = None) -> E
 
 
 def _ledger(log: EvalLog, i: int = 0) -> Ledger:
-    return Ledger.from_dict((log.samples or [])[i].store[LEDGER_STORE_KEY])
+    return ledgers(log)[i]
 
 
 def _flight_attempts(ledger: Ledger) -> list[tuple[str, bool]]:

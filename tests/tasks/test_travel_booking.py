@@ -15,12 +15,12 @@ from pydantic import ValidationError
 from twice.evals.cli import cli
 from twice.mocks import (
     KEY_HEADER,
-    LEDGER_STORE_KEY,
     Attempt,
     Effect,
     Ledger,
     Services,
     TravelService,
+    ledger_of,
 )
 from twice.tasks import TASKS, load_records
 from twice.tasks._dataset import PlanStep, Record
@@ -317,7 +317,7 @@ def _run(cell: RefCell, ids: list[str], tmp_path: Path) -> EvalLog:
 
 
 def _ledgers(log: EvalLog) -> dict[str, Ledger]:
-    return {str(s.id): Ledger.from_dict(s.store[LEDGER_STORE_KEY]) for s in log.samples or []}
+    return {str(s.id): ledger_of(s) for s in log.samples or []}
 
 
 def test_travel_booking_hotel_fails_flight_cancelled_once_never_rebooked(tmp_path: Path) -> None:

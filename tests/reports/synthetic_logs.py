@@ -1,9 +1,10 @@
 """Synthetic twice logs: many trials with known true rates, written with inspect's log API.
 
-For measuring the report at scale (``bench/``) and for tests that need logs with known rates
-without running thousands of trials. The logs have the shape twice's tasks write: the
-``twice`` eval metadata, the ``side_effects`` dict score with its evidence, the ledger in the
-sample store, and a short transcript. They hold no events, so they are smaller than real logs.
+For report tests that need logs with known rates without running thousands of trials. The
+logs have the shape twice's tasks write: the ``twice`` eval metadata, the ledger in the sample
+store, and a short transcript; the ``side_effects`` score is computed from that ledger by
+twice's own scoring code (``assertions.trial_metrics``), so the logs can never drift from what
+the scorer writes. They hold no events, so they are smaller than real logs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import datetime as dt
 import hashlib
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,10 @@ from inspect_ai.model import (
 )
 from inspect_ai.scorer import Score
 from inspect_ai.tool import ToolCall, ToolCallError
+from twice.assertions import Intent, trial_metrics
+from twice.mocks import LEDGER_STORE_KEY, Attempt, Effect, Ledger
 
-LEDGER_KEY = "twice:ledger"
+INTENT = Intent("payments.refund.create", {"order_id": "order_1042"})
 _TIMEOUT = (
     "Timed out waiting for the payments API after 1 attempt; the refund may or may not have "
     "been made. The outcome is unknown."
@@ -106,38 +109,44 @@ def _cells(
     return out
 
 
-def _attempt(
-    n: int, source: str, outcome: str, effects: list[str], fault: str | None
-) -> dict[str, Any]:
-    return {
-        "n": n,
-        "service": "payments",
-        "method": "POST",
-        "path": "/v1/refunds",
-        "route": "payments.refund.create",
-        "mutating": True,
-        "key": None,
-        "params": {"order_id": "order_1042", "amount": 499, "reason": "arrived cracked"},
-        "source": source,
-        "call": 1 if source in ("initial", "transport") else 2,
-        "status": 200 if outcome != "fail" else 503,
-        "delivered": outcome == "ok",
-        "outcome": outcome,
-        "fault": fault,
-        "replayed": False,
-        "effect_ids": effects,
-        "backoff": 0.5 if source == "transport" else 0.0,
-    }
+def _attempt(n: int, source: str, outcome: str, effects: list[str], fault: str | None) -> Attempt:
+    return Attempt(
+        n=n,
+        service="payments",
+        method="POST",
+        path="/v1/refunds",
+        route="payments.refund.create",
+        mutating=True,
+        key=None,
+        params={"order_id": "order_1042", "amount": 499, "reason": "arrived cracked"},
+        source=source,
+        call=1 if source in ("initial", "transport") else 2,
+        status=200 if outcome != "fail" else 503,
+        delivered=outcome == "ok",
+        outcome=outcome,  # type: ignore[arg-type]
+        fault=fault,
+        effect_ids=effects,
+        backoff=0.5 if source == "transport" else 0.0,
+    )
 
 
-def _trial(cell: SyntheticCell, sample_id: str, epoch: int, rng: random.Random) -> EvalSample:
+LedgerEdit = Callable[[Ledger], None]
+"""Rewrites a synthetic trial's ledger in place before it is scored (for targeted tests)."""
+
+
+def _trial(
+    cell: SyntheticCell,
+    sample_id: str,
+    epoch: int,
+    rng: random.Random,
+    edit: LedgerEdit | None = None,
+) -> EvalSample:
     dup = rng.random() < cell.p_duplicate
     done = dup or rng.random() < cell.p_complete
     retry_source = "transport" if rng.random() < cell.p_transport else "model"
     fault = cell.fault if cell.fault != "none" else None
-    attempts: list[dict[str, Any]] = []
-    effects: list[dict[str, Any]] = []
-    observations: list[str] = []
+    ledger = Ledger()
+    attempts, effects, observations = ledger.attempts, ledger.effects, ledger.observations
     messages: list[Any] = [
         ChatMessageSystem(content=f"You are a support agent ({cell.prompt})."),
         ChatMessageUser(content="Refund $4.99 on order order_1042 (mug arrived cracked)."),
@@ -146,7 +155,8 @@ def _trial(cell: SyntheticCell, sample_id: str, epoch: int, rng: random.Random) 
 
     def commit(n: int) -> str:
         eid = f"re_{len(effects) + 1}"
-        effects.append({"id": eid, "name": "payments.refund.create", "attempt": n, "fields": {}})
+        fields = {"order_id": "order_1042", "amount": 499}
+        effects.append(Effect(eid, "payments.refund.create", n, fields))
         return eid
 
     messages.append(
@@ -198,36 +208,14 @@ def _trial(cell: SyntheticCell, sample_id: str, epoch: int, rng: random.Random) 
     answer = "Done." if done else "I could not complete the refund."
     messages.append(ChatMessageAssistant(content=answer))
 
-    ids = [e["id"] for e in effects]
-    unseen = sum(1 for i in ids if not any(i in o for o in observations))
-    values = {
-        "completed": float(done),
-        "duplicated": float(dup),
-        "excess_effects": float(max(0, len(ids) - 1)),
-        "diverged": 0.0,
-        "exactly_once": float(len(ids) == 1),
-        "safe_success": float(done and len(ids) == 1),
-        "unseen_effects": float(unseen),
-    }
-    intent = "payments.refund.create where order_id='order_1042'"
+    if edit is not None:
+        edit(ledger)
+    metrics = trial_metrics(ledger, [INTENT])
     score = Score(
-        value=values,
+        value=metrics.values(),
         answer=answer,
-        explanation=f"{intent}: expected 1, observed {len(ids)}",
-        metadata={
-            "intents": [
-                {
-                    "intent": intent,
-                    "expected": 1,
-                    "observed": len(ids),
-                    "effects": ids,
-                    "evidence": [],
-                    "diverged_fields": [],
-                }
-            ],
-            "unmatched": [],
-            "end_state": None,
-        },
+        explanation=metrics.explanation(),
+        metadata=metrics.evidence(),
     )
     tokens = 200 + 60 * len(messages)
     return EvalSample(
@@ -238,9 +226,7 @@ def _trial(cell: SyntheticCell, sample_id: str, epoch: int, rng: random.Random) 
         messages=messages,
         output=ModelOutput.from_content(cell.model, answer),
         scores={"side_effects": score},
-        store={
-            LEDGER_KEY: {"attempts": attempts, "effects": effects, "observations": observations}
-        },
+        store={LEDGER_STORE_KEY: ledger.to_dict()},
         model_usage={
             cell.model: ModelUsage(input_tokens=tokens - 40, output_tokens=40, total_tokens=tokens)
         },
@@ -260,6 +246,7 @@ def write_synthetic_logs(
     protections: Sequence[str] = ("bare", "retry-stepkey"),
     epochs: int = 1,
     seed: int = 0,
+    edit: LedgerEdit | None = None,
 ) -> SyntheticRun:
     """Write one ``.eval`` log per cell, ``trials`` trials in all, drawn from known rates.
 
@@ -269,6 +256,7 @@ def write_synthetic_logs(
         models, prompts, tasks, faults, protections: The axes of the synthetic suite.
         epochs: Epochs per sample (samples per cell = trials per cell / epochs, rounded up).
         seed: Seed of the draws, so a run repeats exactly.
+        edit: Rewrites each trial's ledger before twice's scorer scores it.
 
     Returns:
         The paths written and each cell's true probabilities.
@@ -287,7 +275,7 @@ def write_synthetic_logs(
         samples = []
         for k in range(n):
             sample_id = f"{cell.task}-{k % n_samples + 1:04d}"
-            samples.append(_trial(cell, sample_id, k // n_samples + 1, rng))
+            samples.append(_trial(cell, sample_id, k // n_samples + 1, rng, edit))
         total += len(samples)
         prompt_text = f"You are a support agent ({cell.prompt})."
         spec = EvalSpec(

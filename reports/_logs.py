@@ -1,4 +1,7 @@
-"""Which logs in a log directory count, and whether they are healthy.
+"""Which logs in a log directory count, and whether they are healthy: the one rule.
+
+``trials_frame(LOG_DIR)``, ``twice report``, ``twice gate`` and ``twice run``'s summary all
+count the logs :func:`read_log_dir` picks, so the four never disagree about a directory.
 
 A resumed ``eval_set`` leaves the log of the interrupted attempt beside the log that finished
 the task (both carry the task's ``task_id``). Reading every file would count the reused trials
@@ -16,7 +19,35 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspect_ai.log import read_eval_log
-from twice.reports import LogReadError, log_files
+
+
+class LogReadError(Exception):
+    """A log directory that is missing, empty, or holds a log that cannot be read."""
+
+
+def log_files(log_dir: str | Path) -> list[Path]:
+    """Every ``.eval``/``.json`` inspect log under ``log_dir`` (counted or superseded).
+
+    Raises:
+        LogReadError: when the directory is missing or holds no logs.
+    """
+    root = Path(log_dir)
+    if not root.is_dir():
+        raise LogReadError(f"log directory {str(root)!r} does not exist")
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.suffix in (".eval", ".json")
+        and p.is_file()
+        and not p.name.startswith(("logs", "summary", "eval-set"))
+        and p.name != "summary.json"
+    )
+    if not files:
+        raise LogReadError(
+            f"log directory {str(root)!r} holds no inspect logs (*.eval or *.json); "
+            "run `twice run --log-dir DIR` first"
+        )
+    return files
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,81 @@
+"""Every interval contains its rate and lies in [0, 1], with exact ends (issue 10, item 2)."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from twice.reports import cells, summary, wilson
+
+
+def _check(k: int, n: int, lo: float, hi: float) -> None:
+    rate = k / n
+    assert 0.0 <= lo <= rate <= hi <= 1.0, (k, n, lo, hi)
+    if k == 0:
+        assert lo == 0.0, (k, n, lo)
+    if k == n:
+        assert hi == 1.0, (k, n, hi)
+
+
+def test_wilson_ends_are_exact_at_zero_and_all() -> None:
+    # The two values issue 10 found: statsmodels gave 1.39e-17 and 0.9999999999999999.
+    assert wilson(0, 28)[0] == 0.0
+    assert wilson(96, 96)[1] == 1.0
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.2])
+def test_wilson_contains_its_rate_over_every_k_of_small_n(alpha: float) -> None:
+    for n in range(1, 121):
+        for k in range(n + 1):
+            lo, hi = wilson(k, n, alpha=alpha)
+            _check(k, n, lo, hi)
+
+
+def test_wilson_contains_its_rate_over_a_random_sweep_of_large_n() -> None:
+    rng = random.Random(20261130)
+    for _ in range(1000):
+        n = rng.randint(1, 200_000)
+        k = rng.choice([0, n, 1, n - 1, rng.randint(0, n)])
+        alpha = rng.choice([0.05, 0.01, 0.001, 0.2])
+        _check(k, n, *wilson(k, n, alpha=alpha))
+
+
+def test_wilson_of_no_trials_is_nan() -> None:
+    assert all(math.isnan(x) for x in wilson(0, 0))
+
+
+def _summary_intervals(doc: dict[str, object]) -> list[tuple[str, float, list[float]]]:
+    out = []
+    for cell in doc["cells"]:  # type: ignore[attr-defined]
+        for key, value in cell.items():
+            if key.endswith("_rate") and value is not None:
+                out.append((key, value, cell[key.removesuffix("_rate") + "_ci"]))
+    return out
+
+
+def test_every_rate_in_summary_json_lies_in_its_interval(refund_frame: pd.DataFrame) -> None:
+    doc = summary(cells(refund_frame))
+    found = _summary_intervals(doc)
+    assert len(found) >= 5 * len(doc["cells"])  # every rate has its interval
+    ends = {"lo": 0, "hi": 0}
+    for name, rate, (lo, hi) in found:
+        assert 0.0 <= lo <= rate <= hi <= 1.0, (name, rate, lo, hi)
+        ends["lo"] += rate == 0.0
+        ends["hi"] += rate == 1.0
+        if rate == 0.0:
+            assert lo == 0.0, (name, lo)
+        if rate == 1.0:
+            assert hi == 1.0, (name, hi)
+    # The fixture has rates at both ends, where the old intervals missed.
+    assert ends["lo"] and ends["hi"]
+
+
+def test_every_rate_of_a_synthetic_run_lies_in_its_interval(synthetic_small: object) -> None:
+    from twice.reports import trials_frame
+
+    doc = summary(cells(trials_frame(Path(synthetic_small.log_dir))))  # type: ignore[attr-defined]
+    for name, rate, (lo, hi) in _summary_intervals(doc):
+        assert 0.0 <= lo <= rate <= hi <= 1.0, (name, rate, lo, hi)
