@@ -42,6 +42,8 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     interval ``<prefix>_ci`` as ``[lo, hi]``, then ``crashed_rate``/``crashed_ci`` (trials whose
     agent under test raised; they are scored), then ``tokens_mean``.
     """
+    if "agent" in by and "agent" not in trials:
+        trials = trials.assign(agent="react")  # a frame built before the agent axis
     rows: list[dict[str, Any]] = []
     for key, group in trials.groupby(list(by), sort=True, dropna=False):
         keys = key if isinstance(key, tuple) else (key,)

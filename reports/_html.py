@@ -584,7 +584,9 @@ def agents_as_models(trials: pd.DataFrame) -> pd.DataFrame:
     """Name each agent under test with its model (``stub/retry · langgraph``), so every
     per-model view of the report (grids, charts, prompt comparisons) treats an agent like a
     model. Trials of twice's own loop (``react``) keep the plain model name."""
-    if "agent" not in trials or not (trials["agent"] != "react").any():
+    if "agent" not in trials:  # a frame built before the agent axis: twice's own loop
+        return trials.assign(agent="react")
+    if not (trials["agent"] != "react").any():
         return trials
     label = trials["model"].where(
         trials["agent"] == "react", trials["model"] + " · " + trials["agent"]
@@ -606,7 +608,7 @@ def report_data(
         baseline: Another run's trial frame to compare against, cell by cell.
         worst: How many of the worst trials to drill into (each is read back from its log).
     """
-    agent_crashes = _agent_crashes(trials) if len(trials) else []
+    agent_crashes = _agent_crashes(trials) if len(trials) and "agent" in trials else []
     trials = agents_as_models(trials)
     if baseline is not None:
         baseline = agents_as_models(baseline)
