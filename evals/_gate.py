@@ -322,6 +322,7 @@ def _check_rule(rule: Rule, cell: _Cell, confidence: float) -> Check:
     n = len(cell.scored)
     label = cell_label(cell.keys)
     excluded = f"; {cell.errors} errored trial(s) excluded" if cell.errors else ""
+    lo = hi = math.nan
     if _is_rate(rule.metric):
         k = int(cell.scored[column].sum())
         point = k / n if n else math.nan
@@ -338,6 +339,20 @@ def _check_rule(rule: Rule, cell: _Cell, confidence: float) -> Check:
         rule.statistic if rule.statistic == "point" else f"{rule.statistic} {confidence:.0%} bound"
     )
     if n < rule.min_trials:
+        if _is_rate(rule.metric) and _certain_fail(rule, lo, hi):
+            # The interval already excludes the bound on the wrong side: more trials would
+            # not rescue the rule (28 of 28 duplicated against max 5%), so say so.
+            side = "lower" if rule.direction == "max" else "upper"
+            past = "above" if rule.direction == "max" else "below"
+            return Check(
+                "rule",
+                rule.name,
+                label,
+                "fail",
+                f"fails regardless of more trials: the {side} {confidence:.0%} bound is "
+                f"already {past} {rule.direction} {_num(rule.metric, rule.bound)} with {n} "
+                f"scored trial(s) of the {rule.min_trials} required ({evidence}{excluded})",
+            )
         return Check(
             "rule",
             rule.name,
@@ -353,6 +368,13 @@ def _check_rule(rule: Rule, cell: _Cell, confidence: float) -> Check:
         f"{rule.direction} {_num(rule.metric, rule.bound)} ({evidence}{excluded})"
     )
     return Check("rule", rule.name, label, "pass" if ok else "fail", message)
+
+
+def _certain_fail(rule: Rule, lo: float, hi: float) -> bool:
+    """Whether the interval lies wholly on the failing side of the rule's bound."""
+    if math.isnan(lo):
+        return False
+    return lo > rule.bound if rule.direction == "max" else hi < rule.bound
 
 
 def _no_match(rule: Rule, cells: list[_Cell]) -> Check:
@@ -397,8 +419,20 @@ def _check_baseline(name: str, cell: _Cell, base: pd.DataFrame, policy: Baseline
     )
 
 
+def _check_sequential(rule: Rule, cell: _Cell, confidence: float) -> Check:
+    from ._seqgate import rule_state
+
+    excluded = f"; {cell.errors} errored trial(s) excluded" if cell.errors else ""
+    state = rule_state(rule, cell.scored, confidence, excluded)
+    return Check("rule", rule.name, cell_label(cell.keys), state.status, state.message)
+
+
 def evaluate_gate(
-    trials: pd.DataFrame, config: GateConfig, baseline: pd.DataFrame | None = None
+    trials: pd.DataFrame,
+    config: GateConfig,
+    baseline: pd.DataFrame | None = None,
+    *,
+    sequential: Mapping[str, Any] | None = None,
 ) -> GateResult:
     """Check every rule in every cell it matches, and compare with a baseline if given.
 
@@ -406,18 +440,26 @@ def evaluate_gate(
         trials: The trial frame (:func:`reports.trials_frame`).
         config: The parsed gate file.
         baseline: The baseline's trial frame, for regression checks.
+        sequential: The ``sequential`` record of a ``twice run --until-decided`` run
+            (summary.json's ``run.sequential``): rules on rates then use anytime-valid
+            bounds (a confidence sequence), valid although the run looked after every round.
     """
     cells = _cells(trials)
     checks: list[Check] = []
+    check = _check_rule if sequential is None else _check_sequential
     for rule in config.rules:
         matched = [c for c in cells if rule.matches(c.keys)]
         if not matched:
             checks.append(_no_match(rule, cells))
-        checks.extend(_check_rule(rule, c, config.confidence) for c in matched)
+        checks.extend(check(rule, c, config.confidence) for c in matched)
     if baseline is not None:
         for name in config.baseline.metrics:
             checks.extend(_check_baseline(name, c, baseline, config.baseline) for c in cells)
     notes = []
+    if sequential is not None:
+        from ._sequential import describe
+
+        notes.append(describe(sequential))
     errored = sum(c.errors for c in cells)
     if errored:
         notes.append(f"{errored} errored trial(s) were excluded from the rates")

@@ -133,7 +133,9 @@ def check_model_args(model_args: dict[str, Any]) -> None:
 def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
     if name not in cache:
         try:
-            cache[name] = get_model(name, **model_args)
+            # Not memoized across runs: inspect's cache keys a model by its arguments, not by the
+            # environment its provider read (LOCAL_BASE_URL of a local server on a new port).
+            cache[name] = get_model(name, memoize=False, **model_args)
         except Exception as ex:  # providers raise many types: missing keys, unknown APIs
             provider = name.split("/", 1)[0]
             known = _providers()
@@ -214,17 +216,23 @@ def run_suite(
     display: str | None = "none",
     retry_attempts: int = 1,
     report: bool = True,
+    generate_config: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
 
     Re-running with the same ``log_dir`` resumes: finished evals are reused, not redone, and
-    the finished samples of an interrupted eval are kept.
+    the finished samples of an interrupted eval are kept. ``generate_config`` holds inspect
+    generate settings for every eval (``temperature``, ``seed``, ``max_retries``...).
 
     Raises:
         SuiteError: for a model that cannot be loaded, credential model args, or a log
             directory holding a log that cannot be read (checked before anything runs).
     """
     tasks = build_tasks(suite, model_args)
+    generate = dict(generate_config or {})
+    if max_connections is None:  # a --max-connections flag wins over the suite's setting
+        max_connections = generate.pop("max_connections", None)
+    generate.pop("max_connections", None)
     try:
         check_log_dir(log_dir)
     except LogReadError as ex:
@@ -243,6 +251,7 @@ def run_suite(
             fail_on_error=False,
             log_dir_allow_dirty=True,
             **eval_options(display),
+            **generate,
         )
     with gc_for_trials():
         # The directory, not the logs eval_set returned: one rule for which logs count

@@ -12,6 +12,9 @@ by two blocks runs once). Top-level keys set run options::
     tasks = ["refund"]
     faults = ["lost_reply", "timeout_before_commit"]
     protections = ["bare"]
+
+An optional ``[local_model]`` table (keys of :class:`ServerOptions`) makes the run start
+twice's local model server first and stop it at the end (``evals/real.toml``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from twice.mocks import FAULTS, STUB_MODELS
 from twice.tasks import PROTECTIONS, TASKS, check_agent_cell, load_prompt
 from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
 from twice.tasks.agents import check_agent as _check_agent_name
+
+from ._local import ServerOptions, parse_options
 
 DEFAULT_SUITE = Path(__file__).parent / "default.toml"
 """The suite ``twice run`` runs with no flags: every stub model, offline."""
@@ -76,6 +81,8 @@ class Suite:
     source: str = "flags"
     mocks: dict[str, str] = field(default_factory=dict)
     """``--mock SERVICE=URL``: production URL by service name, for agents other than react."""
+    local_model: ServerOptions | None = None
+    """The ``[local_model]`` server this suite starts for its run, if any."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order."""
@@ -199,7 +206,7 @@ def load_suite(path: str | Path) -> Suite:
         raise SuiteError(f"suite file {str(p)!r} does not exist") from None
     except tomllib.TOMLDecodeError as ex:
         raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
-    known_top = {"matrix", "epochs", "limit", "description"}
+    known_top = {"matrix", "epochs", "limit", "description", "local_model"}
     unknown = set(data) - known_top
     if unknown:
         raise SuiteError(
@@ -225,7 +232,15 @@ def load_suite(path: str | Path) -> Suite:
     limit = data.get("limit")
     if not isinstance(epochs, int) or (limit is not None and not isinstance(limit, int)):
         raise SuiteError(f"{p}: 'epochs' and 'limit' must be integers")
-    return Suite(tuple(matrices), epochs=epochs, limit=limit, source=str(p))
+    local_model = None
+    if "local_model" in data:
+        try:
+            local_model = parse_options(data["local_model"], str(p))
+        except ValueError as ex:
+            raise SuiteError(str(ex)) from None
+    return Suite(
+        tuple(matrices), epochs=epochs, limit=limit, source=str(p), local_model=local_model
+    )
 
 
 def suite_from_flags(

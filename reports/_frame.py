@@ -55,6 +55,14 @@ LEDGER_COLUMNS: tuple[str, ...] = (
 """Frame columns computed from each trial's store: ``crashed`` (1.0 when the agent under test
 raised; the trial is still scored from the ledger), then the ledger's counts."""
 
+PARSE_SHAPES: tuple[str, ...] = ("tag", "fenced", "bare", "text", "unparseable")
+"""How twice's local model server read each reply (its ``twice_parse.shape``, kept by inspect
+in every model event's raw response): a tool call in ``<tool_call>`` tags, in a fenced code
+block, as the bare JSON reply; plain text; or a call attempt it could not parse."""
+
+PARSE_COLUMNS: tuple[str, ...] = tuple(f"parse_{s}" for s in PARSE_SHAPES)
+"""Frame columns counting a trial's replies per parse shape (NaN for other models)."""
+
 RAW_COLUMNS: tuple[str, ...] = (
     "eval_id",
     "model",
@@ -96,7 +104,8 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     ``effects``, then per retry source the attempts it sent and the excess effects it caused
     (the effects beyond an intent's expected count, and effects matching no intent, are
     charged to the source of the attempt that committed them; NaN when the trial was not
-    scored).
+    scored), and :data:`PARSE_COLUMNS`: how many of the trial's replies twice's local model
+    server read in each shape (NaN for models it did not serve).
 
     Args:
         logs: A log directory, whose counted logs are read (:func:`read_log_dir`: the newest
@@ -125,7 +134,8 @@ def trials_frame(logs: str | Path | Sequence[str | Path]) -> pd.DataFrame:
             ) from None
     raw = pd.DataFrame(rows, columns=[*RAW_COLUMNS, "agent_error"])
     frame = tidy(raw)
-    extra = pd.DataFrame(counts, index=frame.index, columns=list(LEDGER_COLUMNS), dtype="float64")
+    columns = [*LEDGER_COLUMNS, *PARSE_COLUMNS]
+    extra = pd.DataFrame(counts, index=frame.index, columns=columns, dtype="float64")
     return pd.concat([frame, extra], axis=1)
 
 
@@ -169,7 +179,26 @@ def _read_log(
                 "agent_error": _agent_error(sample.get("store")),
             }
         )
-        counts.append(ledger_counts(sample.get("store"), score))
+        counts.append(
+            {**ledger_counts(sample.get("store"), score), **parse_counts(sample.get("events"))}
+        )
+
+
+def parse_counts(events: list[dict[str, Any]] | None) -> dict[str, float]:
+    """The :data:`PARSE_COLUMNS` of one trial from its events (all NaN when no model event
+    came from twice's local model server)."""
+    found = dict.fromkeys(PARSE_SHAPES, 0.0)
+    seen = False
+    for event in events or []:
+        if event.get("event") != "model":
+            continue
+        response = (event.get("call") or {}).get("response")
+        parse = response.get("twice_parse") if isinstance(response, dict) else None
+        shape = parse.get("shape") if isinstance(parse, dict) else None
+        if shape in found:
+            found[shape] += 1
+            seen = True
+    return {f"parse_{k}": (v if seen else math.nan) for k, v in found.items()}
 
 
 def _agent_error(store: dict[str, Any] | None) -> str:
@@ -256,7 +285,7 @@ def sample_records(path: str | Path) -> Iterator[dict[str, Any]]:
         return
     log = read_eval_log(str(p))
     for sample in log.samples or []:
-        yield sample.model_dump(mode="json", exclude={"messages", "events", "attachments"})
+        yield sample.model_dump(mode="json", exclude={"messages", "attachments"})
 
 
 def _source(value: Any) -> str:

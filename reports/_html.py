@@ -22,7 +22,7 @@ from ._aggregate import cells, wilson
 from ._charts import PALETTE, interval_bar, rate_colour, scatter
 from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comparison
 from ._drill import WORST_N, clip, drill_down
-from ._frame import CELL, RETRY_SOURCES, local_path
+from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES, RETRY_SOURCES, local_path
 from ._metrics import COMPARED, crashed, metric
 
 _ENV = jinja2.Environment(
@@ -189,6 +189,7 @@ def run_info(trials: pd.DataFrame, run: dict[str, Any] | None) -> dict[str, Any]
         "versions": versions,
         "created": created,
         "suite": run.get("suite", ""),
+        "sequential": run.get("sequential") if isinstance(run.get("sequential"), dict) else None,
         "log_dirs": sorted({str(Path(local_path(str(p))).parent) for p in trials["log"].unique()}),
     }
     return info
@@ -258,6 +259,7 @@ def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]
                 "dup": _rate(r, "duplication", True),
                 "comp": _rate(r, "completion", False),
                 "excess": r["excess_effects_mean"],
+                "passk": passk_shown(r.get("no_dup_k") or {}),
                 "worst": worst,
                 # What the row pools: the headline rates are over all of these at once.
                 "pooled": {
@@ -270,6 +272,15 @@ def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]
     # Best first: the page is read top-down, so the table answers "which one" on its own.
     rows.sort(key=lambda r: (-_num(r["safe"]["rate"]), _num(r["dup"]["rate"])))
     return rows
+
+
+def passk_shown(values: dict[str, float]) -> list[tuple[int, float]]:
+    """The ``no_dup^k`` values the headline shows: k = 1, 2, 4, 8, ... and the largest k."""
+    ks = sorted(int(k) for k in values)
+    if not ks:
+        return []
+    shown = {k for k in ks if k & (k - 1) == 0} | {ks[-1]}
+    return [(k, values[str(k)]) for k in ks if k in shown]
 
 
 def _num(x: Any) -> float:
@@ -594,6 +605,20 @@ def agents_as_models(trials: pd.DataFrame) -> pd.DataFrame:
     return trials.assign(model=label)
 
 
+def _parsing(trials: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per model, how twice's local model server read its replies (tool-call shapes)."""
+    if not set(PARSE_COLUMNS) <= set(trials.columns):
+        return []
+    out = []
+    for model, group in trials.groupby("model", sort=False):
+        counted = group[list(PARSE_COLUMNS)].dropna(how="all")
+        if counted.empty:
+            continue
+        sums = {s: int(counted[f"parse_{s}"].sum()) for s in PARSE_SHAPES}
+        out.append({"model": model, "trials": len(counted), "replies": sum(sums.values()), **sums})
+    return out
+
+
 def report_data(
     trials: pd.DataFrame,
     run: dict[str, Any] | None = None,
@@ -629,6 +654,7 @@ def report_data(
         "sources": _sources(trials, info) if len(trials) else None,
         "errors": _errors(trials) if len(trials) else [],
         "agent_crashes": agent_crashes,
+        "parsing": _parsing(trials) if len(trials) else [],
         "worst_n": worst,
         "drill": drill_down(trials, worst) if len(trials) else [],
         "palette": PALETTE,

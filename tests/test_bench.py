@@ -27,6 +27,7 @@ FIGURES = {
     "concurrency_efficiency_64",
     "demo_seconds",
     "agent_overhead",
+    "sequential",
 }
 
 
@@ -54,7 +55,10 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
     assert set(results) == FIGURES | {"machine"}
     assert results["concurrent_same_key"]["effects"] == 1
     assert set(results["concurrent_same_key"]) == {"effects", "attempts_per_second"}
-    for key in FIGURES - {"concurrent_same_key", "agent_overhead"}:
+    seq = results["sequential"]
+    assert set(seq) >= {"false_pass_rate", "alpha", "mean_trials", "fixed_trials"}
+    assert seq["stub_run"]["stub/retry"]["verdict"] == "fail"
+    for key in FIGURES - {"concurrent_same_key", "sequential", "agent_overhead"}:
         assert isinstance(results[key], float) and results[key] > 0, key
     assert set(results["agent_overhead"]) == {
         "openai-agents",

@@ -14,10 +14,11 @@ def test_evals_api_all_is_sorted_and_complete() -> None:
     }
     assert set(evals.__all__) == public
     assert evals.__all__ == [
-        "BaselinePolicy", "Cell", "CellRates", "Check", "EvalRates", "GateConfig", "GateError",
-        "GateResult", "Matrix", "Rule", "RunResult", "Suite", "SuiteError",
-        "build_tasks", "check_model_args", "eval_rates", "evaluate_gate",
-        "format_gate", "junit_xml", "load_gate", "load_suite", "parse_gate",
-        "run_metadata", "run_suite", "suite_from_flags", "trials_needed", "trials_table",
-        "write_junit",
+        "BaselinePolicy", "Cell", "CellRates", "CellState", "Check", "EvalRates", "GateConfig",
+        "GateError", "GateResult", "LocalModelError", "LocalModelServer", "Matrix", "Rule",
+        "RunResult", "ServerOptions", "Suite", "SuiteError", "build_tasks", "check_model_args",
+        "eval_rates", "evaluate_gate", "format_gate", "install_local_model", "junit_xml",
+        "load_gate", "load_suite", "local_model_server", "model_home", "parse_gate",
+        "run_metadata", "run_suite", "run_until_decided", "suite_from_flags", "trials_needed",
+        "trials_table", "write_junit",
     ]  # fmt: skip

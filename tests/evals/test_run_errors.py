@@ -114,7 +114,7 @@ def test_run_errors_check_model_args_lets_settings_through() -> None:
         ("[[matrix]]\nmodels = 'stub/retry'\nfaults = []\n", "has an empty 'faults' list"),
         (
             "seed = 1\n[[matrix]]\nmodels = ['stub/retry']\n",
-            "unknown key(s) seed; expected: description, epochs, limit, matrix",
+            "unknown key(s) seed; expected: description, epochs, limit, local_model, matrix",
         ),
     ],
 )  # fmt: skip

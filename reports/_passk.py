@@ -1,0 +1,57 @@
+"""``no_dup^k``: the chance that all k trials of one sample are exactly-once.
+
+τ-bench's pass^k (Yao et al., "τ-bench", 2024, §3), applied to exactly-once instead of task
+success: an agent that is exactly-once 90% of the time does the action exactly once on all
+of 4 retries of the same request only ~66% of the time, and that is what a user who sends
+the same request every day meets. Per sample with ``n`` scored trials of which ``c`` were
+exactly-once, ``C(c, k) / C(n, k)`` is the unbiased estimator of ``p^k`` (drawing k of the n
+trials without replacement); the cell's value is its mean over the samples with ``n ≥ k``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._frame import CELL
+
+COLUMN = "exactly_once"
+
+
+def no_dup_k(
+    trials: pd.DataFrame, by: tuple[str, ...] = CELL
+) -> dict[tuple[Any, ...], dict[str, float]]:
+    """``no_dup^k`` per group of ``by``, for k from 1 to the most trials any sample has.
+
+    Args:
+        trials: The trial frame; only scored trials count.
+        by: The grouping (a cell by default). Samples are told apart by every cell key and
+            the sample id, so pooled groups (e.g. by model) average over each cell's samples.
+
+    Returns:
+        Group key (a tuple of ``by`` values) → ``{"1": ..., "2": ..., ...}``.
+    """
+    scored = trials[trials[COLUMN].notna()]
+    if scored.empty:
+        return {}
+    keys = list(dict.fromkeys([*by, *CELL, "sample"]))
+    per_sample = scored.groupby(keys, sort=False, dropna=False)[COLUMN].agg(["size", "sum"])
+    per_sample = per_sample.reset_index()
+    out: dict[tuple[Any, ...], dict[str, float]] = {}
+    for key, group in per_sample.groupby(list(by), sort=False, dropna=False):
+        n = group["size"].to_numpy(dtype=np.float64)
+        c = group["sum"].to_numpy(dtype=np.float64).round()
+        # C(c, k) / C(n, k) = Π_{j<k} (c - j) / (n - j): one running product per sample,
+        # so every k costs one vector step (no big binomials).
+        ratio = np.ones_like(n)
+        values: dict[str, float] = {}
+        for k in range(1, int(n.max()) + 1):
+            ok = n >= k
+            ratio = np.where(
+                ok, ratio * np.clip(c - (k - 1), 0, None) / np.where(ok, n - (k - 1), 1), 0
+            )
+            values[str(k)] = float(ratio[ok].mean())
+        out[key if isinstance(key, tuple) else (key,)] = values
+    return out

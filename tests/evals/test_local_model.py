@@ -1,0 +1,246 @@
+"""The local model server: lifecycle, tool-call parsing into the ledger, counts, a dead server.
+
+Tests with a scripted server (canned replies, no model) check the structure without depending
+on what a model says; they need only Node.js. The ``real_model`` tests run the installed
+Qwen model (``make real-setup``); CI installs it, elsewhere they skip when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twice.evals import (
+    LocalModelServer,
+    ServerOptions,
+    SuiteError,
+    load_suite,
+    local_model_server,
+)
+from twice.evals._local import MODEL, missing
+from twice.reports import PARSE_COLUMNS, parse_counts, render_report, trials_frame
+
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js on PATH")
+
+FENCED_REFUND = (
+    "I will issue the refund.\n```json\n"
+    '{"name": "issue_refund", "arguments": {"order_id": "order_1042", "amount": 4.99, '
+    '"reason": "arrived cracked"}}\n```'
+)
+
+
+def _suite(tmp_path: Path, replies: list[Any], **axes: str) -> Path:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(replies))
+    axes = {"tasks": "refund", "faults": "none", "protections": "bare", **axes}
+    (tmp_path / "suite.toml").write_text(
+        "epochs = 1\nlimit = 1\n"
+        '[local_model]\nname = "scripted"\nscript = "replies.json"\n'
+        '[[matrix]]\nmodels = ["openai-api/local/scripted"]\n'
+        + "".join(f'{k} = ["{v}"]\n' for k, v in axes.items())
+    )
+    return tmp_path / "suite.toml"
+
+
+def _port_open(url: str) -> bool:
+    host, port = url.removeprefix("http://").split("/")[0].split(":")
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((host, int(port))) == 0
+
+
+# -- without node: the parts that read logs and suite files ---------------------------------
+
+
+def test_parse_counts_counts_each_shape_from_model_events() -> None:
+    def event(shape: str) -> dict[str, Any]:
+        return {"event": "model", "call": {"response": {"twice_parse": {"shape": shape}}}}
+
+    counts = parse_counts([event("fenced"), event("fenced"), event("unparseable"), event("text")])
+    assert counts == {
+        "parse_tag": 0.0,
+        "parse_fenced": 2.0,
+        "parse_bare": 0.0,
+        "parse_text": 1.0,
+        "parse_unparseable": 1.0,
+    }
+
+
+def test_parse_counts_is_nan_for_a_model_not_served_by_twice() -> None:
+    events = [{"event": "model", "call": {"response": {"choices": []}}}, {"event": "tool"}]
+    assert all(math.isnan(v) for v in parse_counts(events).values())
+
+
+def test_local_model_table_rejects_unknown_keys(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('[local_model]\nthreds = 2\n[[matrix]]\nmodels = ["stub/retry"]\n')
+    with pytest.raises(SuiteError, match=r"unknown key\(s\) threds.*expected: name, threads"):
+        load_suite(path)
+
+
+def test_local_model_table_rejects_a_wrong_type(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('[local_model]\nthreads = "two"\n[[matrix]]\nmodels = ["stub/retry"]\n')
+    with pytest.raises(SuiteError, match=r"threads = 'two' is not a int"):
+        load_suite(path)
+
+
+def test_real_suite_starts_the_local_model_at_temperature_zero_with_a_seed() -> None:
+    suite = load_suite(Path(__file__).parents[2] / "evals" / "real.toml")
+    local = suite.local_model
+    assert local is not None
+    assert f"openai-api/local/{local.name}" in suite.models()
+    assert {"stub/retry", "stub/verify"} <= set(suite.models())
+    config = local.generate_config()
+    assert config["temperature"] == 0 and config["seed"] == 0
+
+
+def test_server_refuses_to_start_without_the_install(tmp_path: Path) -> None:
+    from twice.evals import LocalModelError
+
+    with pytest.raises(LocalModelError, match=r"not installed.*make real-setup"):
+        LocalModelServer(ServerOptions(home=tmp_path)).command()
+
+
+# -- a scripted server (node, no model) --------------------------------------------------
+
+
+@needs_node
+@pytest.mark.slow
+def test_scripted_server_starts_and_stops_cleanly(tmp_path: Path) -> None:
+    script = tmp_path / "r.json"
+    script.write_text(json.dumps(["hello"]))
+    before = os.environ.get("LOCAL_BASE_URL")
+    with local_model_server(ServerOptions(name="s", script=script)) as server:
+        url = server.base_url
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        assert os.environ["LOCAL_BASE_URL"] == url
+        with urllib.request.urlopen(url.removesuffix("/v1") + "/health") as r:
+            assert json.loads(r.read())["status"] == "ok"
+    assert server.returncode == 0  # SIGTERM → a clean exit, not a kill
+    assert not _port_open(url)
+    assert os.environ.get("LOCAL_BASE_URL") == before
+
+
+@needs_node
+@pytest.mark.slow
+def test_a_fenced_tool_call_becomes_an_attempt_on_the_ledger(tmp_path: Path, twice: Any) -> None:
+    suite = _suite(tmp_path, [FENCED_REFUND, "The refund is done."])
+    out = twice("run", "--config", str(suite), "--log-dir", str(tmp_path / "logs"))
+    assert out.exit_code == 0, out.stderr
+    frame = trials_frame(tmp_path / "logs")
+    row = frame.iloc[0]
+    assert row["attempts"] == 1 and row["effects"] == 1
+    assert row["completed"] == 1 and row["duplicated"] == 0
+    assert row["parse_fenced"] == 1 and row["parse_text"] == 1
+    assert "local model replies: 2 (tag 0, fenced 1, bare 0, text 1, unparseable 0)" in out.stderr
+
+
+@needs_node
+@pytest.mark.slow
+def test_an_unparseable_reply_is_counted_and_reaches_the_report(tmp_path: Path, twice: Any) -> None:
+    suite = _suite(tmp_path, ['<tool_call>{"name": "issue_refund", "arguments": {oops'])
+    out = twice("run", "--config", str(suite), "--log-dir", str(tmp_path / "logs"))
+    assert out.exit_code == 0, out.stderr
+    frame = trials_frame(tmp_path / "logs")
+    assert frame.iloc[0]["parse_unparseable"] == 1
+    assert frame.iloc[0]["attempts"] == 0  # nothing reached the payments service
+    html = render_report(frame)
+    assert "Tool-call parsing by the local model server" in html
+    assert '<td class="worse">1</td>' in html
+    assert set(PARSE_COLUMNS) <= set(frame.columns)
+
+
+@needs_node
+@pytest.mark.slow
+def test_a_dead_server_ends_the_run_with_exit_1(tmp_path: Path, twice: Any) -> None:
+    suite = _suite(tmp_path, [{"exit": 3}])
+    out = twice("run", "--config", str(suite), "--log-dir", str(tmp_path / "logs"))
+    assert out.exit_code == 1
+    assert "local model server exited with code 3 during the run" in out.stderr
+
+
+# -- the real model (installed by `make real-setup`) ------------------------------------------
+
+
+def _real_installed() -> None:
+    lacking = missing()
+    if lacking:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must install the local model (make real-setup); missing: {lacking}")
+        pytest.skip(f"the local model is not installed (make real-setup): {lacking}")
+
+
+REFUND_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "issue_refund",
+            "description": "Issue a refund for an order.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "order_id": {"type": "string", "description": "The order id."},
+                    "amount": {"type": "number", "description": "Amount in USD."},
+                },
+                "required": ["order_id", "amount"],
+            },
+        },
+    }
+]
+
+
+@pytest.mark.slow
+def test_real_model_server_answers_a_tool_request_and_stops_cleanly() -> None:
+    _real_installed()
+    body = {
+        "model": MODEL.name,
+        "messages": [{"role": "user", "content": "Refund $4.99 on order order_1042."}],
+        "tools": REFUND_TOOLS,
+        "max_tokens": 96,
+    }
+    with LocalModelServer(ServerOptions()) as server:
+        request = urllib.request.Request(
+            server.base_url + "/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=600) as r:
+            reply = json.loads(r.read())
+        url = server.base_url
+    assert reply["object"] == "chat.completion"
+    assert reply["twice_parse"]["shape"] in {"tag", "fenced", "bare", "text", "unparseable"}
+    message = reply["choices"][0]["message"]
+    for call in message.get("tool_calls") or []:
+        assert call["function"]["name"] == "issue_refund"
+        json.loads(call["function"]["arguments"])  # arguments are valid JSON
+    assert reply["usage"]["prompt_tokens"] > 0
+    assert server.returncode == 0
+    assert not _port_open(url)
+
+
+@pytest.mark.slow
+def test_real_model_trial_runs_through_inspects_openai_provider(tmp_path: Path, twice: Any) -> None:
+    _real_installed()
+    (tmp_path / "real.toml").write_text(
+        "epochs = 1\nlimit = 1\n"
+        f'[local_model]\nname = "{MODEL.name}"\nmax_tokens = 160\n'
+        f'[[matrix]]\nmodels = ["openai-api/local/{MODEL.name}"]\n'
+        'tasks = ["refund"]\nfaults = ["lost_reply"]\nprotections = ["bare"]\n'
+    )
+    out = twice("run", "--config", str(tmp_path / "real.toml"), "--log-dir", str(tmp_path / "logs"))
+    assert out.exit_code == 0, out.stderr
+    frame = trials_frame(tmp_path / "logs")
+    assert len(frame) == 1
+    row = frame.iloc[0]
+    assert row["error"] == ""  # scored, whatever the model chose
+    replies = sum(row[c] for c in PARSE_COLUMNS)
+    assert replies >= 1  # every reply was read by the server and counted
+    assert "local model server ready at http://127.0.0.1:" in out.stderr

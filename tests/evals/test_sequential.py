@@ -1,0 +1,141 @@
+"""The anytime-valid bounds behind ``twice run --until-decided`` and ``twice gate`` on a
+sequential run: validity under peeking, the stopping rule, and the gate's verdicts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import pytest
+from statsmodels.stats.proportion import proportion_confint
+from twice.evals import evaluate_gate, parse_gate
+from twice.evals._seqgate import rule_state
+from twice.evals._sequential import (
+    bounds,
+    log_wealth,
+    peeking_wilson_false_pass,
+    proves,
+    simulate_max_rule,
+)
+
+Trials = Callable[..., pd.DataFrame]
+SEQ = {"method": "betting", "batch": None, "max_trials": 480}
+
+
+def gate(**kw: object) -> dict[str, object]:
+    rule = {"name": "dup", "metric": "duplication_rate", "max": 0.05, "min_trials": 73, **kw}
+    return {"rule": [rule]}
+
+
+# -- validity ------------------------------------------------------------------------------
+
+
+def test_false_pass_at_the_threshold_stays_below_alpha_when_looking_after_every_trial() -> None:
+    # Ville: a rate exactly at the bound passes with probability ≤ α however often we look.
+    # Betting wealth crosses 1/α with little overshoot, so the true rate sits just under α:
+    # allow three standard errors of the simulation (bench/ measures it on 20,000 gates).
+    gates = 4000
+    sim = simulate_max_rule(
+        0.05, 0.05, alpha=0.05, batch=1, max_trials=300, gates=gates, min_trials=1, seed=7
+    )
+    assert (sim.verdict == "pass").mean() <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / gates)
+
+
+def test_a_rule_that_would_pass_by_peeking_at_a_wilson_bound_does_not() -> None:
+    # The failing path: recomputing the fixed gate's Wilson bound after every trial and
+    # stopping at the first pass passes a rate sitting on the threshold far more than α.
+    peek = peeking_wilson_false_pass(
+        0.05, 0.05, alpha=0.05, batch=1, max_trials=300, gates=4000, seed=7
+    )
+    assert peek > 0.07  # vs ≤ 0.05 for the confidence sequence above
+    # One concrete sequence: 1 duplicate in 110 trials. At n=110 the Wilson upper bound is
+    # 4.97% ≤ 5%, so a peeking gate passes; the confidence sequence has not proved it.
+    x = np.zeros(110)
+    x[0] = 1
+    _, hi = proportion_confint(1, 110, alpha=0.05, method="wilson")
+    assert hi <= 0.05
+    assert not proves(x, 0.05, 0.05, "below")
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.02, 0.3, 0.9])
+def test_the_sequence_covers_the_true_rate_at_every_look(rate: float) -> None:
+    # Neither side ever rejects the true rate, in ≥ 1 - 2α of runs (each side ≤ α).
+    rng = np.random.default_rng(3)
+    x = (rng.random((800, 300)) < rate).astype(float)
+    level = math.log(1 / 0.05)
+    below = log_wealth(x, rate, 0.05, "below").max(axis=1) >= level
+    above = log_wealth(x, rate, 0.05, "above").max(axis=1) >= level
+    assert below.mean() <= 0.05 and above.mean() <= 0.05
+
+
+def test_bounds_contain_the_point_and_stay_in_the_unit_interval() -> None:
+    rng = np.random.default_rng(5)
+    for n in (1, 5, 40, 200):
+        x = (rng.random(n) < 0.3).astype(float)
+        b = bounds(x, 0.05)
+        assert 0 <= b.lower <= b.point <= b.upper <= 1
+    assert bounds([], 0.05).upper == 1.0
+
+
+def test_all_clean_trials_prove_below_five_percent_after_65_and_not_before() -> None:
+    assert not proves(np.zeros(64), 0.05, 0.05, "below")
+    assert proves(np.zeros(65), 0.05, 0.05, "below")
+
+
+def test_simulated_gates_stop_fast_far_from_the_threshold() -> None:
+    for rate, verdict, most in ((0.0, "pass", 72), (0.5, "fail", 24), (1.0, "fail", 24)):
+        sim = simulate_max_rule(rate, 0.05, alpha=0.05, batch=24, max_trials=480, gates=200, seed=1)
+        assert (sim.verdict == verdict).all()
+        assert sim.trials.max() <= most
+
+
+# -- the gate on a sequential run ------------------------------------------------------------
+
+
+def test_sequential_gate_fails_28_of_28_regardless_of_min_trials(make_trials: Trials) -> None:
+    result = evaluate_gate(make_trials(28, duplicated=28), parse_gate(gate()), sequential=SEQ)
+    (check,) = result.failures
+    assert "fails regardless of more trials" in check.message
+    assert "anytime-valid" in check.message
+    assert any("anytime-valid" in n for n in result.notes)
+
+
+def test_fixed_gate_fails_28_of_28_regardless_of_min_trials(make_trials: Trials) -> None:
+    (check,) = evaluate_gate(make_trials(28, duplicated=28), parse_gate(gate())).failures
+    assert check.message.startswith("fails regardless of more trials")
+    assert "needs at least" not in check.message
+    # 0 of 28 is not certain: more trials could pass, so the gate still asks for them.
+    (check,) = evaluate_gate(make_trials(28), parse_gate(gate())).failures
+    assert "the rule needs at least 73" in check.message
+
+
+def test_sequential_gate_is_stricter_than_wilson_where_peeking_would_pass(
+    make_trials: Trials,
+) -> None:
+    # 1 of 110 duplicated passes the fixed Wilson gate but is not settled sequentially.
+    frame = make_trials(110, duplicated=1)
+    assert evaluate_gate(frame, parse_gate(gate())).passed
+    result = evaluate_gate(frame, parse_gate(gate()), sequential=SEQ)
+    assert not result.passed
+    assert "not settled yet" in result.failures[0].message
+
+
+def test_sequential_gate_passes_clean_cells_with_enough_trials(make_trials: Trials) -> None:
+    assert evaluate_gate(make_trials(73), parse_gate(gate()), sequential=SEQ).passed
+    # Proved below 5% at 65 trials, but the rule's floor of 73 still applies to a pass.
+    frame = make_trials(70)
+    result = evaluate_gate(frame, parse_gate(gate()), sequential=SEQ)
+    assert not result.passed
+    assert "of the 73 the rule needs" in result.failures[0].message
+    state = rule_state(parse_gate(gate()).rules[0], frame, 0.95)
+    assert not state.settled
+
+
+def test_min_rules_settle_both_ways(make_trials: Trials) -> None:
+    cfg = parse_gate({"rule": [{"name": "done", "metric": "completion_rate", "min": 0.8}]})
+    rule = cfg.rules[0]
+    assert rule_state(rule, make_trials(40, completed=40), 0.95).settled
+    low = rule_state(rule, make_trials(40, completed=5), 0.95)
+    assert low.settled and low.status == "fail"

@@ -1,0 +1,103 @@
+"""``twice run --until-decided GATE.toml``: rounds, stopping, resume, and the gate after it."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from twice.evals.cli import cli
+from twice.reports import log_files
+
+GATE = Path(__file__).parents[2] / "evals" / "gate.toml"
+COMMON = ("--task", "refund", "--fault", "lost_reply", "--limit", "4", "--display", "none")
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--batch", "4"], "--batch and --max-trials only apply with --until-decided"),
+        (["--max-trials", "40"], "--batch and --max-trials only apply with --until-decided"),
+        (["--until-decided", str(GATE), "--epochs", "2"], "--epochs and --until-decided"),
+        (["--until-decided", "missing.toml"], "gate file 'missing.toml' does not exist"),
+        (
+            ["--until-decided", str(GATE), "--model", "stub/retry", "--max-trials", "3"],
+            "--max-trials 3 is below one round",
+        ),
+    ],
+)
+def test_until_decided_bad_usage_exits_2(args: list[str], message: str, tmp_path: Path) -> None:
+    code, out = invoke("run", *args, *COMMON, "--log-dir", str(tmp_path / "logs"))
+    assert code == 2, out
+    assert message in out
+    assert not (tmp_path / "logs" / "summary.json").exists()
+
+
+def loose_gate(tmp_path: Path) -> Path:
+    path = tmp_path / "loose.toml"
+    path.write_text(
+        '[[rule]]\nname = "dup"\nmetric = "duplication_rate"\nmax = 0.5\n', encoding="utf-8"
+    )
+    return path
+
+
+@pytest.mark.slow
+def test_retry_fails_in_round_one_and_the_gate_agrees(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    # --batch 8 with 4 samples: rounds of two epochs.
+    code, out = invoke("run", "--until-decided", str(GATE), "--model", "stub/retry", *COMMON,
+                       "--batch", "8", "--log-dir", str(logs), "--no-report")  # fmt: skip
+    assert code == 0, out
+    assert "FAIL (settled)" in out and "after round 1, 8 trial(s)" in out
+    assert "fails regardless of more trials" in out
+    run = json.loads((logs / "summary.json").read_text(encoding="utf-8"))["run"]
+    seq = run["sequential"]
+    assert "betting confidence sequence" in seq["method"]
+    (cell,) = seq["cells"]
+    assert (cell["verdict"], cell["stopped_round"], cell["trials"]) == ("fail", 1, 8)
+    assert seq["batch"] == 8
+    junit = tmp_path / "gate.xml"
+    code, out = invoke("gate", str(logs), "--config", str(GATE), "--junit", str(junit))
+    assert code == 1, out
+    assert "anytime-valid" in out
+    root = ET.parse(junit).getroot()
+    assert "anytime-valid" in root.attrib["name"]
+
+
+@pytest.mark.slow
+def test_verify_passes_after_some_rounds_and_a_rerun_resumes_without_new_trials(
+    tmp_path: Path,
+) -> None:
+    logs, gate = tmp_path / "logs", loose_gate(tmp_path)
+    args = ("run", "--until-decided", str(gate), "--model", "stub/verify", *COMMON,
+            "--log-dir", str(logs), "--no-report")  # fmt: skip
+    code, out = invoke(*args)
+    assert code == 0, out
+    assert "PASS (settled)" in out
+    first = json.loads((logs / "summary.json").read_text(encoding="utf-8"))["run"]["sequential"]
+    (cell,) = first["cells"]
+    # 0 of n duplicated proves "below 50%" only after a few trials: more than one round of 4.
+    assert cell["verdict"] == "pass" and cell["stopped_round"] > 1
+    assert cell["trials"] == 4 * cell["stopped_round"]
+    files = log_files(logs)
+    code, out = invoke(*args)
+    assert code == 0, out
+    again = json.loads((logs / "summary.json").read_text(encoding="utf-8"))["run"]["sequential"]
+    assert again["cells"] == first["cells"]
+    assert log_files(logs) == files
+    code, out = invoke("gate", str(logs), "--config", str(gate))
+    assert code == 0, out
+    assert "anytime-valid" in out
+    # A fixed run's gate is unchanged: no sequential record, Wilson bounds.
+    summary = json.loads((logs / "summary.json").read_text(encoding="utf-8"))
+    del summary["run"]["sequential"]
+    (logs / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    code, out = invoke("gate", str(logs), "--config", str(gate))
+    assert "anytime-valid" not in out and "Wilson" in out
