@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
-from ._frame import CELL
+from ._frame import CELL, with_agent
 from ._metrics import CATALOGUE, crashed
 from ._passk import no_dup_k
 
@@ -45,8 +45,7 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     and ``no_dup_k`` (``{"1": ..., "k": ...}``: the chance all k trials of a sample are
     exactly-once, see :mod:`._passk`).
     """
-    if "agent" in by and "agent" not in trials:
-        trials = trials.assign(agent="react")  # a frame built before the agent axis
+    trials = with_agent(trials)
     rows: list[dict[str, Any]] = []
     passk = no_dup_k(trials, by)
     for key, group in trials.groupby(list(by), sort=True, dropna=False):

@@ -201,6 +201,12 @@ def parse_counts(events: list[dict[str, Any]] | None) -> dict[str, float]:
     return {f"parse_{k}": (v if seen else math.nan) for k, v in found.items()}
 
 
+def with_agent(trials: pd.DataFrame) -> pd.DataFrame:
+    """The frame with an ``agent`` column: a frame built before the agent axis (by hand, or by
+    older code) is twice's own loop, ``react``."""
+    return trials if "agent" in trials else trials.assign(agent=DEFAULT_AGENT)
+
+
 def _agent_error(store: dict[str, Any] | None) -> str:
     """What a crashed agent under test raised (empty when it did not crash)."""
     agent = (store or {}).get(AGENT_KEY)

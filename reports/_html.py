@@ -22,7 +22,7 @@ from ._aggregate import cells, wilson
 from ._charts import PALETTE, interval_bar, rate_colour, scatter
 from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comparison
 from ._drill import WORST_N, clip, drill_down
-from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES, RETRY_SOURCES, local_path
+from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES, RETRY_SOURCES, local_path, with_agent
 from ._metrics import COMPARED, crashed, metric
 
 _ENV = jinja2.Environment(
@@ -595,8 +595,7 @@ def agents_as_models(trials: pd.DataFrame) -> pd.DataFrame:
     """Name each agent under test with its model (``stub/retry · langgraph``), so every
     per-model view of the report (grids, charts, prompt comparisons) treats an agent like a
     model. Trials of twice's own loop (``react``) keep the plain model name."""
-    if "agent" not in trials:  # a frame built before the agent axis: twice's own loop
-        return trials.assign(agent="react")
+    trials = with_agent(trials)
     if not (trials["agent"] != "react").any():
         return trials
     label = trials["model"].where(
