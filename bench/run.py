@@ -42,6 +42,7 @@ class Sizes:
     worker_reps: int  # interleaved pairs of `twice run --workers 1` / `--workers 2`
     serve_clients: int = 64  # concurrent clients against twice serve
     serve_requests: int = 100  # requests per client (half POST, half GET)
+    agent_limit: int | None = None  # agent_overhead: samples per eval (None: all 24)
 
 
 FULL = Sizes(
@@ -75,6 +76,7 @@ QUICK = Sizes(
     worker_reps=1,
     serve_clients=8,
     serve_requests=10,
+    agent_limit=2,
 )
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -217,6 +219,18 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
             f"(medians of {sizes.worker_reps} interleaved pairs; CPU {w['cpu_one']:.1f} vs "
             f"{w['cpu_two']:.1f} s)"
         )
+    if want("agents"):
+        import _agents
+
+        log("agent_overhead: each built-in framework agent vs react, CPU per trial")
+        # 3 pairs at most: a framework trial is slow and the ratio is stable (spread in notes).
+        ratios, pairs = _agents.agent_overhead(work, 1, min(sizes.reps, 3), sizes.agent_limit)
+        results["agent_overhead"] = ratios
+        for name, p in pairs.items():
+            notes.append(
+                f"agent {name}: {ratios[name]:.2f}x react's CPU per trial "
+                f"(per-pair {_spread(p)}; wall ratio {p.ratio('wall'):.2f})"
+            )
     if want("sequential"):
         import _sequential
 
@@ -303,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,"
-        "workers,sequential,serve,demo (the other figures already in --out are kept)",
+        "workers,sequential,serve,demo,agents (the other figures already in --out are kept)",
     )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "LOG_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -10,13 +10,13 @@ A gate file holds ``[[rule]]`` blocks and an optional ``[baseline]`` table::
     max = 0.05                         # or min = 0.9 for rates that must be high
     statistic = "upper"                # "point", "lower" or "upper" (default: the cautious one)
     min_trials = 60                    # a cell with fewer scored trials fails the rule
-    fault = ["lost_reply", "timeout_before_commit"]   # filters: model, prompt, task, fault,
-                                                      # protection (glob patterns)
+    fault = ["lost_reply", "timeout_before_commit"]   # filters: model, agent, prompt, task,
+                                                      # fault, protection (glob patterns)
 
     [baseline]                         # used with --baseline LOG_DIR
     alpha = 0.05
     metrics = ["duplication_rate", "completion_rate", "safe_success_rate"]
-    match = ["model", "prompt", "task", "fault", "protection"]
+    match = ["model", "agent", "prompt", "task", "fault", "protection"]
 
 Every rule is checked in every cell it matches (a rule × cell is one JUnit test case).
 
@@ -294,8 +294,10 @@ def _num(name: str, x: float) -> str:
 
 
 def cell_label(cell: Mapping[str, Any]) -> str:
-    """``model / prompt / task / fault / protection``."""
-    return " / ".join(str(cell[k]) for k in CELL)
+    """``model / prompt / task / fault / protection``, with ``/ agent`` after the model for
+    an agent under test (twice's own loop, ``react``, is left out so its labels stay as they
+    were before agents existed)."""
+    return " / ".join(str(cell[k]) for k in CELL if not (k == "agent" and cell[k] == "react"))
 
 
 @dataclass(frozen=True)

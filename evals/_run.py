@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import gc
+import hashlib
 import os
 import signal
 import tempfile
@@ -45,6 +46,7 @@ from twice.reports import (
     write_text,
 )
 from twice.tasks import Prompt, get_task, load_prompt
+from twice.tasks.agents import BUILTIN_AGENTS, REACT
 
 from ._endpoint import EndpointState, guard_model
 from ._gate import temp_beside
@@ -218,6 +220,16 @@ def build_tasks(
     if suite.agent_cmd is not None and server is None:
         raise SuiteError("an agent command needs a twice serve URL to run its trials against")
     for cell in suite.cells() if cells is None else cells:
+        if cell.prompt not in prompts:  # read (and hash) each prompt file once
+            prompts[cell.prompt] = load_prompt(cell.prompt)
+        prompt = prompts[cell.prompt]
+        args: dict[str, Any] = {}
+        version = f"+prompt.{prompt.sha256[:12]}"
+        if cell.agent != REACT:
+            # Only for agents under test, so react's task args (and resumable logs) are as
+            # before; a user's agent file is hashed so editing it makes its old logs stale.
+            args = {"agent": cell.agent, "mocks": suite.mocks or None}
+            version += agent_version(cell.agent)
         try:
             if suite.agent_cmd is not None and server is not None:
                 from ._serve_eval import command_agent, served_task
@@ -233,23 +245,26 @@ def build_tasks(
                 )
             else:
                 task = get_task(cell.task)(
-                    fault=cell.fault, protection=cell.protection, prompt=cell.prompt
+                    fault=cell.fault, protection=cell.protection, prompt=cell.prompt, **args
                 )
         except ValueError as ex:
             raise SuiteError(f"task {cell.task!r} cannot be built: {ex}") from None
-        if cell.prompt not in prompts:  # read (and hash) each prompt file once
-            prompts[cell.prompt] = load_prompt(cell.prompt)
-        prompt = prompts[cell.prompt]
         new = cell.model not in models
         model = _model(cell.model, model_args or {}, models)
         if guards is not None and new:
             guards[cell.model] = guard_model(
                 model, max_retries=max_retries, attempt_timeout=timeout
             )
-        out.append(
-            task_with(task, model=model, version=f"{task.version}+prompt.{prompt.sha256[:12]}")
-        )
+        out.append(task_with(task, model=model, version=f"{task.version}{version}"))
     return out
+
+
+def agent_version(agent: str) -> str:
+    """``+agent.<sha>`` of a user agent's file (empty for built-in agents and modules)."""
+    path = Path(agent.rpartition(":")[0])
+    if agent in BUILTIN_AGENTS or path.suffix != ".py" or not path.is_file():
+        return ""
+    return "+agent." + hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
 def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
@@ -261,8 +276,8 @@ def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
     for row in table.itertuples():
         if row.errors:
             lines.append(
-                f"{row.errors} trial(s) crashed in {row.model} / {row.prompt} / {row.task} / "
-                f"{row.fault} / {row.protection}"
+                f"{row.errors} trial(s) crashed in {row.model} / {row.agent} / {row.prompt} / "
+                f"{row.task} / {row.fault} / {row.protection}"
             )
     return [scrub(line) for line in lines]
 
@@ -344,6 +359,7 @@ def write_atomic(path: Location, write: Callable[[Path], object]) -> Location:
 def _cell_dict(cell: Cell, names: dict[str, str]) -> dict[str, str]:
     return {
         "model": cell.model,
+        "agent": cell.agent,
         "prompt": names[cell.prompt],
         "task": cell.task,
         "fault": cell.fault,
@@ -378,7 +394,8 @@ def _finished_cells(
     by_key: dict[tuple[str, ...], Cell] = {}
     for cell in planned:
         p = load_prompt(cell.prompt)
-        by_key[(cell.model, cell.task, cell.fault, cell.protection, p.name, p.sha256)] = cell
+        key = (cell.model, cell.agent, cell.task, cell.fault, cell.protection, p.name, p.sha256)
+        by_key[key] = cell
     finished: set[Cell] = set()
     files = []
     cancelled = False
@@ -387,8 +404,8 @@ def _finished_cells(
             header = read_eval_log(str(entry.path), header_only=True).eval
             meta = (header.metadata or {}).get("twice", {})
             key = (
-                header.model, meta["task"], meta["fault"], meta["protection"],
-                meta["prompt"], meta["prompt_sha256"],
+                header.model, meta.get("agent", REACT), meta["task"], meta["fault"],
+                meta["protection"], meta["prompt"], meta["prompt_sha256"],
             )  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # not a twice log of this suite
@@ -604,6 +621,8 @@ def run_metadata(
         }
     return {
         "models": list(dict.fromkeys(c.model for c in cells_)),
+        "agents": list(dict.fromkeys(c.agent for c in cells_)),
+        "mocks": dict(suite.mocks),
         "model_args": {
             k: v
             for k, v in (model_args or {}).items()
@@ -637,6 +656,7 @@ def format_table(table: pd.DataFrame) -> str:
     view = pd.DataFrame(
         {
             "model": table["model"],
+            "agent": table["agent"],
             "prompt": table["prompt"],
             "task": table["task"],
             "fault": table["fault"],
@@ -648,6 +668,10 @@ def format_table(table: pd.DataFrame) -> str:
             "dup 95% CI": table["duplication_ci"].map(ci),
             "safe": table["safe_success_rate"].map(pct),
             "excess": table["excess_effects_mean"].map(lambda x: "" if pd.isna(x) else f"{x:.2f}"),
+            "crashed": table["crashed_rate"].map(pct),
         }
     )
+    if (view["agent"] == REACT).all():
+        # Only twice's own loop ran: the agent columns would say nothing.
+        view = view.drop(columns=["agent", "crashed"])
     return str(view.to_string(index=False))

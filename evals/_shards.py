@@ -55,6 +55,8 @@ def parse_shard(text: str) -> Shard:
 def cell_digest(cell: Cell) -> str:
     """A stable hex digest of the cell's axes (the same in every process and on every machine)."""
     axes = [cell.model, cell.prompt, cell.task, cell.fault, cell.protection]
+    if cell.agent != "react":  # react cells keep the digests they had before the agent axis
+        axes.append(cell.agent)
     return hashlib.sha256(json.dumps(axes).encode("utf-8")).hexdigest()
 
 

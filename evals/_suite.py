@@ -1,4 +1,4 @@
-"""The suite matrix: models × prompts × tasks × faults × protections, from flags or TOML.
+"""The suite matrix: models × agents × prompts × tasks × faults × protections, from flags or TOML.
 
 A suite file holds one or more ``[[matrix]]`` blocks; the suite is their union (a cell named
 by two blocks runs once). Top-level keys set run options::
@@ -6,6 +6,8 @@ by two blocks runs once). Top-level keys set run options::
     epochs = 1
     [[matrix]]
     models = ["stub/retry", "stub/verify"]
+    agents = ["react"]                          # or openai-agents, langgraph, langgraph-retry,
+                                                # pydantic-ai, path/to/agent.py:function
     prompts = ["baseline", "cautious"]          # built-in names or prompt file paths
     tasks = ["refund"]
     faults = ["lost_reply", "timeout_before_commit"]
@@ -19,15 +21,18 @@ trial, against ``twice serve`` (see ``twice run --agent-cmd``).
 
 from __future__ import annotations
 
+import itertools
 import tomllib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from twice.mocks import FAULTS, STUB_MODELS
-from twice.tasks import PROTECTIONS, TASKS, load_prompt
+from twice.tasks import PROTECTIONS, TASKS, check_agent_cell, load_prompt
 from twice.tasks._prompts import read_regular_file
+from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
+from twice.tasks.agents import check_agent as _check_agent_name
 
 from ._local import ServerOptions, parse_options
 
@@ -38,7 +43,7 @@ STUB_NAMES = [f"stub/{n}" for n in STUB_MODELS]
 DEFAULT_FAULTS = ["none", "lost_reply", "timeout_before_commit"]
 """Faults used when flags name models but no faults: the control and the twin faults."""
 
-AXES = ("models", "prompts", "tasks", "faults", "protections")
+AXES = ("models", "agents", "prompts", "tasks", "faults", "protections")
 
 
 class SuiteError(ValueError):
@@ -50,6 +55,7 @@ class Matrix:
     """One block of the suite: the full cross product of its five axes."""
 
     models: tuple[str, ...]
+    agents: tuple[str, ...] = (REACT,)
     prompts: tuple[str, ...] = ("baseline",)
     tasks: tuple[str, ...] = tuple(TASKS)
     faults: tuple[str, ...] = tuple(DEFAULT_FAULTS)
@@ -58,13 +64,14 @@ class Matrix:
 
 @dataclass(frozen=True)
 class Cell:
-    """One (model, prompt, task, fault, protection): all its trials share these."""
+    """One (model, agent, prompt, task, fault, protection): all its trials share these."""
 
     model: str
     prompt: str
     task: str
     fault: str
     protection: str
+    agent: str = REACT
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,8 @@ class Suite:
     epochs: int = 1
     limit: int | None = None
     source: str = "flags"
+    mocks: dict[str, str] = field(default_factory=dict)
+    """``--mock SERVICE=URL``: production URL by service name, for agents other than react."""
     local_model: ServerOptions | None = None
     """The ``[local_model]`` server this suite starts for its run, if any."""
     agent_cmd: str | None = None
@@ -85,19 +94,21 @@ class Suite:
         """Every distinct cell, in suite order."""
         seen: set[Cell] = set()
         for m in self.matrices:
-            for model in m.models:
-                for prompt in m.prompts:
-                    for task in m.tasks:
-                        for fault in m.faults:
-                            for protection in m.protections:
-                                cell = Cell(model, prompt, task, fault, protection)
-                                if cell not in seen:
-                                    seen.add(cell)
-                                    yield cell
+            for model, agent in itertools.product(m.models, m.agents):
+                for prompt, task in itertools.product(m.prompts, m.tasks):
+                    for fault, protection in itertools.product(m.faults, m.protections):
+                        cell = Cell(model, prompt, task, fault, protection, agent)
+                        if cell not in seen:
+                            seen.add(cell)
+                            yield cell
 
     def models(self) -> list[str]:
         """Distinct models, in order."""
         return list(dict.fromkeys(c.model for c in self.cells()))
+
+    def agents(self) -> list[str]:
+        """Distinct agents, in order."""
+        return list(dict.fromkeys(c.agent for c in self.cells()))
 
     def override(self, **axes: Sequence[str]) -> Suite:
         """Replace the named axes in every block (flags given with ``--config``)."""
@@ -147,12 +158,32 @@ class Suite:
                     raise SuiteError(
                         f"unknown stub model {model!r}; expected one of: {', '.join(STUB_NAMES)}"
                     )
+        self._validate_agents()
         if isinstance(self.epochs, bool) or self.epochs < 1:
             raise SuiteError(f"epochs must be a positive integer, got {self.epochs!r}")
         if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
             raise SuiteError(f"limit must be a positive integer, got {self.limit!r}")
         if self.agent_cmd is not None and not self.agent_cmd.strip():
             raise SuiteError("agent_cmd is empty; give the command that runs your agent")
+
+    def _validate_agents(self) -> None:
+        """Check each agent once, then every cell an agent other than ``react`` is in."""
+        mocks = self.mocks
+        checked: set[str] = set()
+        for cell in self.cells():
+            try:
+                if cell.agent not in checked:
+                    _check_agent_name(cell.agent)
+                    checked.add(cell.agent)
+                if cell.agent != REACT:
+                    check_agent_cell(cell.agent, cell.task, cell.fault, cell.protection)
+            except AgentError as ex:
+                raise SuiteError(f"{self.source}: {ex}") from None
+        if mocks and checked <= {REACT}:
+            raise SuiteError(
+                "--mock applies to an agent under test (--agent path.py:function ...), not to "
+                f"twice's own loop {REACT!r}"
+            )
 
 
 def _check(values: Sequence[str], known: dict[str, Any], what: str) -> None:
@@ -256,6 +287,8 @@ def suite_from_flags(
     config: str | None,
     models: Sequence[str],
     prompts: Sequence[str],
+    agents: Sequence[str] = (),
+    mocks: dict[str, str] | None = None,
     tasks: Sequence[str],
     faults: Sequence[str],
     protections: Sequence[str],
@@ -266,11 +299,13 @@ def suite_from_flags(
     """The suite a ``twice run`` command line asks for.
 
     With ``--config`` the file is the base and flags replace whole axes. Without it, flags
-    build one matrix (defaults: every task, faults none/lost_reply/timeout_before_commit,
-    protection bare, prompt baseline); with no flags at all, the default suite runs.
+    build one matrix (defaults: agent react, every task (the built-in framework agents' tasks
+    when ``agents`` names one), faults none/lost_reply/timeout_before_commit, protection bare,
+    prompt baseline); with no flags at all, the default suite runs.
     """
     axes = {
         "models": models,
+        "agents": agents,
         "prompts": prompts,
         "tasks": tasks,
         "faults": faults,
@@ -279,6 +314,9 @@ def suite_from_flags(
     if config is not None:
         suite = load_suite(config).override(**axes)
     elif any(axes.values()):
+        if not tasks and any(a in BUILTIN_AGENTS for a in agents):
+            # The built-in framework agents have tools for these tasks only.
+            axes["tasks"] = AGENT_TASKS
         suite = Suite(
             (
                 Matrix(
@@ -295,5 +333,7 @@ def suite_from_flags(
         suite = replace(suite, limit=limit)
     if agent_cmd is not None:
         suite = replace(suite, agent_cmd=agent_cmd)
+    if mocks:
+        suite = replace(suite, mocks=dict(mocks))
     suite.validate()
     return suite

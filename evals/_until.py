@@ -100,6 +100,7 @@ def _key(task: Task, model: str) -> dict[str, str]:
     meta = (task.metadata or {}).get("twice", {})
     return {
         "model": model,
+        "agent": str(meta.get("agent") or "react"),
         "prompt": str(meta.get("prompt", "?")),
         "task": str(meta.get("task") or task.name),
         "fault": str(meta.get("fault", "?")),

@@ -142,6 +142,23 @@ def cli() -> None:
     "endpoint counts as unreachable and the run ends with exit 1.",
 )
 @click.option("--no-report", is_flag=True, help="Skip report.html.")
+# -- agents under test (issue 12) ----------------------------------------------------------
+@click.option(
+    "--agent",
+    "agents",
+    multiple=True,
+    help="Agent under test (repeatable): react (default: twice's own loop), openai-agents, "
+    "langgraph, langgraph-retry, pydantic-ai, path/to/agent.py:function or module:function.",
+)
+@click.option(
+    "--mock",
+    "mocks",
+    multiple=True,
+    metavar="SERVICE=URL",
+    help="Serve an agent's requests to its production URL from the trial's SERVICE "
+    "(repeatable), e.g. --mock payments=https://api.example.com.",
+)
+# -- end agents ----------------------------------------------------------------------------
 @click.option(
     "--shard",
     metavar="I/N",
@@ -201,6 +218,8 @@ def run(
     batch: int | None,
     max_trials: int | None,
     agent_cmd: str | None,
+    agents: tuple[str, ...] = (),
+    mocks: tuple[str, ...] = (),
 ) -> None:
     """Run the suite: models × prompts × tasks × faults × protections × epochs.
 
@@ -261,6 +280,8 @@ def run(
             epochs=epochs,
             limit=limit,
             agent_cmd=agent_cmd,
+            agents=agents,
+            mocks=_mocks(mocks),
         )
         part = parse_shard(shard) if shard else None
         if part and workers and workers > 1:
@@ -287,6 +308,8 @@ def run(
                     ("task", tasks),
                     ("fault", faults),
                     ("protection", protections),
+                    ("agent", agents),
+                    ("mock", mocks),
                     ("config", (config,) if config else ()),
                     ("epochs", (epochs,) if epochs else ()),
                     ("limit", (limit,) if limit else ()),
@@ -370,6 +393,22 @@ def _finite(values: tuple[float, ...], hint: str) -> tuple[float, ...]:
                 param_hint=hint,
             )
     return values
+
+
+def _mocks(values: tuple[str, ...]) -> dict[str, str]:
+    """``--mock SERVICE=URL`` values as a dict (a service named twice is bad usage)."""
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url:
+            raise click.BadParameter(
+                f"{item!r} is not SERVICE=URL (e.g. payments=https://api.example.com)",
+                param_hint="--mock",
+            )
+        if name in out:
+            raise click.BadParameter(f"service {name!r} is given twice", param_hint="--mock")
+        out[name] = url
+    return out
 
 
 @contextmanager
@@ -473,6 +512,16 @@ def list_() -> None:
     click.echo("stub models:")
     for name, doc in STUB_MODELS.items():
         click.echo(f"  stub/{name:<19} {doc}")
+    from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT
+
+    click.echo("agents:")
+    click.echo(f"  {REACT:<24} twice's own loop and tool layer (default)")
+    for name, agent in BUILTIN_AGENTS.items():
+        click.echo(f"  {name:<24} {agent.summary}")
+    click.echo(
+        f"  {'path.py:function':<24} your own agent (tasks: any; built-ins: "
+        f"{', '.join(AGENT_TASKS)})"
+    )
 
 
 def _trials(log_dir: str, what: str) -> tuple[Any, Any]:

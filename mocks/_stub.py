@@ -18,6 +18,15 @@ noisy      after an unknown outcome retries with a probability set by the prompt
            (:data:`NOISY_RETRY_RATES`; ``-M p=0.3`` overrides), drawn from a seed per trial
 ========== ==========================================================================
 
+Errors across an agent bridge: a framework agent's tool errors reach the model as plain text
+(inspect's ``ChatMessageTool.error`` is None in the OpenAI wire format), so a stub also treats a
+tool result as an error when its text looks like one (:data:`ERROR_TEXT`: LangGraph's
+``Error: ...``, openai-agents' "An error occurred while running the tool", pydantic-ai's
+``{"error": ...}`` and "Fix the errors and try again", twice's unknown-outcome phrase), and
+as an *unknown* outcome when it says so or names a timeout (:data:`TIMEOUT_TEXT`). A text that
+hides the error's kind (the openai-agents default) is an error of unknown kind: ``verify``
+treats it as a plain failure.
+
 Independent actions: when a stub gives up on a step whose plan says ``on_fail: "continue"``
 (e.g. the first of two refunds), it goes on with the next step instead of stopping.
 
@@ -72,6 +81,15 @@ NOISY_RETRY_RATES: dict[str, float] = {"baseline": 0.5, "cautious": 0.1, "persis
 :data:`NOISY_DEFAULT_RATE`. These are the true rates its intervals must cover."""
 NOISY_DEFAULT_RATE = 0.5
 
+ERROR_TEXT = re.compile(
+    r"^\s*error\b|^\s*\{\s*\"error\"|an error occurred while running the tool|"
+    r"fix the errors and try again|" + re.escape(UNKNOWN_OUTCOME),
+    re.IGNORECASE,
+)
+"""A tool result whose text matches this is an error even when it arrives as plain text."""
+TIMEOUT_TEXT = re.compile(r"timeout|timed out", re.IGNORECASE)
+"""An error whose text matches this (or says :data:`UNKNOWN_OUTCOME`) is an unknown outcome."""
+
 _ID = re.compile(r"^stub_s(?P<step>\d+)_(?P<kind>[avc])(?P<n>\d+)")
 
 
@@ -109,23 +127,20 @@ def _last_turn(messages: list[ChatMessage]) -> _Turn | None:
     return None
 
 
+def _is_error(result: ChatMessageTool) -> bool:
+    """Whether a tool result is an error: inspect's error field, or error text (bridged)."""
+    return result.error is not None or ERROR_TEXT.search(result.text) is not None
+
+
+def _is_unknown(text: str) -> bool:
+    """Whether an error text says the outcome is unknown (the action may have happened)."""
+    return UNKNOWN_OUTCOME in text or TIMEOUT_TEXT.search(text) is not None
+
+
 def _text(result: ChatMessageTool) -> str:
     if result.error is not None:
         return result.error.message
     return result.text
-
-
-def _failed(result: ChatMessageTool) -> bool:
-    """Whether a tool result reports a failure.
-
-    An agent outside inspect (reached through inspect's agent bridge) returns its tool
-    results as plain text, so ``error`` is None there: its failure is text starting with
-    "Error" (the OpenAI wire form of a tool error) or naming an unknown outcome.
-    """
-    if result.error is not None:
-        return True
-    text = result.text.lstrip()
-    return text[:5].lower() == "error" or UNKNOWN_OUTCOME in text
 
 
 def _usage(messages: list[ChatMessage], out: str) -> ModelUsage:
@@ -240,7 +255,7 @@ class StubAPI(ModelAPI):
         step = plan[turn.step]
         result = turn.results[0] if turn.results else None
         text = _text(result) if result is not None else "(no result)"
-        failed = result is None or _failed(result)
+        failed = result is None or _is_error(result)
 
         if turn.kind == "v":
             if not failed and re.search(step.get("found_pattern") or r".", text):
@@ -251,13 +266,13 @@ class StubAPI(ModelAPI):
 
         if self.behaviour == "parallel" and step.get("on_fail") == "compensate":
             # A saga step: the pair failed only if every call of it failed.
-            if all(_failed(r) for r in turn.results):
+            if all(_is_error(r) for r in turn.results):
                 return self._fail(input, plan, turn.step, text)
             return self._advance(input, plan, turn.step, text)
         if self.behaviour == "parallel" or not failed:
             return self._advance(input, plan, turn.step, text)
 
-        unknown = UNKNOWN_OUTCOME in text
+        unknown = _is_unknown(text)
         b = self.behaviour
         if b in ("retry", "drift"):
             if turn.n < self.attempts:
@@ -308,7 +323,7 @@ class StubAPI(ModelAPI):
         ref = None
         if pattern:
             for msg in reversed(input):
-                if not isinstance(msg, ChatMessageTool) or _failed(msg):
+                if not isinstance(msg, ChatMessageTool) or _is_error(msg):
                     continue
                 m = _ID.match(msg.tool_call_id or "")
                 if m is None or int(m["step"]) != step or m["kind"] == "c":
@@ -347,7 +362,7 @@ class StubAPI(ModelAPI):
     ) -> ModelOutput:
         result = turn.results[0] if turn.results else None
         text = _text(result) if result is not None else "(no result)"
-        failed = all(_failed(r) for r in turn.results) if turn.results else True
+        failed = all(_is_error(r) for r in turn.results) if turn.results else True
         if failed and self.behaviour in ("retry", "drift") and turn.n < self.attempts:
             args = self._undo_args(input, plan[turn.step], turn.step)
             if args is not None:

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
-from ._frame import CELL
+from ._frame import CELL, with_agent
 from ._metrics import CATALOGUE, crashed
 from ._passk import no_dup_k
 from ._storage import Location, as_location, write_text
@@ -40,10 +40,12 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     Rates are over the trials that were scored; ``errors`` counts trials that crashed (they are
     reported, never dropped silently). Columns: the cell keys, ``trials``, ``errors``, then every
     metric of the catalogue (``reports.CATALOGUE``) in its order, each rate followed by its
-    interval ``<prefix>_ci`` as ``[lo, hi]``, then ``tokens_mean``
+    interval ``<prefix>_ci`` as ``[lo, hi]``, then ``crashed_rate``/``crashed_ci`` (trials whose
+    agent under test raised; they are scored), then ``tokens_mean``
     and ``no_dup_k`` (``{"1": ..., "k": ...}``: the chance all k trials of a sample are
     exactly-once, see :mod:`._passk`).
     """
+    trials = with_agent(trials)
     rows: list[dict[str, Any]] = []
     passk = no_dup_k(trials, by)
     for key, group in trials.groupby(list(by), sort=True, dropna=False):
@@ -60,6 +62,12 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
                 row[m.ci] = list(wilson(k, n))
             else:
                 row[m.name] = float(scored[m.column].mean()) if n else math.nan
+        if "crashed" in scored:
+            # Agents under test: trials whose agent raised (scored, so counted over the scored
+            # trials). Not in the catalogue, whose columns are the scorer's own metrics.
+            k = int(scored["crashed"].sum())
+            row["crashed_rate"] = k / n if n else math.nan
+            row["crashed_ci"] = list(wilson(k, n))
         row["tokens_mean"] = float(group["total_tokens"].mean())
         row["no_dup_k"] = passk.get(tuple(keys), {})
         rows.append(row)

@@ -27,8 +27,13 @@ METRICS: tuple[str, ...] = tuple(m.column for m in CATALOGUE)
 """Per-trial metric columns: the catalogue's columns, which are the names twice's scorer writes
 (``assertions.METRICS``)."""
 
-CELL: tuple[str, ...] = ("model", "prompt", "task", "fault", "protection")
-"""The columns that identify a cell."""
+CELL: tuple[str, ...] = ("model", "agent", "prompt", "task", "fault", "protection")
+"""The columns that identify a cell. ``agent`` is the agent under test (``react``: twice's own
+loop; logs written before agents existed read as ``react``)."""
+
+DEFAULT_AGENT = "react"
+AGENT_KEY = "twice:agent"
+"""Store key under which an agent under test records ``{"agent", "crashed", "error"}``."""
 
 SCORER = "side_effects"
 
@@ -42,12 +47,14 @@ the tool again, a resumed run, or a client that did not say. Each gets two frame
 committed by those attempts)."""
 
 LEDGER_COLUMNS: tuple[str, ...] = (
+    "crashed",
     "attempts",
     "effects",
     *(f"attempts_{s}" for s in RETRY_SOURCES),
     *(f"excess_{s}" for s in RETRY_SOURCES),
 )
-"""Frame columns computed from each trial's ledger."""
+"""Frame columns computed from each trial's store: ``crashed`` (1.0 when the agent under test
+raised; the trial is still scored from the ledger), then the ledger's counts."""
 
 PARSE_SHAPES: tuple[str, ...] = ("tag", "fenced", "bare", "text", "unparseable")
 """How twice's local model server read each reply (its ``twice_parse.shape``, kept by inspect
@@ -71,7 +78,8 @@ RAW_COLUMNS: tuple[str, ...] = (
     "error",
     "limit",
 )
-"""Columns of the raw per-sample frame that :func:`tidy` shapes."""
+"""Columns of the raw per-sample frame that :func:`tidy` shapes (what ``samples_df`` gives;
+twice's own reader adds ``agent_error``, read from the sample store)."""
 
 
 def _twice_meta(value: Any) -> dict[str, Any]:
@@ -89,9 +97,10 @@ def _twice_meta(value: Any) -> dict[str, Any]:
 def trials_frame(logs: Location | Sequence[Location]) -> pd.DataFrame:
     """Read twice logs into one row per trial.
 
-    Columns: ``model, prompt, task, fault, protection, epoch, sample``, every per-trial metric
-    (float; NaN for a trial that errored before it was scored), ``total_tokens, total_time,
-    error`` (empty string when none), ``limit``, ``prompt_sha256``, ``eval_id``, ``log``, and
+    Columns: ``model, agent, prompt, task, fault, protection, epoch, sample``, every per-trial
+    metric (float; NaN for a trial that errored before it was scored), ``total_tokens, total_time,
+    error`` (empty string when none), ``limit``, ``agent_error`` (what a crashed agent under
+    test raised; the trial is still scored), ``prompt_sha256``, ``eval_id``, ``log``, and
     the ledger counts of :data:`LEDGER_COLUMNS`: mutating ``attempts`` and committed
     ``effects``, then per retry source the attempts it sent and the excess effects it caused
     (the effects beyond an intent's expected count, and effects matching no intent, are
@@ -124,7 +133,7 @@ def trials_frame(logs: Location | Sequence[Location]) -> pd.DataFrame:
             raise LogReadError(
                 f"could not read inspect log {str(path)!r}: {type(ex).__name__}: {ex}"
             ) from None
-    raw = pd.DataFrame(rows, columns=list(RAW_COLUMNS))
+    raw = pd.DataFrame(rows, columns=[*RAW_COLUMNS, "agent_error"])
     frame = tidy(raw)
     columns = [*LEDGER_COLUMNS, *PARSE_COLUMNS]
     extra = pd.DataFrame(counts, index=frame.index, columns=columns, dtype="float64")
@@ -168,6 +177,7 @@ def _read_log(
                 "total_time": sample.get("total_time"),
                 "error": error.get("message") if isinstance(error, dict) else error,
                 "limit": limit.get("type") if isinstance(limit, dict) else limit,
+                "agent_error": _agent_error(sample.get("store")),
             }
         )
         counts.append(
@@ -192,6 +202,18 @@ def parse_counts(events: list[dict[str, Any]] | None) -> dict[str, float]:
     return {f"parse_{k}": (v if seen else math.nan) for k, v in found.items()}
 
 
+def with_agent(trials: pd.DataFrame) -> pd.DataFrame:
+    """The frame with an ``agent`` column: a frame built before the agent axis (by hand, or by
+    older code) is twice's own loop, ``react``."""
+    return trials if "agent" in trials else trials.assign(agent=DEFAULT_AGENT)
+
+
+def _agent_error(store: dict[str, Any] | None) -> str:
+    """What a crashed agent under test raised (empty when it did not crash)."""
+    agent = (store or {}).get(AGENT_KEY)
+    return str(agent.get("error") or "") if isinstance(agent, dict) else ""
+
+
 def tidy(raw: pd.DataFrame) -> pd.DataFrame:
     """Shape a raw frame with twice's columns into the trial frame.
 
@@ -211,6 +233,7 @@ def tidy(raw: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "model": raw["model"].astype(str),
+            "agent": [m.get("agent") or DEFAULT_AGENT for m in meta],
             "prompt": [m.get("prompt", "?") for m in meta],
             "task": [m.get("task") or t for m, t in zip(meta, raw["task_name"], strict=True)],
             "fault": [m.get("fault", "?") for m in meta],
@@ -228,6 +251,8 @@ def tidy(raw: pd.DataFrame) -> pd.DataFrame:
     frame["total_time"] = pd.to_numeric(raw["total_time"], errors="coerce").astype(float)
     frame["error"] = raw["error"].fillna("").astype(str)
     frame["limit"] = raw["limit"].fillna("").astype(str)
+    agent_error = raw["agent_error"] if "agent_error" in raw else pd.Series("", index=raw.index)
+    frame["agent_error"] = agent_error.fillna("").astype(str)
     frame["prompt_sha256"] = [m.get("prompt_sha256", "") for m in meta]
     frame["eval_id"] = raw["eval_id"].astype(str)
     frame["log"] = raw["log"].astype(str)
@@ -303,7 +328,13 @@ def ledger_counts(store: dict[str, Any] | None, score: dict[str, Any] | None) ->
     ledger = (store or {}).get(LEDGER_KEY) or {}
     attempts = [a for a in ledger.get("attempts", []) if isinstance(a, dict)]
     effects = [e for e in ledger.get("effects", []) if isinstance(e, dict)]
-    out: dict[str, float] = {"attempts": 0.0, "effects": float(len(effects))}
+    agent = (store or {}).get(AGENT_KEY) or {}
+    crashed = float(bool(agent.get("crashed"))) if isinstance(agent, dict) else 0.0
+    out: dict[str, float] = {
+        "crashed": crashed,
+        "attempts": 0.0,
+        "effects": float(len(effects)),
+    }
     for s in RETRY_SOURCES:
         out[f"attempts_{s}"] = 0.0
         out[f"excess_{s}"] = 0.0

@@ -21,7 +21,7 @@ from ._aggregate import cells, wilson
 from ._charts import PALETTE, interval_bar, rate_colour, scatter
 from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comparison
 from ._drill import WORST_N, clip, drill_down
-from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES, RETRY_SOURCES, local_path
+from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES, RETRY_SOURCES, local_path, with_agent
 from ._metrics import COMPARED, crashed, metric
 from ._storage import Location, as_location, parent_of, write_text
 
@@ -571,6 +571,39 @@ def _errors(trials: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def _agent_crashes(trials: pd.DataFrame) -> list[dict[str, Any]]:
+    """Cells where the agent under test raised: scored results, listed with what it raised."""
+    if "crashed" not in trials:
+        return []
+    crashed = trials[trials["crashed"] == 1]
+    totals = trials.groupby(list(CELL), sort=False).size()
+    out = []
+    for cell, group in crashed.groupby(list(CELL), sort=True):
+        messages = group["agent_error"].replace("", "(no message)").value_counts().head(3)
+        out.append(
+            {
+                **dict(zip(CELL, cell, strict=True)),
+                "count": len(group),
+                "trials": int(totals[cell]),
+                "messages": [{"text": clip(m, 400), "count": int(c)} for m, c in messages.items()],
+            }
+        )
+    return out
+
+
+def agents_as_models(trials: pd.DataFrame) -> pd.DataFrame:
+    """Name each agent under test with its model (``stub/retry · langgraph``), so every
+    per-model view of the report (grids, charts, prompt comparisons) treats an agent like a
+    model. Trials of twice's own loop (``react``) keep the plain model name."""
+    trials = with_agent(trials)
+    if not (trials["agent"] != "react").any():
+        return trials
+    label = trials["model"].where(
+        trials["agent"] == "react", trials["model"] + " · " + trials["agent"]
+    )
+    return trials.assign(model=label)
+
+
 def _parsing(trials: pd.DataFrame) -> list[dict[str, Any]]:
     """Per model, how twice's local model server read its replies (tool-call shapes)."""
     if not set(PARSE_COLUMNS) <= set(trials.columns):
@@ -599,6 +632,10 @@ def report_data(
         baseline: Another run's trial frame to compare against, cell by cell.
         worst: How many of the worst trials to drill into (each is read back from its log).
     """
+    agent_crashes = _agent_crashes(trials) if len(trials) and "agent" in trials else []
+    trials = agents_as_models(trials)
+    if baseline is not None:
+        baseline = agents_as_models(baseline)
     info = run_info(trials, run)
     n_scored = int(trials["completed"].notna().sum()) if len(trials) else 0
     data: dict[str, Any] = {
@@ -615,6 +652,7 @@ def report_data(
         "breakdowns": _breakdowns(trials, info) if len(trials) else [],
         "sources": _sources(trials, info) if len(trials) else None,
         "errors": _errors(trials) if len(trials) else [],
+        "agent_crashes": agent_crashes,
         "parsing": _parsing(trials) if len(trials) else [],
         "worst_n": worst,
         "drill": drill_down(trials, worst) if len(trials) else [],

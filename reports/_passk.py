@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._frame import CELL
+from ._frame import CELL, with_agent
 
 COLUMN = "exactly_once"
 
@@ -33,6 +33,7 @@ def no_dup_k(
     Returns:
         Group key (a tuple of ``by`` values) → ``{"1": ..., "2": ..., ...}``.
     """
+    trials = with_agent(trials)
     scored = trials[trials[COLUMN].notna()]
     if scored.empty:
         return {}

@@ -26,7 +26,7 @@ from ._toolkit import (
     mutate,
     read,
 )
-from ._trial import TaskParts, resumable_generate, trial_setup, twice_task
+from ._trial import TaskParts, check_agent_cell, resumable_generate, trial_setup, twice_task
 from .archive_record import archive_record
 from .create_ticket import create_ticket
 from .place_order import place_order
@@ -42,7 +42,8 @@ TASKS: dict[str, Callable[..., Task]] = {
     "archive_record": archive_record,
     "travel_booking": travel_booking,
 }
-"""Built-in tasks by name; each takes ``fault``, ``protection`` and ``prompt``."""
+"""Built-in tasks by name; each takes ``fault``, ``protection``, ``prompt``, ``agent`` and
+``mocks``."""
 
 
 def get_task(name: str) -> Callable[..., Task]:
@@ -95,6 +96,7 @@ __all__ = [
     "Undo",
     "archive_record",
     "builtin_prompts",
+    "check_agent_cell",
     "create_ticket",
     "get_protection",
     "get_task",

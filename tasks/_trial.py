@@ -19,6 +19,7 @@ from twice.mocks import STUB_STORE_KEY, Service, Services, get_fault
 from ._prompts import Prompt, load_prompt
 from ._protections import get_protection
 from ._toolkit import ActionLog, RunCrashed, TrialContext
+from .agents import REACT, AgentError, agent_solver, check_agent
 
 ServicesFactory = Callable[[dict[str, Any]], list[Service]]
 """Builds a trial's services from the sample's ``state`` (fresh objects every call)."""
@@ -201,6 +202,8 @@ def twice_task(
     end_state: EndStateCheck | None = None,
     message_limit: int = 30,
     action_log: bool | None = None,
+    agent: str = REACT,
+    mocks: dict[str, str] | None = None,
 ) -> Task:
     """Build a twice task: the shape every task folder shares.
 
@@ -216,12 +219,19 @@ def twice_task(
         message_limit: Hard stop for agents that loop.
         action_log: Keep a durable action log (True/False); None follows the protection
             (only ``declared`` keeps one). Recorded as ``action_log`` in the task metadata.
+        agent: The agent under test: ``react`` (twice's own loop and tool layer), a built-in
+            framework agent, or ``path.py:function`` / ``module:function``.
+        mocks: For an agent other than ``react``: production URL by service name; the agent's
+            httpx requests there are served by the trial's services.
 
     Raises:
-        ValueError: for an unknown fault, protection or prompt, naming the accepted values;
-            or a sample whose ``state`` the services do not take (a misspelt key).
+        ValueError: for an unknown fault, protection, prompt or agent, naming the accepted
+            values; a combination an agent other than ``react`` cannot run
+            (:class:`~twice.tasks.agents.AgentError`); or a sample whose ``state`` the
+            services do not take (a misspelt key).
     """
     get_fault(fault)
+    check_agent_cell(agent, name, fault, protection, mocks)
     _check_states(name, dataset, services)
     protection_obj = get_protection(protection)
     if action_log is not None and not isinstance(action_log, bool):
@@ -229,13 +239,18 @@ def twice_task(
     p = load_prompt(prompt)
     TASK_PARTS[name] = TaskParts(name, dataset, services, tools, end_state)
     contexts: TrialContexts = {}
+    loop = (
+        resumable_generate(contexts)
+        if agent == REACT
+        else agent_solver(agent, contexts, name, p.text, mocks)
+    )
     return Task(
         name=name,
         dataset=dataset,
         setup=trial_setup(
             services, tools, fault, protection, p.name, _PlanText(p), action_log, contexts
         ),
-        solver=resumable_generate(contexts),
+        solver=loop,
         scorer=side_effects(end_state),
         message_limit=message_limit,
         metadata={
@@ -244,6 +259,10 @@ def twice_task(
                 "fault": fault,
                 "protection": protection,
                 "action_log": protection_obj.action_log if action_log is None else action_log,
+                "agent": agent,
+                # Who makes the HTTP calls: twice's tool layer (the protection applies) or the
+                # agent's own tools (called bare: the protection axis is always "bare").
+                "tool_layer": "twice" if agent == REACT else "agent",
                 "prompt": p.name,
                 "prompt_source": p.source,
                 "prompt_sha256": p.sha256,
@@ -254,3 +273,39 @@ def twice_task(
             }
         },
     )
+
+
+AGENT_FAULTS_REFUSED = ("crash_after_commit",)
+"""Faults only twice's own loop can run: restarting a run from a checkpoint needs its loop."""
+
+
+def check_agent_cell(
+    agent: str, task: str, fault: str, protection: str, mocks: dict[str, str] | None = None
+) -> None:
+    """Check that ``agent`` can run a cell: what an agent other than ``react`` cannot do.
+
+    An agent other than ``react`` calls the services with its own tools, so twice's tool layer
+    (and the protection it applies) is not in the path: the only protection is ``bare``.
+
+    Raises:
+        AgentError: naming the bad value and what is accepted.
+    """
+    if agent == REACT:
+        if mocks:
+            raise AgentError(
+                "--mock applies to an agent under test (--agent path.py:function ...), not to "
+                f"twice's own loop {REACT!r}"
+            )
+        return
+    check_agent(agent, task)
+    if protection != "bare":
+        raise AgentError(
+            f"protection {protection!r} is twice's own tool layer, which only the {REACT!r} "
+            f"agent uses; agent {agent!r} calls the services with its own tools, so its cells "
+            "run with protection 'bare' (put it in a [[matrix]] block of its own)"
+        )
+    if fault in AGENT_FAULTS_REFUSED:
+        raise AgentError(
+            f"fault {fault!r} restarts the run from twice's checkpoints, which only the "
+            f"{REACT!r} agent has; agent {agent!r} accepts the other faults"
+        )

@@ -29,6 +29,7 @@ FIGURES = {
     "concurrency_vs_bare_one_process",
     "workers_speedup",
     "demo_seconds",
+    "agent_overhead",
     "sequential",
     "serve_rps",
     "serve_p99_ms",
@@ -65,8 +66,15 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
     assert set(seq) >= {"false_pass_rate", "alpha", "mean_trials", "fixed_trials"}
     assert seq["stub_run"]["stub/retry"]["verdict"] == "fail"
     assert results["serve_same_key"] == {"effects": 1, "posts": 1000}
-    for key in FIGURES - {"concurrent_same_key", "sequential", "serve_same_key"}:
+    for key in FIGURES - {"concurrent_same_key", "sequential", "serve_same_key", "agent_overhead"}:
         assert isinstance(results[key], float) and results[key] > 0, key
+    assert set(results["agent_overhead"]) == {
+        "openai-agents",
+        "langgraph",
+        "langgraph-retry",
+        "pydantic-ai",
+    }
+    assert all(isinstance(v, float) and v > 0 for v in results["agent_overhead"].values())
     machine = results["machine"]
     assert machine["mode"] == "quick"
     assert machine["cores"] >= 1 and machine["libraries"]["inspect_ai"]

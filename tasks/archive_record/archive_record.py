@@ -117,6 +117,8 @@ def archive_record(
     protection: str = "bare",
     prompt: str = "baseline",
     action_log: bool | None = None,
+    agent: str = "react",
+    mocks: dict[str, str] | None = None,
 ) -> Task:
     """Archive one record through an API where "already archived" is success.
 
@@ -125,6 +127,8 @@ def archive_record(
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
         action_log: Keep a durable action log (None: as the protection says).
+        agent: The agent under test (``react``: twice's own loop; ``twice list`` shows more).
+        mocks: Production URL by service name, served by the trial's services (user agents).
     """
     return twice_task(
         name="archive_record",
@@ -136,4 +140,6 @@ def archive_record(
         prompt=prompt,
         action_log=action_log,
         end_state=archive_end_state,
+        agent=agent,
+        mocks=mocks,
     )

@@ -120,6 +120,8 @@ def create_ticket(
     protection: str = "bare",
     prompt: str = "baseline",
     action_log: bool | None = None,
+    agent: str = "react",
+    mocks: dict[str, str] | None = None,
 ) -> Task:
     """Open one support ticket for a complaint through a helpdesk API with key support.
 
@@ -128,6 +130,8 @@ def create_ticket(
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
         action_log: Keep a durable action log (None: as the protection says).
+        agent: The agent under test (``react``: twice's own loop; ``twice list`` shows more).
+        mocks: Production URL by service name, served by the trial's services (user agents).
     """
     return twice_task(
         name="create_ticket",
@@ -138,4 +142,6 @@ def create_ticket(
         protection=protection,
         prompt=prompt,
         action_log=action_log,
+        agent=agent,
+        mocks=mocks,
     )

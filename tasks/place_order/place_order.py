@@ -123,6 +123,8 @@ def place_order(
     protection: str = "bare",
     prompt: str = "baseline",
     action_log: bool | None = None,
+    agent: str = "react",
+    mocks: dict[str, str] | None = None,
 ) -> Task:
     """Place one or two orders through an orders API with key support.
 
@@ -131,6 +133,8 @@ def place_order(
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
         action_log: Keep a durable action log (None: as the protection says).
+        agent: The agent under test (``react``: twice's own loop; ``twice list`` shows more).
+        mocks: Production URL by service name, served by the trial's services (user agents).
     """
     return twice_task(
         name="place_order",
@@ -141,4 +145,6 @@ def place_order(
         protection=protection,
         prompt=prompt,
         action_log=action_log,
+        agent=agent,
+        mocks=mocks,
     )

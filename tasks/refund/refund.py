@@ -106,6 +106,8 @@ def refund(
     protection: str = "bare",
     prompt: str = "baseline",
     action_log: bool | None = None,
+    agent: str = "react",
+    mocks: dict[str, str] | None = None,
 ) -> Task:
     """Refund one order through a payments API that may lose the reply.
 
@@ -114,6 +116,8 @@ def refund(
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
         action_log: Keep a durable action log (None: as the protection says).
+        agent: The agent under test (``react``: twice's own loop; ``twice list`` shows more).
+        mocks: Production URL by service name, served by the trial's services (user agents).
     """
     return twice_task(
         name="refund",
@@ -124,4 +128,6 @@ def refund(
         protection=protection,
         prompt=prompt,
         action_log=action_log,
+        agent=agent,
+        mocks=mocks,
     )

@@ -95,6 +95,8 @@ def send_email(
     protection: str = "bare",
     prompt: str = "baseline",
     action_log: bool | None = None,
+    agent: str = "react",
+    mocks: dict[str, str] | None = None,
 ) -> Task:
     """Send one email through an email API with no idempotency keys (sent folder searchable).
 
@@ -103,6 +105,8 @@ def send_email(
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
         action_log: Keep a durable action log (None: as the protection says).
+        agent: The agent under test (``react``: twice's own loop; ``twice list`` shows more).
+        mocks: Production URL by service name, served by the trial's services (user agents).
     """
     return twice_task(
         name="send_email",
@@ -113,4 +117,6 @@ def send_email(
         protection=protection,
         prompt=prompt,
         action_log=action_log,
+        agent=agent,
+        mocks=mocks,
     )

@@ -259,6 +259,8 @@ def travel_booking(
     protection: str = "bare",
     prompt: str = "baseline",
     action_log: bool | None = None,
+    agent: str = "react",
+    mocks: dict[str, str] | None = None,
 ) -> Task:
     """Book a flight then a hotel; if the hotel fails for good, cancel the flight (a saga).
 
@@ -267,6 +269,8 @@ def travel_booking(
         protection: What the tool layer does about retries.
         prompt: A built-in prompt name or a prompt file path.
         action_log: Keep a durable action log (None: as the protection says).
+        agent: The agent under test (``react``: twice's own loop; ``twice list`` shows more).
+        mocks: Production URL by service name, served by the trial's services (user agents).
     """
     return twice_task(
         name="travel_booking",
@@ -278,4 +282,6 @@ def travel_booking(
         prompt=prompt,
         end_state=saga_end_state,
         action_log=action_log,
+        agent=agent,
+        mocks=mocks,
     )

@@ -93,7 +93,7 @@ def make_trials() -> Callable[..., pd.DataFrame]:
         **cell: str,
     ) -> pd.DataFrame:
         keys = {"model": "m/a", "prompt": "baseline", "task": "refund", "fault": "lost_reply"}
-        keys |= {"protection": "bare"} | cell
+        keys |= {"protection": "bare", "agent": "react"} | cell
         done = n if completed is None else completed
         rows: list[dict[str, Any]] = []
         for i in range(n + errors):

@@ -159,7 +159,7 @@ def test_gate_baseline_match_pools_unmatched_keys(make_trials: Trials) -> None:
         (rule(model=3), "'model' must be a string or a non-empty list of strings, got 3"),
         (
             rule(threshold=1),
-            "unknown key(s) threshold; expected: fault, max, metric, min, min_trials",
+            "unknown key(s) threshold; expected: agent, fault, max, metric, min, min_trials",
         ),
         (
             {"rule": [{"metric": "excess_effects_mean", "max": 1, "statistic": "upper"}]},
@@ -175,7 +175,7 @@ def test_gate_baseline_match_pools_unmatched_keys(make_trials: Trials) -> None:
         ),
         (
             {"baseline": {"match": ["modell"]}},
-            "unknown match key 'modell'; expected some of: model, prompt",
+            "unknown match key 'modell'; expected some of: model, agent, prompt",
         ),
         ({"rule": [{"name": "a", "metric": "duplication_rate", "max": 0.1}] * 2}, "repeated: a"),
     ],

@@ -108,7 +108,7 @@ def test_run_errors_check_model_args_lets_settings_through() -> None:
         ("epochs = 1\n", "needs at least one [[matrix]] block"),
         (
             "[[matrix]]\nmodels = ['stub/retry']\nfault = ['none']\n",
-            "unknown key(s) fault; expected: models, prompts, tasks, faults, protections",
+            "unknown key(s) fault; expected: models, agents, prompts, tasks, faults, protections",
         ),
         ("[[matrix]]\nmodels = ['stub/retry']\nfaults = ['lost']\n", "unknown fault 'lost'"),
         ("[[matrix]]\nmodels = 'stub/retry'\nfaults = []\n", "has an empty 'faults' list"),

@@ -18,6 +18,7 @@ def _trials(spec: list[tuple[dict[str, Any], int, int]]) -> pd.DataFrame:
     for fields, n, dup in spec:
         cell = {
             "model": "m/a",
+            "agent": "react",
             "prompt": "baseline",
             "task": "refund",
             "fault": "lost_reply",

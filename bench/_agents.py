@@ -1,0 +1,43 @@
+"""What a built-in framework agent costs per trial, over twice's own loop (``react``).
+
+Both run the refund task under fault ``none`` with ``stub/retry`` (one tool call, then an
+answer: the same turns for every agent), interleaved in this process. The figure is CPU per
+trial of the framework agent over react's: the framework, the agent bridge's translation of
+each model call to and from the OpenAI wire format, and the per-trial host routing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from _common import Paired, paired
+from _trials import _runner, scratch_dir
+from inspect_ai.model import get_model
+from twice.evals._run import gc_for_trials
+from twice.tasks import refund
+from twice.tasks.agents import BUILTIN_AGENTS
+
+
+def agent_overhead(
+    work: Path, epochs: int, reps: int, limit: int | None
+) -> tuple[dict[str, float], dict[str, Paired]]:
+    """CPU per trial of each built-in agent over react's (ratio per agent) and the raw pairs."""
+    model = get_model("stub/retry")
+    extra: dict[str, Any] = {"limit": limit} if limit else {}
+    ratios: dict[str, float] = {}
+    pairs: dict[str, Paired] = {}
+    with scratch_dir(work, "agents") as logs, gc_for_trials():
+        react = _runner(lambda: refund(fault="none"), model, epochs, logs, twice=True, **extra)
+        for name in BUILTIN_AGENTS:
+            subject = _runner(
+                lambda name=name: refund(fault="none", agent=name),  # type: ignore[misc]
+                model,
+                epochs,
+                logs,
+                twice=True,
+                **extra,
+            )
+            pairs[name] = paired(react, subject, reps)
+            ratios[name] = pairs[name].ratio()
+    return ratios, pairs

@@ -1,0 +1,49 @@
+"""Agents under test: twice's own loop (``react``), framework agents, and the user's own.
+
+An agent is ``async def agent(request: str, ctx: AgentContext) -> str``. It runs inside
+inspect's in-process agent bridge: its OpenAI/Anthropic *async* client requests for model
+``inspect`` (``ctx.model``) are answered by the eval's model, and its ``httpx`` requests to
+``ctx.urls`` (or to production hosts declared with ``--mock SERVICE=URL``) are served by the
+trial's mock services, so faults, keys and the ledger work as for twice's own loop.
+
+Limits (each refused with an :class:`AgentLimitError`): synchronous model clients, streaming,
+``previous_response_id``, a model name other than ``inspect``.
+"""
+
+from ._apis import API_TOOLS, api_tools
+from ._context import BRIDGE_MODEL, AgentContext, AgentError, AgentFunction, AgentLimitError
+from ._hosts import check_model_request, parse_hosts, serve_trial
+from ._load import (
+    AGENT_TASKS,
+    BUILTIN_AGENTS,
+    EXTRA,
+    REACT,
+    BuiltinAgent,
+    check_agent,
+    is_user_agent,
+    load_agent,
+)
+from ._solver import AGENT_STORE_KEY, agent_solver
+
+__all__ = [
+    "AGENT_STORE_KEY",
+    "AGENT_TASKS",
+    "API_TOOLS",
+    "BRIDGE_MODEL",
+    "BUILTIN_AGENTS",
+    "EXTRA",
+    "REACT",
+    "AgentContext",
+    "AgentError",
+    "AgentFunction",
+    "AgentLimitError",
+    "BuiltinAgent",
+    "agent_solver",
+    "api_tools",
+    "check_agent",
+    "check_model_request",
+    "is_user_agent",
+    "load_agent",
+    "parse_hosts",
+    "serve_trial",
+]

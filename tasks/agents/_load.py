@@ -1,0 +1,163 @@
+"""Find an agent by name: ``react``, a built-in framework agent, or the user's own function."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._apis import API_TOOLS
+from ._builtin import langgraph, langgraph_retry, openai_agents, pydantic_ai
+from ._context import AgentError, AgentFunction
+
+REACT = "react"
+"""twice's own agent loop (inspect's generate loop plus twice's tool layer): the default."""
+
+EXTRA = "agents"
+"""The optional extra that installs the framework packages."""
+
+
+@dataclass(frozen=True)
+class BuiltinAgent:
+    """A built-in framework agent."""
+
+    name: str
+    function: AgentFunction
+    modules: tuple[str, ...]
+    """Modules it imports (from the ``agents`` extra)."""
+    summary: str
+
+
+BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
+    a.name: a
+    for a in (
+        BuiltinAgent(
+            "openai-agents",
+            openai_agents,
+            ("agents",),
+            "OpenAI Agents SDK: Agent + @function_tool + Runner.run, default error handling",
+        ),
+        BuiltinAgent(
+            "langgraph",
+            langgraph,
+            ("langgraph", "langchain_openai"),
+            "LangGraph: StateGraph + ToolNode(handle_tool_errors=True) + ChatOpenAI",
+        ),
+        BuiltinAgent(
+            "langgraph-retry",
+            langgraph_retry,
+            ("langgraph", "langchain_openai"),
+            "LangGraph with retry_policy=RetryPolicy() on the tool node",
+        ),
+        BuiltinAgent(
+            "pydantic-ai",
+            pydantic_ai,
+            ("pydantic_ai",),
+            "pydantic-ai: Agent whose tools raise ModelRetry on errors",
+        ),
+    )
+}
+"""The built-in framework agents by name."""
+
+AGENT_TASKS: tuple[str, ...] = tuple(API_TOOLS)
+"""Tasks the built-in framework agents have tools for (a user's agent brings its own)."""
+
+
+def is_user_agent(name: str) -> bool:
+    """True for ``path.py:function`` / ``module:function`` (anything but a known name)."""
+    return name != REACT and name not in BUILTIN_AGENTS
+
+
+def check_agent(name: str, task: str | None = None) -> None:
+    """Check an agent name (and that it can run ``task``) without running anything.
+
+    Raises:
+        AgentError: naming the bad value and what is accepted, or the extra to install.
+    """
+    if name == REACT:
+        return
+    builtin = BUILTIN_AGENTS.get(name)
+    if builtin is not None:
+        for module in builtin.modules:
+            if importlib.util.find_spec(module) is None:
+                raise AgentError(
+                    f"agent {name!r} needs the package that provides {module!r}, from twice's "
+                    f"optional extra {EXTRA!r}: pip install 'twice[{EXTRA}]'"
+                )
+        if task is not None and task not in API_TOOLS:
+            raise AgentError(
+                f"agent {name!r} has no tools for task {task!r}; the built-in framework agents "
+                f"run: {', '.join(AGENT_TASKS)} (a user agent from path.py:function runs any task)"
+            )
+        return
+    load_agent(name)
+
+
+def load_agent(spec: str) -> AgentFunction:
+    """The agent function named by ``spec``.
+
+    Args:
+        spec: A built-in agent name, ``path/to/agent.py:function`` or ``package.module:function``.
+
+    Raises:
+        AgentError: for an unknown name, a missing file or module, a missing function, or a
+            function that is not ``async def f(request, ctx)``.
+    """
+    builtin = BUILTIN_AGENTS.get(spec)
+    if builtin is not None:
+        check_agent(spec)
+        return builtin.function
+    where, sep, attr = spec.rpartition(":")
+    accepted = (
+        f"expected {REACT!r}, one of {', '.join(BUILTIN_AGENTS)}, "
+        "path/to/agent.py:function or package.module:function"
+    )
+    if not sep or not where or not attr.isidentifier():
+        raise AgentError(f"unknown agent {spec!r}; {accepted}")
+    if where.endswith(".py"):
+        path = Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise AgentError(f"agent file {where!r} (from {spec!r}) does not exist")
+        digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+        module_spec = importlib.util.spec_from_file_location(f"twice_user_agent_{digest}", path)
+        if module_spec is None or module_spec.loader is None:
+            raise AgentError(f"cannot load agent file {where!r}")
+        module = importlib.util.module_from_spec(module_spec)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as ex:
+            raise AgentError(
+                f"agent file {where!r} failed to import: {type(ex).__name__}: {ex}"
+            ) from None
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as ex:
+            raise AgentError(
+                f"agent module {where!r} (from {spec!r}) failed to import: "
+                f"{type(ex).__name__}: {ex}"
+            ) from None
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise AgentError(f"{where!r} has no function {attr!r} (from agent {spec!r})")
+    _check_signature(spec, fn)
+    return fn  # type: ignore[no-any-return]
+
+
+def _check_signature(spec: str, fn: Callable[..., object]) -> None:
+    if not inspect.iscoroutinefunction(fn):
+        raise AgentError(
+            f"agent {spec!r} must be an async function: async def agent(request: str, "
+            "ctx: AgentContext) -> str"
+        )
+    try:
+        inspect.signature(fn).bind("request", object())
+    except TypeError:
+        raise AgentError(
+            f"agent {spec!r} must accept two arguments (request, ctx): async def "
+            "agent(request: str, ctx: AgentContext) -> str"
+        ) from None

@@ -1,0 +1,125 @@
+"""Run an agent under test as a trial's solver, through inspect's in-process agent bridge."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from inspect_ai.agent import agent_bridge
+from inspect_ai.log import transcript
+from inspect_ai.model import ChatMessageTool, ModelOutput
+from inspect_ai.solver import Generate, Solver, TaskState, solver
+from inspect_ai.util import LimitExceededError, store
+
+from ._context import AgentContext, AgentLimitError
+from ._hosts import parse_hosts, serve_trial
+from ._load import load_agent
+
+if TYPE_CHECKING:
+    from .._trial import TrialContexts
+
+AGENT_STORE_KEY = "twice:agent"
+"""Store key of what the agent solver records: ``{"agent", "crashed", "error"}``."""
+
+MAX_ERROR_CHARS = 500
+"""How much of a crashed agent's exception message is kept (a framework's can be huge)."""
+
+EVAL_ONLY_METADATA = frozenset({"plan", "intents", "state"})
+"""Sample metadata an agent is not shown: the stubs' gold plan, the expected effects and the
+services' starting state are the eval's ground truth, not the user's request."""
+
+DUMMY_KEY = "twice-agent-bridge"
+"""The API key set (only when none is set) so SDK clients can be built; the bridge never sends
+it anywhere: requests for model ``inspect`` are answered in-process."""
+
+
+def _find_limit(ex: BaseException) -> AgentLimitError | None:
+    """An :class:`AgentLimitError` anywhere in the exception's cause/context chain."""
+    seen: set[int] = set()
+    current: BaseException | None = ex
+    while current is not None and id(current) not in seen:
+        if isinstance(current, AgentLimitError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _describe(ex: BaseException) -> str:
+    text = " ".join(str(ex).split())
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[:MAX_ERROR_CHARS] + "…"
+    return f"{type(ex).__name__}: {text}" if text else type(ex).__name__
+
+
+@solver
+def agent_solver(
+    agent: str,
+    contexts: TrialContexts,
+    task: str,
+    prompt_text: str,
+    mocks: Mapping[str, str] | None = None,
+) -> Solver:
+    """Run ``agent`` on the trial's request; score what the services saw, even if it crashed.
+
+    The trial's services (from ``trial_setup``) serve the agent's ``httpx`` requests to their
+    base URLs and to the hosts in ``mocks``; its model requests for ``inspect`` go to the eval's
+    model. An exception from the agent is a result: the trial is marked ``crashed`` (store key
+    :data:`AGENT_STORE_KEY`) and scored from the ledger, and the exception is not re-raised
+    into inspect (whose traceback rendering of framework exceptions can run for minutes). A
+    documented bridge limit (:class:`AgentLimitError`) is re-raised as a short sample error.
+
+    Args:
+        agent: A built-in agent name or ``path.py:function`` / ``module:function``.
+        contexts: The task's live trial contexts (filled by ``trial_setup``).
+        task: The task name (given to the agent in its context).
+        prompt_text: The cell's system prompt (the agent's instructions).
+        mocks: Production URL by service name, served by the trial's services.
+    """
+    fn = load_agent(agent)
+    mock_hosts = dict(mocks or {})
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        ctx = contexts.pop((state.sample_id, state.epoch))
+        services = ctx.services
+        urls = {name: s.base_url for name, s in services.services.items()}
+        hosts = parse_hosts(mock_hosts, urls)
+        actx = AgentContext(
+            urls=urls,
+            instructions=prompt_text,
+            task=task,
+            sample_id=state.sample_id,
+            epoch=state.epoch,
+            metadata={k: v for k, v in state.metadata.items() if k not in EVAL_ONLY_METADATA},
+        )
+        for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+            os.environ.setdefault(var, DUMMY_KEY)
+        record: dict[str, Any] = {"agent": agent, "crashed": False, "error": ""}
+        bridge = None
+        answer = ""
+        try:
+            with serve_trial(services, hosts):
+                async with agent_bridge() as bridge:
+                    answer = str(await fn(state.input_text, actx))
+        except LimitExceededError:
+            raise  # inspect's own message/token/time limits end the sample as usual
+        except Exception as ex:
+            limit = _find_limit(ex)
+            if limit is not None:
+                ctx.sync()
+                raise AgentLimitError(str(limit)) from None
+            record.update(crashed=True, error=_describe(ex))
+            transcript().info(f"twice: agent {agent!r} crashed: {record['error']}")
+        finally:
+            if bridge is not None and bridge.state.messages:
+                state.messages = list(bridge.state.messages)
+            for message in state.messages:
+                if isinstance(message, ChatMessageTool):
+                    ctx.observe(message.text)
+            store().set(AGENT_STORE_KEY, record)
+            ctx.sync()
+        state.output = ModelOutput.from_content(str(state.model), answer)
+        return state
+
+    return solve

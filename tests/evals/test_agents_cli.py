@@ -1,0 +1,133 @@
+"""``twice run --agent``: a user's agent file outside the package, crashes, and bad usage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twice.evals import SuiteError, load_suite, suite_from_flags
+
+ROOT = Path(__file__).parents[2]
+EXAMPLE = ROOT / "docs" / "examples" / "my_agent.py"
+
+
+def _cells(log_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    summary = json.loads((log_dir / "summary.json").read_text(encoding="utf-8"))
+    return {(c["model"], c["fault"]): c for c in summary["cells"]}
+
+
+def test_twice_run_runs_a_user_agent_file_with_its_production_url(
+    twice: Callable[..., Any], tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "their_project" / "agent.py"
+    elsewhere.parent.mkdir()
+    shutil.copy(EXAMPLE, elsewhere)
+    spec = f"{elsewhere}:agent"
+    out = tmp_path / "logs"
+    result = twice(
+        "run", "--agent", spec, "--mock", "payments=https://api.example.com",
+        "--task", "refund", "--fault", "lost_reply", "--fault", "timeout_before_commit",
+        "--model", "stub/retry", "--model", "stub/no-retry", "--model", "stub/verify",
+        "--limit", "2", "--log-dir", out, "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    cells = _cells(out)
+    assert {c["agent"] for c in cells.values()} == {spec}
+    assert {c["protection"] for c in cells.values()} == {"bare"}
+    rates = {k: (c["duplication_rate"], c["completion_rate"]) for k, c in cells.items()}
+    assert rates == {
+        ("stub/retry", "lost_reply"): (1.0, 1.0),
+        ("stub/retry", "timeout_before_commit"): (0.0, 1.0),
+        ("stub/no-retry", "lost_reply"): (0.0, 1.0),
+        ("stub/no-retry", "timeout_before_commit"): (0.0, 0.0),
+        ("stub/verify", "lost_reply"): (0.0, 1.0),
+        ("stub/verify", "timeout_before_commit"): (0.0, 1.0),
+    }
+    assert all(c["crashed_rate"] == 0.0 for c in cells.values())
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["run"]["agents"] == [spec]
+    assert summary["run"]["mocks"] == {"payments": "https://api.example.com"}
+    assert "agent.py:agent" in result.stdout  # the table's agent column
+    assert f"stub/retry · {spec}" in (out / "report.html").read_text(encoding="utf-8")
+
+
+def test_twice_run_scores_a_crashing_agent_and_reports_it(
+    twice: Callable[..., Any], tmp_path: Path
+) -> None:
+    agent = tmp_path / "crashy.py"
+    agent.write_text(
+        "import httpx\n\n\n"
+        "async def agent(request, ctx):\n"
+        "    async with httpx.AsyncClient() as http:\n"
+        "        await http.post(ctx.urls['payments'] + '/v1/refunds',\n"
+        "                        json={'order_id': 'order_1042', 'amount': 499})\n"
+        "    return 'done'\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "logs"
+    result = twice(
+        "run", "--agent", f"{agent}:agent", "--task", "refund", "--fault", "lost_reply",
+        "--model", "stub/retry", "--limit", "1", "--log-dir", out, "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output  # a crashed agent is a result, not an error
+    (cell,) = _cells(out).values()
+    assert cell["crashed_rate"] == 1.0 and cell["errors"] == 0
+    assert cell["completion_rate"] == 1.0  # the refund was made before the agent crashed
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "Agents that crashed" in html and "ReadTimeout" in html
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--agent", "langchain"], "unknown agent 'langchain'; expected 'react'"),
+        (["--agent", "missing.py:agent"], "agent file 'missing.py' (from 'missing.py:agent')"),
+        (
+            ["--agent", "langgraph", "--protection", "lookup"],
+            "protection 'lookup' is twice's own tool layer",
+        ),
+        (
+            ["--agent", "openai-agents", "--task", "place_order"],
+            "has no tools for task 'place_order'",
+        ),
+        (
+            ["--agent", "pydantic-ai", "--fault", "crash_after_commit"],
+            "fault 'crash_after_commit' restarts the run",
+        ),
+        (["--mock", "payments"], "'payments' is not SERVICE=URL"),
+        (["--mock", "payments=https://a.example"], "--mock applies to an agent under test"),
+    ],
+)
+def test_twice_run_agent_bad_usage_exits_2(
+    twice: Callable[..., Any], args: list[str], message: str
+) -> None:
+    result = twice("run", "--model", "stub/retry", *args)
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+
+
+def test_suite_file_agents_axis(tmp_path: Path) -> None:
+    suite_file = tmp_path / "suite.toml"
+    suite_file.write_text(
+        '[[matrix]]\nmodels = ["stub/retry"]\nagents = ["react", "langgraph"]\n'
+        'tasks = ["refund"]\nfaults = ["lost_reply"]\n',
+        encoding="utf-8",
+    )
+    suite = load_suite(suite_file)
+    suite.validate()
+    assert [c.agent for c in suite.cells()] == ["react", "langgraph"]
+    assert suite.agents() == ["react", "langgraph"]
+    with pytest.raises(SuiteError, match="protection 'lookup'"):
+        suite.override(protections=["bare", "lookup"]).validate()
+
+
+def test_flags_with_a_framework_agent_default_to_its_tasks() -> None:
+    suite = suite_from_flags(
+        config=None, models=(), prompts=(), tasks=(), faults=(), protections=(),
+        epochs=None, limit=None, agents=("langgraph",),
+    )  # fmt: skip
+    assert {c.task for c in suite.cells()} == {"refund", "send_email", "create_ticket"}

@@ -1,0 +1,343 @@
+"""Agents under test: the built-in framework agents' table, crashes, limits, concurrency."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from inspect_ai import Task, eval, task_with
+from inspect_ai.log import EvalLog
+from inspect_ai.model import ChatMessageTool, get_model
+from twice.mocks import LEDGER_STORE_KEY
+from twice.mocks._stub import _is_error, _is_unknown
+from twice.tasks import refund
+from twice.tasks.agents import (
+    AGENT_STORE_KEY,
+    BUILTIN_AGENTS,
+    AgentError,
+    AgentLimitError,
+    check_agent,
+    check_model_request,
+    load_agent,
+    parse_hosts,
+)
+
+STUBS = ("stub/retry", "stub/no-retry", "stub/verify")
+FAULTS = ("lost_reply", "timeout_before_commit")
+
+# Refunds the payments service made, per agent × stub × fault (refund task): README's table.
+TABLE: dict[str, dict[str, tuple[int, int, int]]] = {
+    #                    retry, no-retry, verify
+    "openai-agents": {"lost_reply": (2, 1, 1), "timeout_before_commit": (1, 0, 0)},
+    "langgraph": {"lost_reply": (2, 1, 1), "timeout_before_commit": (1, 0, 1)},
+    "langgraph-retry": {"lost_reply": (2, 2, 2), "timeout_before_commit": (1, 1, 1)},
+    "pydantic-ai": {"lost_reply": (2, 1, 1), "timeout_before_commit": (1, 0, 1)},
+}
+
+
+def _run(tasks: list[Task], log_dir: Path, **kwargs: Any) -> list[EvalLog]:
+    logs = eval(tasks, display="none", log_dir=str(log_dir), log_realtime=False, **kwargs)
+    assert all(log.status == "success" for log in logs), [log.error for log in logs]
+    return logs
+
+
+def _effects(sample: Any) -> list[dict[str, Any]]:
+    return list(sample.store[LEDGER_STORE_KEY]["effects"])
+
+
+@pytest.mark.slow
+def test_builtin_agents_reproduce_the_table(tmp_path: Path) -> None:
+    tasks = [
+        task_with(
+            refund(fault=fault, agent=agent), model=get_model(stub), name=f"{agent}|{stub}|{fault}"
+        )
+        for agent in TABLE
+        for stub in STUBS
+        for fault in FAULTS
+    ]
+    logs = _run(tasks, tmp_path, limit=1, max_tasks=8)
+    seen = {}
+    for log in logs:
+        agent, stub, fault = log.eval.task.split("|")
+        (sample,) = log.samples or []
+        assert sample.store[AGENT_STORE_KEY] == {"agent": agent, "crashed": False, "error": ""}
+        seen[agent, stub, fault] = len(_effects(sample))
+    expected = {
+        (agent, stub, fault): TABLE[agent][fault][STUBS.index(stub)]
+        for agent in TABLE
+        for stub in STUBS
+        for fault in FAULTS
+    }
+    assert seen == expected
+    # The issue's named findings, stated once more on their own.
+    assert seen["langgraph-retry", "stub/no-retry", "lost_reply"] == 2
+    assert seen["langgraph", "stub/no-retry", "lost_reply"] == 1
+    assert seen["openai-agents", "stub/retry", "lost_reply"] == 2
+    assert seen["pydantic-ai", "stub/retry", "lost_reply"] == 2
+
+
+@pytest.mark.slow
+def test_builtin_agents_keep_every_trials_effects_its_own(tmp_path: Path) -> None:
+    """28 samples × 2 epochs with 32 in flight, per framework: no trial sees another's."""
+    tasks = [
+        task_with(
+            refund(fault="lost_reply", agent=agent), model=get_model("stub/retry"), name=agent
+        )
+        for agent in BUILTIN_AGENTS
+    ]
+    logs = _run(tasks, tmp_path, epochs=2, max_samples=32, max_tasks=1)
+    for log in logs:
+        samples = log.samples or []
+        assert len(samples) == 56, log.eval.task
+        for sample in samples:
+            own = {i["identity"]["order_id"] for i in sample.metadata["intents"]}
+            effects = _effects(sample)
+            # The first refund's reply is lost and stub/retry repeats it: one extra refund.
+            assert {e["fields"]["order_id"] for e in effects} == own, log.eval.task
+            assert len(effects) == len(own) + 1, log.eval.task
+            # Ids count from 1 in every trial: no other trial's refunds are in this service.
+            assert [e["id"] for e in effects] == [f"re_{n}" for n in range(1, len(effects) + 1)]
+            attempts = sample.store[LEDGER_STORE_KEY]["attempts"]
+            assert {a["service"] for a in attempts} == {"payments"}
+
+
+def _user_agent(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return f"{path}:agent"
+
+
+def test_agent_that_raises_is_scored_as_crashed_not_an_error(tmp_path: Path) -> None:
+    spec = _user_agent(
+        tmp_path,
+        "raises",
+        """
+        import httpx
+
+        async def agent(request, ctx):
+            async with httpx.AsyncClient() as http:
+                # No error handling: the lost reply's ReadTimeout escapes the agent.
+                await http.post(
+                    ctx.urls["payments"] + "/v1/refunds",
+                    json={"order_id": "order_1042", "amount": 499, "reason": "cracked"},
+                )
+            return "done"
+        """,
+    )
+    (log,) = _run(
+        [refund(fault="lost_reply", agent=spec)], tmp_path / "logs", limit=1, model="stub/retry"
+    )
+    (sample,) = log.samples or []
+    assert sample.error is None
+    record = sample.store[AGENT_STORE_KEY]
+    assert record["crashed"] is True
+    assert record["error"].startswith("ReadTimeout")
+    assert len(_effects(sample)) == 1  # the refund was made; the agent never learned it
+    assert sample.scores is not None
+    assert sample.scores["side_effects"].value["completed"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "message"),
+    [
+        (
+            "sync_client",
+            "from openai import OpenAI\n\nasync def agent(request, ctx):\n"
+            "    OpenAI().chat.completions.create(model=ctx.model, messages=[])\n",
+            "synchronous client",
+        ),
+        (
+            "streaming",
+            "from openai import AsyncOpenAI\n\nasync def agent(request, ctx):\n"
+            "    await AsyncOpenAI().chat.completions.create(\n"
+            "        model=ctx.model, messages=[], stream=True\n"
+            "    )\n",
+            "refuses streaming",
+        ),
+        (
+            "previous_response",
+            "from openai import AsyncOpenAI\n\nasync def agent(request, ctx):\n"
+            "    await AsyncOpenAI().responses.create(\n"
+            "        model=ctx.model, input=request, previous_response_id='resp_1'\n"
+            "    )\n",
+            "previous_response_id",
+        ),
+        (
+            "hard_coded_model",
+            "from openai import AsyncOpenAI\n\nasync def agent(request, ctx):\n"
+            "    await AsyncOpenAI().chat.completions.create(model='gpt-4o', messages=[])\n",
+            "only model 'inspect'",
+        ),
+    ],
+)
+def test_bridge_limits_end_the_trial_with_a_clear_error(
+    tmp_path: Path, name: str, body: str, message: str
+) -> None:
+    spec = _user_agent(tmp_path, name, body)
+    logs = eval(
+        refund(fault="none", agent=spec),
+        model="stub/retry",
+        limit=1,
+        display="none",
+        log_dir=str(tmp_path / "logs"),
+        fail_on_error=False,
+    )
+    (sample,) = logs[0].samples or []
+    assert sample.error is not None
+    assert message in sample.error.message
+    assert "AgentLimitError" in sample.error.message
+    assert sample.store[LEDGER_STORE_KEY]["attempts"] == []  # nothing reached the network
+
+
+def test_check_model_request_refuses_each_limit_and_passes_the_rest() -> None:
+    body = {"model": "inspect", "messages": []}
+    check_model_request("/chat/completions", body, stream=False, sync=False)
+    check_model_request("/models", {"model": "gpt-4o"}, stream=False, sync=True)  # not a model call
+    for kwargs, text in [
+        ({"stream": False, "sync": True}, "synchronous"),
+        ({"stream": True, "sync": False}, "streaming"),
+    ]:
+        with pytest.raises(AgentLimitError, match=text):
+            check_model_request("/chat/completions", body, **kwargs)
+    with pytest.raises(AgentLimitError, match="previous_response_id"):
+        check_model_request(
+            "/responses", {**body, "previous_response_id": "r"}, stream=False, sync=False
+        )
+    with pytest.raises(AgentLimitError, match="'gpt-4o'"):
+        check_model_request("/responses", {"model": "gpt-4o"}, stream=False, sync=False)
+
+
+def test_user_agent_with_production_url_is_served_by_the_trial(tmp_path: Path) -> None:
+    spec = _user_agent(
+        tmp_path,
+        "prod_url",
+        """
+        import httpx
+
+        async def agent(request, ctx):
+            async with httpx.AsyncClient() as http:
+                r = await http.post(
+                    "https://api.example.com/v1/refunds",
+                    json={"order_id": "order_1042", "amount": 499, "reason": "cracked"},
+                )
+                return r.json()["id"]
+        """,
+    )
+    task = refund(fault="none", agent=spec, mocks={"payments": "https://api.example.com"})
+    (log,) = _run([task], tmp_path / "logs", limit=1, model="stub/retry")
+    (sample,) = log.samples or []
+    assert [e["id"] for e in _effects(sample)] == ["re_1"]
+    assert sample.output.completion == "re_1"
+
+
+def test_parse_hosts_checks_service_and_url() -> None:
+    urls = {"payments": "https://payments.twice.test"}
+    assert parse_hosts({"payments": "https://api.example.com/"}, urls) == (
+        ("https://api.example.com", "https://payments.twice.test"),
+    )
+    with pytest.raises(AgentError, match="no service 'email'; its services are: payments"):
+        parse_hosts({"email": "https://mail.example.com"}, urls)
+    with pytest.raises(AgentError, match="expected an http"):
+        parse_hosts({"payments": "api.example.com"}, urls)
+
+
+def test_load_agent_errors_name_the_bad_value(tmp_path: Path) -> None:
+    with pytest.raises(AgentError, match="unknown agent 'langchain'; expected 'react'"):
+        load_agent("langchain")
+    with pytest.raises(AgentError, match="does not exist"):
+        load_agent(str(tmp_path / "nope.py") + ":agent")
+    sync = _user_agent(tmp_path, "sync_fn", "def agent(request, ctx):\n    return ''\n")
+    with pytest.raises(AgentError, match="must be an async function"):
+        load_agent(sync)
+    one = _user_agent(tmp_path, "one_arg", "async def agent(request):\n    return ''\n")
+    with pytest.raises(AgentError, match="two arguments"):
+        load_agent(one)
+    with pytest.raises(AgentError, match="has no function 'missing'"):
+        load_agent(one.replace(":agent", ":missing"))
+    with pytest.raises(AgentError, match="failed to import"):
+        load_agent("twice_no_such_module:agent")
+
+
+def test_missing_framework_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "langgraph" else real(name, *a),
+    )
+    with pytest.raises(AgentError, match=r"optional extra 'agents': pip install 'twice\[agents\]'"):
+        check_agent("langgraph-retry")
+    check_agent("openai-agents")
+
+
+def test_framework_agent_cells_refuse_what_they_cannot_run() -> None:
+    with pytest.raises(AgentError, match="protection 'lookup' is twice's own tool layer"):
+        refund(fault="lost_reply", protection="lookup", agent="langgraph")
+    with pytest.raises(AgentError, match="fault 'crash_after_commit' restarts the run"):
+        refund(fault="crash_after_commit", agent="openai-agents")
+    with pytest.raises(AgentError, match="has no tools for task 'place_order'"):
+        check_agent("pydantic-ai", "place_order")
+    with pytest.raises(AgentError, match="--mock applies to an agent under test"):
+        refund(mocks={"payments": "https://api.example.com"})
+
+
+def _tool(text: str) -> ChatMessageTool:
+    return ChatMessageTool(content=text, tool_call_id="stub_s0_a1", function="issue_refund")
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "unknown"),
+    [
+        ("An error occurred while running the tool. Please try again.", True, False),
+        ("Error: ReadTimeout('timed out')\n Please fix your mistakes.", True, True),
+        ('{"error":"issue_refund failed: ReadTimeout: timed out"}', True, True),
+        ("Timed out; the refund may or may not have been made.", True, True),
+        ("Created refund re_1 of $4.99 on order order_1042 (status succeeded).", False, False),
+        ("No refunds found for order order_1042.", False, False),
+    ],
+)
+def test_stubs_recognise_error_text_across_the_bridge(
+    text: str, error: bool, unknown: bool
+) -> None:
+    assert _is_error(_tool(text)) is error
+    assert _is_unknown(text) is unknown
+
+
+def test_agent_context_urls_are_the_trial_services(tmp_path: Path) -> None:
+    spec = _user_agent(
+        tmp_path,
+        "echo_ctx",
+        """
+        async def agent(request, ctx):
+            hidden = {"plan", "intents", "state"} & set(ctx.metadata)
+            return f"{ctx.model} {dict(ctx.urls)} {ctx.task} {sorted(hidden)}"
+        """,
+    )
+    (log,) = _run([refund(agent=spec)], tmp_path / "logs", limit=1, model="stub/retry")
+    (sample,) = log.samples or []
+    assert sample.output.completion == (
+        "inspect {'payments': 'https://payments.twice.test'} refund []"
+    )
+
+
+def test_unmapped_hosts_pass_through(tmp_path: Path) -> None:
+    """A request to a host the trial does not serve is not answered by twice."""
+    from twice.tasks.agents._hosts import _side_effect
+
+    request = httpx.Request("GET", "https://elsewhere.example.org/x")
+    assert _side_effect(request) is request
+
+
+def test_agents_package_all_is_sorted_and_importable() -> None:
+    from twice.tasks import agents
+
+    names = list(agents.__all__)
+    assert names == sorted(names, key=lambda n: (not n.isupper(), n))
+    assert all(hasattr(agents, n) for n in names)
+    # Importing twice's agents must not import a framework: they are an optional extra.
+    assert not {"agents", "langgraph", "pydantic_ai"} & set(dir(agents))
