@@ -418,6 +418,201 @@ def _finished_cells(
     return finished, files, cancelled
 
 
+@dataclass(frozen=True)
+class EvalSettings:
+    """Inspect settings of every ``eval_set`` a twice run starts (``twice run`` and
+    ``--until-decided`` alike): connections, display, retries of an errored eval, and the
+    bounds on a model call that end a run whose endpoint is dead."""
+
+    max_connections: int | None = None
+    display: str | None = "none"
+    retry_attempts: int = 1
+    max_retries: int = DEFAULT_MAX_RETRIES
+    """Retries of a failed model call (the endpoint guard's budget too)."""
+    timeout: int = DEFAULT_TIMEOUT
+    """Seconds one model call may take (inspect's ``timeout`` and ``attempt_timeout``)."""
+    generate: dict[str, Any] = field(default_factory=dict)
+    """Other inspect generate settings (``temperature``, ``seed``, ``max_tokens``...)."""
+
+    @classmethod
+    def of(
+        cls,
+        generate_config: dict[str, Any] | None = None,
+        *,
+        max_connections: int | None = None,
+        display: str | None = "none",
+        retry_attempts: int = 1,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout: int = DEFAULT_TIMEOUT,
+    ) -> EvalSettings:
+        """The settings of a run; ``generate_config`` (a suite's ``[local_model]``) wins for
+        ``max_retries`` and ``timeout``, a ``max_connections`` argument wins over its own."""
+        generate = dict(generate_config or {})
+        if max_connections is None:  # a --max-connections flag wins over the suite's setting
+            max_connections = generate.pop("max_connections", None)
+        generate.pop("max_connections", None)
+        max_retries = int(generate.pop("max_retries", max_retries))
+        timeout = int(generate.pop("timeout", timeout))
+        generate.pop("attempt_timeout", None)  # always the timeout: one bound per call
+        return cls(max_connections, display, retry_attempts, max_retries, timeout, generate)
+
+
+@dataclass
+class PreparedRun:
+    """A run ready to evaluate: its tasks (models guarded), its log directory created,
+    locked and checked."""
+
+    log_dir: Location
+    planned: list[Cell]
+    tasks: list[Task]
+    guards: dict[str, EndpointState]
+    """Endpoint guards by model name (see ``_endpoint``)."""
+
+    def unreachable(self) -> list[str]:
+        """One line per model whose endpoint was found unreachable."""
+        return [g.line() for g in self.guards.values() if g.down]
+
+
+@contextmanager
+def prepared_run(
+    suite: Suite,
+    log_dir: Location,
+    settings: EvalSettings,
+    *,
+    model_args: dict[str, Any] | None = None,
+    planned: list[Cell] | None = None,
+    check: Callable[[list[Task]], None] | None = None,
+) -> Iterator[PreparedRun]:
+    """Build the tasks, then create, lock and check ``log_dir`` for the block.
+
+    Bad input is refused before the log directory is touched: a model that cannot be loaded,
+    credential model args, a task that cannot be built, and whatever ``check`` (given the
+    tasks) raises. With ``suite.agent_cmd`` a ``twice serve`` runs for the block.
+
+    Raises:
+        SuiteError: as :func:`run_suite`.
+    """
+    planned = list(suite.cells()) if planned is None else planned
+    guards: dict[str, EndpointState] = {}
+    with contextlib.ExitStack() as stack:
+        server = None
+        if suite.agent_cmd is not None:
+            # The external agent's trials live in a twice serve of this run (in memory: the
+            # inspect logs are the run's record).
+            from ._serve import running_server
+
+            server = stack.enter_context(running_server()).url
+        tasks = build_tasks(
+            suite, model_args, server, guards=guards, max_retries=settings.max_retries,
+            timeout=settings.timeout, cells=planned,
+        )  # fmt: skip
+        if check is not None:
+            check(tasks)
+        _prepare_log_dir(log_dir)
+        try:
+            if not is_remote(log_dir):  # object storage has no lock file semantics
+                stack.enter_context(lock_log_dir(Path(log_dir)))
+        except OSError as ex:
+            raise SuiteError(
+                f"log directory {str(log_dir)!r} cannot be written: {ex.strerror or ex}; "
+                "pass a --log-dir you can write to"
+            ) from None
+        try:
+            check_log_dir(log_dir)
+        except LogReadError as ex:
+            raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
+        yield PreparedRun(log_dir, planned, tasks, guards)
+
+
+def evaluate(
+    run: PreparedRun,
+    settings: EvalSettings,
+    state: Interrupts,
+    *,
+    epochs: int | None = None,
+    limit: int | None = None,
+) -> list[EvalLog]:
+    """Evaluate ``run``'s tasks into its log directory with twice's settings.
+
+    One ``eval_set`` (resumable: finished samples are reused), SIGTERM turned into the same
+    orderly stop as Ctrl-C. An interrupt is recorded in ``state.signal``, never raised: the
+    caller writes what ran and says the run is incomplete. ``epochs`` None keeps each task's
+    own epoch count.
+    """
+    logs: list[EvalLog] = []
+    with gc_for_trials(), _stop_on_sigterm(state):
+        try:
+            if run.tasks:  # a shard dealt no cells (more shards than cells) runs nothing
+                _, logs = eval_set(
+                    run.tasks,
+                    log_dir=str(run.log_dir),
+                    epochs=epochs,
+                    limit=limit,
+                    max_connections=settings.max_connections,
+                    display=settings.display,  # type: ignore[arg-type]
+                    retry_attempts=settings.retry_attempts,
+                    retry_wait=1,
+                    fail_on_error=False,
+                    log_dir_allow_dirty=True,
+                    max_retries=settings.max_retries,
+                    timeout=settings.timeout,
+                    attempt_timeout=settings.timeout,
+                    **eval_options(settings.display),
+                    **settings.generate,
+                )
+        except KeyboardInterrupt:
+            state.signal = state.signal or "SIGINT"
+    # Inspect answers Ctrl-C by cancelling the run, marking the unfinished logs "cancelled"
+    # and returning as if done: those logs are how an interrupt is known.
+    if any(log.status == "cancelled" for log in logs):
+        state.signal = state.signal or "SIGINT"
+    return logs
+
+
+def ran_trials(files: list[Location], interrupted: bool) -> pd.DataFrame:
+    """The trials of ``files`` (empty frame for none); after an interrupt, without the trials
+    it cut short: they are logged as errors but did not run (the rerun runs them), so they
+    are not counted as crashes either."""
+    with gc_for_trials():
+        frame = trials_frame(files) if files else pd.DataFrame()
+    if interrupted and not frame.empty:
+        frame = frame[~frame["error"].str.startswith("CancelledError")]
+    return frame
+
+
+def incomplete_fields(
+    missing: list[Cell], names: dict[str, str], interrupted: str | None
+) -> dict[str, Any]:
+    """summary.json's ``complete``/``status``/``missing``/``interrupted`` at the end of a run."""
+    extra: dict[str, Any] = {
+        "complete": not missing,
+        "status": "complete" if not missing else "incomplete",
+    }
+    if missing:
+        extra["missing"] = [_cell_dict(c, names) for c in missing]
+    if interrupted:
+        extra["interrupted"] = interrupted
+    return extra
+
+
+def prompt_names(planned: list[Cell]) -> dict[str, str]:
+    """Each planned prompt (name or path) → its name in summary.json."""
+    return {p: load_prompt(p).name for p in dict.fromkeys(c.prompt for c in planned)}
+
+
+def write_running(
+    summary_path: Location, run: dict[str, Any], missing: list[dict[str, str]]
+) -> None:
+    """Until the run ends, summary.json says it is running: a reader never mistakes an old
+    complete summary for this run's, even if this process is killed."""
+    write_atomic(
+        summary_path,
+        lambda tmp: write_summary(
+            pd.DataFrame(), tmp, run=run, complete=False, status="running", missing=missing
+        ),
+    )
+
+
 def run_suite(
     suite: Suite,
     log_dir: Location,
@@ -450,135 +645,46 @@ def run_suite(
             (``LogDirLockedError``), or one holding a log that cannot be read (all checked
             before anything runs).
     """
-    generate = dict(generate_config or {})
-    if max_connections is None:  # a --max-connections flag wins over the suite's setting
-        max_connections = generate.pop("max_connections", None)
-    generate.pop("max_connections", None)
-    max_retries = int(generate.pop("max_retries", max_retries))
-    timeout = int(generate.pop("timeout", timeout))
-    generate.pop("attempt_timeout", None)
-    guards: dict[str, EndpointState] = {}
+    settings = EvalSettings.of(
+        generate_config, max_connections=max_connections, display=display,
+        retry_attempts=retry_attempts, max_retries=max_retries, timeout=timeout,
+    )  # fmt: skip
     log_dir = as_location(log_dir)
     planned = list(suite.cells())
     if shard is not None:
         log_dir = shard_dir(log_dir, shard)
         planned = shard_cells(planned, shard)
-    with contextlib.ExitStack() as stack:
-        server = None
-        if suite.agent_cmd is not None:
-            # The external agent's trials live in a twice serve of this run (in memory: the
-            # inspect logs are the run's record).
-            from ._serve import running_server
-
-            server = stack.enter_context(running_server()).url
-        # Tasks and models first: bad input is refused before the log dir is touched.
-        tasks = build_tasks(
-            suite, model_args, server, guards=guards, max_retries=max_retries,
-            timeout=timeout, cells=planned,
-        )  # fmt: skip
-        _prepare_log_dir(log_dir)
-        try:
-            if not is_remote(log_dir):  # object storage has no lock file semantics
-                stack.enter_context(lock_log_dir(Path(log_dir)))
-        except OSError as ex:
-            raise SuiteError(
-                f"log directory {str(log_dir)!r} cannot be written: {ex.strerror or ex}; "
-                "pass a --log-dir you can write to"
-            ) from None
-        return _run_locked(
-            suite, tasks, planned, log_dir, guards,
-            model_args=model_args, max_connections=max_connections, display=display,
-            retry_attempts=retry_attempts, report=report, max_retries=max_retries,
-            timeout=timeout, generate=generate, shard=shard,
-        )  # fmt: skip
+    with prepared_run(suite, log_dir, settings, model_args=model_args, planned=planned) as run:
+        return _run_locked(suite, run, settings, model_args=model_args, report=report, shard=shard)
 
 
 def _run_locked(
     suite: Suite,
-    tasks: list[Task],
-    planned: list[Cell],
-    log_dir: Location,
-    guards: dict[str, EndpointState],
+    prepared: PreparedRun,
+    settings: EvalSettings,
     *,
     model_args: dict[str, Any] | None,
-    max_connections: int | None,
-    display: str | None,
-    retry_attempts: int,
     report: bool,
-    max_retries: int,
-    timeout: int,
-    generate: dict[str, Any],
     shard: Shard | None = None,
 ) -> RunResult:
-    try:
-        check_log_dir(log_dir)
-    except LogReadError as ex:
-        raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
+    log_dir, planned = prepared.log_dir, prepared.planned
     run = run_metadata(suite, model_args, None if shard is None else planned)
     if shard is not None:
         run["shard"] = {"index": shard.index, "count": shard.count}
-    names = {p: load_prompt(p).name for p in dict.fromkeys(c.prompt for c in planned)}
+    names = prompt_names(planned)
     reused = _finished_cells(log_dir, planned)[0]
     summary_path = join(log_dir, "summary.json")
-    # Until the run ends, summary.json says it is running: a reader never mistakes an old
-    # complete summary for this run's, even if this process is killed.
-    write_atomic(
-        summary_path,
-        lambda tmp: write_summary(
-            pd.DataFrame(),
-            tmp,
-            run=run,
-            complete=False,
-            status="running",
-            missing=[_cell_dict(c, names) for c in planned],
-        ),
-    )
+    write_running(summary_path, run, [_cell_dict(c, names) for c in planned])
     state = LAST_INTERRUPT
     state.signal = None
-    logs: list[EvalLog] = []
-    with gc_for_trials(), _stop_on_sigterm(state):
-        try:
-            if tasks:  # a shard dealt no cells (more shards than cells) runs nothing
-                _, logs = eval_set(
-                    tasks,
-                    log_dir=str(log_dir),
-                    epochs=suite.epochs,
-                    limit=suite.limit,
-                    max_connections=max_connections,
-                    display=display,  # type: ignore[arg-type]
-                    retry_attempts=retry_attempts,
-                    retry_wait=1,
-                    fail_on_error=False,
-                    log_dir_allow_dirty=True,
-                    max_retries=max_retries,
-                    timeout=timeout,
-                    attempt_timeout=timeout,
-                    **eval_options(display),
-                    **generate,
-                )
-        except KeyboardInterrupt:
-            state.signal = state.signal or "SIGINT"
+    logs = evaluate(prepared, settings, state, epochs=suite.epochs, limit=suite.limit)
     finished, files, cancelled = _finished_cells(log_dir, planned)
-    # Inspect answers Ctrl-C by cancelling the run, marking the unfinished logs "cancelled"
-    # and returning as if done: those logs are how an interrupt is known.
-    if cancelled or any(log.status == "cancelled" for log in logs):
+    if cancelled:  # a cancelled log on disk: interrupted, whatever eval_set returned
         state.signal = state.signal or "SIGINT"
-    with gc_for_trials():
-        frame = trials_frame(files) if files else pd.DataFrame()
-    if state.signal and not frame.empty:
-        # Trials the interrupt cut short are logged as errors; they are not trials that ran
-        # (the rerun runs them), so they are not counted as crashes either.
-        frame = frame[~frame["error"].str.startswith("CancelledError")]
+    frame = ran_trials(files, bool(state.signal))
     table = cells(frame) if not frame.empty else pd.DataFrame()
     missing = [c for c in planned if c not in finished]
-    extra: dict[str, Any] = {
-        "complete": not missing,
-        "status": "complete" if not missing else "incomplete",
-    }
-    if missing:
-        extra["missing"] = [_cell_dict(c, names) for c in missing]
-    if state.signal:
-        extra["interrupted"] = state.signal
+    extra = incomplete_fields(missing, names, state.signal)
     write_atomic(summary_path, lambda tmp: write_summary(table, tmp, run=run, **extra))
     report_path = None
     if report and not frame.empty:
@@ -587,12 +693,11 @@ def _run_locked(
         report_path = write_atomic(
             join(log_dir, "report.html"), lambda tmp: write_report(frame, tmp, run=run)
         )
-    unreachable = [g.line() for g in guards.values() if g.down]
     # After an interrupt, the trials it cut short are recorded as errors: not crashes.
     failed = [] if state.signal else _failures(logs, table)
     return RunResult(
         log_dir, logs, table, summary_path, report_path, failed,
-        missing=missing, interrupted=state.signal, unreachable=unreachable,
+        missing=missing, interrupted=state.signal, unreachable=prepared.unreachable(),
         reused=len(reused & set(planned)),
     )  # fmt: skip
 

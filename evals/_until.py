@@ -20,30 +20,34 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from inspect_ai import Task, eval_set, task_with
+from inspect_ai import Task, task_with
 from inspect_ai.log import EvalLog
-from twice.reports import (
-    CELL,
-    LogReadError,
-    cells,
-    check_log_dir,
-    read_log_dir,
-    trials_frame,
-    write_summary,
-)
+from twice.reports import CELL, Location, cells, join, trials_frame, write_summary
 
 from ._gate import GateConfig, cell_label
 from ._run import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT,
+    LAST_INTERRUPT,
+    EvalSettings,
+    Interrupts,
+    PreparedRun,
     RunResult,
+    _cell_dict,
     _failures,
-    build_tasks,
-    eval_options,
-    gc_for_trials,
+    _finished_cells,
+    _stop_on_sigterm,
+    evaluate,
+    incomplete_fields,
+    prepared_run,
+    prompt_names,
+    ran_trials,
     run_metadata,
+    write_atomic,
 )
 from ._seqgate import RuleState, rule_state
 from ._sequential import METHOD
-from ._suite import Suite, SuiteError
+from ._suite import Cell, Suite, SuiteError
 
 DEFAULT_MAX_TRIALS = 480
 """Trials per cell at most (20 rounds of the refund task's 24 samples): enough to pass a cell
@@ -162,8 +166,17 @@ def run_until_decided(
     retry_attempts: int = 1,
     report: bool = True,
     progress: Callable[[str], None] = lambda _: None,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    timeout: int = DEFAULT_TIMEOUT,
+    generate_config: dict[str, Any] | None = None,
 ) -> tuple[RunResult, list[CellState]]:
     """Run ``suite`` in rounds until every cell's gate verdict is settled (or at the cap).
+
+    What :func:`run_suite` guarantees holds here too: the log directory is locked for the
+    run; ``summary.json`` says ``running`` until the end; a model endpoint that cannot be
+    reached stops the run (the result names it in ``unreachable``); SIGINT or SIGTERM stops
+    it within or between rounds with ``summary.json`` marked incomplete (``interrupted``,
+    ``missing``: the cells not yet settled), and the same call resumes it where it stopped.
 
     Args:
         suite: What to run (its ``epochs`` are ignored: rounds decide them).
@@ -179,108 +192,177 @@ def run_until_decided(
         retry_attempts: Inspect's retries of an errored eval within a round.
         report: Write report.html.
         progress: Receives one line per round.
+        max_retries: Retries of a failed model call before its endpoint counts as
+            unreachable.
+        timeout: Seconds one model call may take.
+        generate_config: Inspect generate settings for every eval (a suite's
+            ``[local_model]``); its ``max_retries`` and ``timeout`` win over the arguments.
 
     Raises:
-        SuiteError: as :func:`run_suite`, or for a ``max_trials`` below one round.
+        SuiteError: as :func:`run_suite` (``LogDirLockedError`` for a directory another run
+            holds), or for a ``max_trials`` below one round.
     """
-    tasks = build_tasks(suite, model_args)
-    models = [c.model for c in suite.cells()]
-    try:
-        check_log_dir(log_dir)
-    except LogReadError as ex:
-        raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
-    log_dir.mkdir(parents=True, exist_ok=True)
+    settings = EvalSettings.of(
+        generate_config, max_connections=max_connections, display=display,
+        retry_attempts=retry_attempts, max_retries=max_retries, timeout=timeout,
+    )  # fmt: skip
+    log_dir = Path(log_dir)
+    planned = list(suite.cells())
     states: list[CellState] = []
     per_round: list[int] = []
-    for task, model in zip(tasks, models, strict=True):
-        s = _samples(task, suite.limit)
-        epochs = max(1, math.ceil((batch or s) / s)) if s else 1
-        if s * epochs > max_trials:
-            raise SuiteError(
-                f"--max-trials {max_trials} is below one round of {s * epochs} trials of "
-                f"{task.name} ({s} sample(s) × {epochs} epoch(s)); raise it or lower "
-                "--batch/--limit"
+
+    def plan(tasks: list[Task]) -> None:
+        # Before the log directory is touched: a cap below one round is bad input.
+        for task, cell in zip(tasks, planned, strict=True):
+            s = _samples(task, suite.limit)
+            epochs = max(1, math.ceil((batch or s) / s)) if s else 1
+            if s * epochs > max_trials:
+                raise SuiteError(
+                    f"--max-trials {max_trials} is below one round of {s * epochs} trials of "
+                    f"{task.name} ({s} sample(s) × {epochs} epoch(s)); raise it or lower "
+                    "--batch/--limit"
+                )
+            states.append(CellState(_key(task, cell.model), s))
+            per_round.append(epochs)
+
+    with prepared_run(
+        suite, log_dir, settings, model_args=model_args, planned=planned, check=plan
+    ) as prepared:
+        record: dict[str, Any] = {
+            "method": METHOD,
+            "confidence": gate.confidence,
+            "alpha": round(1 - gate.confidence, 12),
+            "gate": gate_path,
+            "batch": batch,
+            "max_trials": max_trials,
+            "cells": [],
+        }
+        run = {**run_metadata(suite, model_args), "sequential": record, "epochs": None}
+        rounds = _Rounds(prepared, settings, states, per_round, gate, max_trials, record, run)
+        return rounds.run(suite.limit, progress, report), states
+
+
+@dataclass
+class _Rounds:
+    """The rounds of one locked run (:func:`run_until_decided`)."""
+
+    prepared: PreparedRun
+    settings: EvalSettings
+    states: list[CellState]
+    per_round: list[int]
+    gate: GateConfig
+    max_trials: int
+    record: dict[str, Any]
+    run_info: dict[str, Any]
+
+    def _frame(self) -> tuple[pd.DataFrame, bool]:
+        """The planned cells' trials in the log directory, and whether one of their logs
+        was cancelled. Trials an interrupt cut short are dropped: they did not run (a resumed
+        run runs them), so a round they belong to is not complete."""
+        _, files, cancelled = _finished_cells(self.prepared.log_dir, self.prepared.planned)
+        frame = ran_trials(files, True)
+        return (frame if not frame.empty else trials_frame([])), cancelled
+
+    def _unsettled(self) -> list[Cell]:
+        return [
+            c
+            for c, st in zip(self.prepared.planned, self.states, strict=True)
+            if st.stopped_round is None
+        ]
+
+    def _summary(self, frame: pd.DataFrame, **extra: Any) -> Location:
+        self.record["cells"] = [st.record() for st in self.states]
+        table = cells(frame) if not frame.empty else pd.DataFrame()
+        path = join(self.prepared.log_dir, "summary.json")
+        return write_atomic(path, lambda tmp: write_summary(table, tmp, run=self.run_info, **extra))
+
+    def run(self, limit: int | None, progress: Callable[[str], None], report: bool) -> RunResult:
+        names = prompt_names(self.prepared.planned)
+        frame = self._frame()[0]
+        for st, epr in zip(self.states, self.per_round, strict=True):
+            _replay(st, _rows(frame, st.keys), self.gate, epr)
+            if st.stopped_round is None:
+                st.epochs += epr  # the next round
+        running = {"complete": False, "status": "running"}
+        self._summary(frame, **running, missing=[_cell_dict(c, names) for c in self._unsettled()])
+        state = LAST_INTERRUPT
+        state.signal = None
+        logs: list[EvalLog] = []
+        # Between rounds too, SIGTERM stops the run as Ctrl-C does (a KeyboardInterrupt here).
+        with _stop_on_sigterm(state):
+            try:
+                logs, frame = self._rounds(limit, progress, state, names)
+            except KeyboardInterrupt:
+                state.signal = state.signal or "SIGINT"
+                frame = self._frame()[0]
+        unsettled = self._unsettled()
+        for st in self.states:
+            if st.stopped_round is None:  # what the cell has so far, for the decisions
+                st.trials = len(_rows(frame, st.keys))
+        summary_path = self._summary(frame, **incomplete_fields(unsettled, names, state.signal))
+        report_path = None
+        if report and not frame.empty:
+            from twice.reports import write_report
+
+            report_path = write_atomic(
+                join(self.prepared.log_dir, "report.html"),
+                lambda tmp: write_report(frame, tmp, run=self.run_info),
             )
-        states.append(CellState(_key(task, model), s))
-        per_round.append(epochs)
-    record: dict[str, Any] = {
-        "method": METHOD,
-        "confidence": gate.confidence,
-        "alpha": round(1 - gate.confidence, 12),
-        "gate": gate_path,
-        "batch": batch,
-        "max_trials": max_trials,
-        "cells": [],
-    }
-    existing = _existing(log_dir)
-    for st, epr in zip(states, per_round, strict=True):
-        _replay(st, _rows(existing, st.keys), gate, epr)
-        if st.stopped_round is None:
-            st.epochs += epr  # the next round
-    logs: list[EvalLog] = []
-    frame = existing
-    while True:
-        for task, st in zip(tasks, states, strict=True):
-            task_with(task, epochs=st.epochs)
-        running = [st for st in states if st.stopped_round is None]
-        progress(
-            f"round: {len(running)} undecided cell(s) of {len(states)}, up to "
-            f"{max((st.epochs * st.samples for st in running), default=0)} trials a cell"
-        )
-        with gc_for_trials():
-            _, logs = eval_set(
-                tasks,
-                log_dir=str(log_dir),
-                limit=suite.limit,
-                max_connections=max_connections,
-                display=display,  # type: ignore[arg-type]
-                retry_attempts=retry_attempts,
-                retry_wait=1,
-                fail_on_error=False,
-                log_dir_allow_dirty=True,
-                **eval_options(display),
+        table = cells(frame) if not frame.empty else pd.DataFrame()
+        # After an interrupt, the trials it cut short are recorded as errors: not crashes.
+        failed = [] if state.signal else _failures(logs, table)
+        return RunResult(
+            self.prepared.log_dir, logs, table, summary_path, report_path, failed,
+            missing=unsettled, interrupted=state.signal,
+            unreachable=self.prepared.unreachable(),
+        )  # fmt: skip
+
+    def _rounds(
+        self,
+        limit: int | None,
+        progress: Callable[[str], None],
+        state: Interrupts,
+        names: dict[str, str],
+    ) -> tuple[list[EvalLog], pd.DataFrame]:
+        while True:
+            for task, st in zip(self.prepared.tasks, self.states, strict=True):
+                task_with(task, epochs=st.epochs)
+            running = [st for st in self.states if st.stopped_round is None]
+            progress(
+                f"round: {len(running)} undecided cell(s) of {len(self.states)}, up to "
+                f"{max((st.epochs * st.samples for st in running), default=0)} trials a cell"
             )
-            frame = trials_frame([log.location for log in logs])
-        if any(log.status != "success" for log in logs):
-            break  # an eval errored: report what ran, do not plan more rounds on top of it
-        grew = False
-        for st, epr in zip(states, per_round, strict=True):
-            if st.stopped_round is not None:
-                continue
-            st.rounds = st.epochs // epr
-            if _judge(st, _rows(frame, st.keys), gate):
-                _settle(st, st.rounds)
-            elif (st.epochs + epr) * st.samples > max_trials:
-                st.status = "undecided"
-                st.stopped_round = st.rounds
-            else:
-                st.epochs += epr
-                grew = True
-        record["cells"] = [st.record() for st in states]
-        _write(frame, log_dir, suite, model_args, record)
-        if not grew:
-            break
-    record["cells"] = [st.record() for st in states]
-    table = cells(frame)
-    run = {**run_metadata(suite, model_args), "sequential": record}
-    run["epochs"] = None  # per cell: see sequential.cells
-    summary_path = write_summary(table, log_dir / "summary.json", run=run)
-    report_path = None
-    if report:
-        from twice.reports import write_report
-
-        report_path = write_report(frame, log_dir / "report.html", run=run)
-    result = RunResult(log_dir, logs, table, summary_path, report_path, _failures(logs, table))
-    return result, states
-
-
-def _existing(log_dir: Path) -> pd.DataFrame:
-    """The trials already in ``log_dir`` (an empty frame for a fresh directory)."""
-    try:
-        files = read_log_dir(log_dir).files
-        return trials_frame(files)
-    except LogReadError:
-        return trials_frame([])
+            logs = evaluate(self.prepared, self.settings, state, limit=limit)
+            frame, cancelled = self._frame()
+            if cancelled:  # a cancelled log on disk: interrupted, whatever eval_set returned
+                state.signal = state.signal or "SIGINT"
+            if (
+                state.signal
+                or self.prepared.unreachable()
+                or any(log.status != "success" for log in logs)
+            ):
+                # Interrupted, a model out of reach or an eval errored: report what ran, do
+                # not plan more rounds on top of it.
+                return logs, frame
+            grew = False
+            for st, epr in zip(self.states, self.per_round, strict=True):
+                if st.stopped_round is not None:
+                    continue
+                st.rounds = st.epochs // epr
+                if _judge(st, _rows(frame, st.keys), self.gate):
+                    _settle(st, st.rounds)
+                elif (st.epochs + epr) * st.samples > self.max_trials:
+                    st.status = "undecided"
+                    st.stopped_round = st.rounds
+                else:
+                    st.epochs += epr
+                    grew = True
+            # After every round, so an interrupted run's directory already says it is
+            # sequential and how far each cell got.
+            missing = [_cell_dict(c, names) for c in self._unsettled()]
+            self._summary(frame, complete=False, status="running", missing=missing)
+            if not grew:
+                return logs, frame
 
 
 def _rows(frame: pd.DataFrame, keys: Mapping[str, str]) -> pd.DataFrame:
@@ -290,18 +372,6 @@ def _rows(frame: pd.DataFrame, keys: Mapping[str, str]) -> pd.DataFrame:
     for k in CELL:
         mask &= frame[k].astype(str) == keys[k]
     return frame[mask]
-
-
-def _write(
-    frame: pd.DataFrame,
-    log_dir: Path,
-    suite: Suite,
-    model_args: dict[str, Any] | None,
-    record: dict[str, Any],
-) -> None:
-    # After every round, so an interrupted run's directory already says it is sequential.
-    run = {**run_metadata(suite, model_args), "sequential": record, "epochs": None}
-    write_summary(cells(frame), log_dir / "summary.json", run=run)
 
 
 def format_decisions(states: list[CellState], max_trials: int) -> str:
@@ -315,7 +385,7 @@ def format_decisions(states: list[CellState], max_trials: int) -> str:
             "pass": "PASS (settled)",
             "fail": "FAIL (settled)",
             "undecided": f"UNDECIDED at the {max_trials}-trial cap (the gate fails it)",
-            "running": "stopped early (an eval errored)",
+            "running": "NOT SETTLED (the run stopped first)",
         }[st.status]
         if not st.rules and st.status == "pass":
             verdict = "NO RULE (1 round)"
@@ -327,33 +397,15 @@ def format_decisions(states: list[CellState], max_trials: int) -> str:
     return "\n".join(lines)
 
 
-def run_sequential_cli(
-    gate_path: Path,
-    *,
-    batch: int | None,
-    max_trials: int | None,
-    suite_flags: dict[str, Any],
-    log_dir: Path,
-    model_args: dict[str, Any],
-    max_connections: int | None,
-    display: str,
-    report: bool,
-) -> None:
-    """``twice run --until-decided``: run, print the table and each cell's decision, exit.
-
-    Exits as ``twice run`` does (0 when every planned trial ran, 1 when an eval errored);
-    the gate's verdict is printed, and ``twice gate`` on the directory repeats it.
+def load_decision_gate(gate_path: Path) -> GateConfig:
+    """The gate of ``--until-decided`` (read before anything else, as bad usage).
 
     Raises:
-        click.UsageError: for a bad gate file or suite (through :class:`SuiteError`).
+        click.UsageError: for a bad gate file or one with no rules to decide.
     """
-    import sys
-
     import click
 
     from ._gate import GateError, load_gate
-    from ._run import format_table
-    from ._suite import suite_from_flags
 
     try:
         gate = load_gate(gate_path)
@@ -361,7 +413,32 @@ def run_sequential_cli(
         raise click.UsageError(str(ex)) from None
     if not gate.rules:
         raise click.UsageError(f"{gate_path} has no [[rule]] blocks: nothing to decide")
-    suite = suite_from_flags(**suite_flags)
+    return gate
+
+
+def run_sequential_cli(
+    suite: Suite,
+    gate: GateConfig,
+    gate_path: Path,
+    log_dir: Path,
+    *,
+    batch: int | None,
+    max_trials: int | None,
+    **run_args: Any,
+) -> RunResult:
+    """``twice run --until-decided``: run, print the table, each cell's decision and the
+    gate's verdict; the caller (``twice run``) prints the errors and exits as for any run.
+
+    ``run_args`` go to :func:`run_until_decided` (model args, max connections, display,
+    report, max retries, timeout, generate config).
+
+    Raises:
+        SuiteError: as :func:`run_until_decided`.
+    """
+    import click
+
+    from ._run import format_table
+
     cap = max_trials or DEFAULT_MAX_TRIALS
     n_cells = sum(1 for _ in suite.cells())
     click.echo(
@@ -376,21 +453,21 @@ def run_sequential_cli(
         gate_path=str(gate_path),
         batch=batch,
         max_trials=cap,
-        model_args=model_args,
-        max_connections=max_connections,
-        display=display,
-        report=report,
         progress=lambda line: click.echo(f"twice: {line}", err=True),
+        **run_args,
     )
     click.echo(format_table(result.table))
     click.echo("")
     click.echo(format_decisions(states, cap))
-    verdict = "passed" if all(st.status == "pass" for st in states) else "FAILED"
-    click.echo(f"gate {verdict} (check again: twice gate {log_dir} --config {gate_path})")
+    if result.missing:
+        click.echo(
+            f"gate not decided: {len(result.missing)} cell(s) not settled (rerun the same "
+            "command to resume)"
+        )
+    else:
+        verdict = "passed" if all(st.status == "pass" for st in states) else "FAILED"
+        click.echo(f"gate {verdict} (check again: twice gate {log_dir} --config {gate_path})")
     click.echo(f"\nsummary: {result.summary_path}")
     if result.report_path:
         click.echo(f"report:  {result.report_path}")
-    if not result.ok:
-        for line in result.failed:
-            click.echo(f"error: {line}", err=True)
-        sys.exit(1)
+    return result

@@ -246,30 +246,11 @@ def run(
     if until_decided is not None and log_dir and "://" in log_dir:
         raise click.UsageError(f"--until-decided needs a local --log-dir, not {log_dir!r}")
     try:
+        gate = None
         if until_decided is not None:
-            from ._until import run_sequential_cli
+            from ._until import load_decision_gate
 
-            run_sequential_cli(
-                until_decided,
-                batch=batch,
-                max_trials=max_trials,
-                suite_flags={
-                    "config": config,
-                    "models": models,
-                    "prompts": prompts,
-                    "tasks": tasks,
-                    "faults": faults,
-                    "protections": protections,
-                    "epochs": None,
-                    "limit": limit,
-                },
-                log_dir=Path(log_dir) if log_dir else default_log_dir(),
-                model_args=_model_args(model_arg),
-                max_connections=max_connections,
-                display=display or default_display(),
-                report=not no_report,
-            )
-            return
+            gate = load_decision_gate(until_decided)  # a bad gate file before the suite
         suite = suite_from_flags(
             config=config,
             models=models,
@@ -289,7 +270,7 @@ def run(
         out = log_dir or str(default_log_dir())
         n_cells = sum(1 for _ in suite.cells())
         local = suite.local_model
-        default = 1 if part or local else default_workers(n_cells)
+        default = 1 if part or local or gate is not None else default_workers(n_cells)
         n_workers = min(workers or default, n_cells)
         if local is not None and n_workers > 1:
             raise SuiteError(
@@ -297,7 +278,8 @@ def run(
                 "drop --workers or set it to 1"
             )
         where = f", shard {part}" if part else f", {n_workers} workers" if n_workers > 1 else ""
-        click.echo(f"twice: running {n_cells} cell(s){where}, logs in {out}", err=True)
+        if gate is None:  # a sequential run announces itself, naming its gate
+            click.echo(f"twice: running {n_cells} cell(s){where}, logs in {out}", err=True)
         if n_workers > 1:
             # Each worker rebuilds the same suite from the same flags and runs its share.
             args = [
@@ -327,19 +309,27 @@ def run(
                 report=not no_report,
             )  # fmt: skip
         else:
+            # twice run and --until-decided alike: the suite's model server around the run,
+            # its generate settings and the same bounds on every model call.
+            run_args: dict[str, Any] = {
+                "model_args": _model_args(model_arg),
+                "max_connections": max_connections,
+                "display": display or default_display(),
+                "report": not no_report,
+                "generate_config": local.generate_config() if local else None,
+                "timeout": timeout,
+                "max_retries": max_retries,
+            }
             with _local_server(local) as server:
-                result = run_suite(
-                    suite,
-                    out,
-                    model_args=_model_args(model_arg),
-                    max_connections=max_connections,
-                    display=display or default_display(),
-                    report=not no_report,
-                    shard=part,
-                    generate_config=local.generate_config() if local else None,
-                    timeout=timeout,
-                    max_retries=max_retries,
-                )
+                if gate is not None and until_decided is not None:
+                    from ._until import run_sequential_cli
+
+                    result = run_sequential_cli(
+                        suite, gate, until_decided, Path(out), batch=batch,
+                        max_trials=max_trials, **run_args,
+                    )  # fmt: skip
+                else:
+                    result = run_suite(suite, out, shard=part, **run_args)
                 if server is not None:
                     _server_end(server, result.failed)
     except SuiteError as ex:
@@ -350,17 +340,18 @@ def run(
         name = LAST_INTERRUPT.signal or "SIGINT"
         click.echo(f"twice: interrupted by {name}; rerun the same command to resume", err=True)
         sys.exit(EXIT_INTERRUPTED.get(name, 130))
-    if result.reused:
-        ran = n_cells - result.reused
-        click.echo(
-            f"twice: resumed {out}: {result.reused} of {n_cells} cell(s) were already finished "
-            f"and reused; {ran} new or unfinished cell(s) run",
-            err=True,
-        )
-    click.echo(format_table(result.table))
-    click.echo(f"\nsummary: {result.summary_path}")
-    if result.report_path:
-        click.echo(f"report:  {result.report_path}")
+    if gate is None:  # a sequential run printed its table and decisions already
+        if result.reused:
+            ran = n_cells - result.reused
+            click.echo(
+                f"twice: resumed {out}: {result.reused} of {n_cells} cell(s) were already "
+                f"finished and reused; {ran} new or unfinished cell(s) run",
+                err=True,
+            )
+        click.echo(format_table(result.table))
+        click.echo(f"\nsummary: {result.summary_path}")
+        if result.report_path:
+            click.echo(f"report:  {result.report_path}")
     for line in result.unreachable:
         click.echo(f"error: {line}", err=True)
     for line in result.failed:
