@@ -238,7 +238,8 @@ class ServerOptions:
     home: Path | None = None
 
     def generate_config(self) -> dict[str, Any]:
-        """Inspect generate settings for a run against this server (recorded in each log)."""
+        """Inspect settings for a run against this server (recorded in each log): generate
+        settings, and ``log_model_api`` so every reply's parse record is kept."""
         return {
             "temperature": self.temperature,
             "seed": self.seed,
@@ -247,6 +248,9 @@ class ServerOptions:
             "max_connections": 2,
             # A dead server must end the run, not stall it in back-off.
             "max_retries": 1,
+            # The parse counts travel in each raw response; inspect keeps only the first 5
+            # per model per sample unless told to keep them all.
+            "log_model_api": True,
         }
 
 

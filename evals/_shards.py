@@ -130,7 +130,9 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
     try:
         for i in range(1, count + 1):
             shard = Shard(i, count)
-            cmd = [*base, "--shard", str(shard), "--workers", "1"]
+            # The parent renders the one merged report; a report per shard would only cost
+            # each worker seconds on the run's critical path.
+            cmd = [*base, "--shard", str(shard), "--workers", "1", "--no-report"]
             # stderr to a file, not a pipe: a worker blocked on a full pipe would never end.
             err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finally)
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)

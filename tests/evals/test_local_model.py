@@ -145,6 +145,20 @@ def test_a_fenced_tool_call_becomes_an_attempt_on_the_ledger(tmp_path: Path, twi
 
 @needs_node
 @pytest.mark.slow
+def test_every_reply_of_a_long_trial_is_counted(tmp_path: Path, twice: Any) -> None:
+    # Inspect keeps the raw response of only the first 5 model calls per model per sample
+    # unless log_model_api is on; the counts live in those responses, so turn 6 onwards went
+    # uncounted (11 of 59 replies in a demo-real run).
+    lookup = '```json\n{"name": "find_refunds", "arguments": {"order_id": "order_1042"}}\n```'
+    suite = _suite(tmp_path, [lookup] * 7 + ["No refund needed."])
+    out = twice("run", "--config", str(suite), "--log-dir", str(tmp_path / "logs"))
+    assert out.exit_code == 0, out.stderr
+    row = trials_frame(tmp_path / "logs").iloc[0]
+    assert (row["parse_fenced"], row["parse_text"]) == (7, 1)
+
+
+@needs_node
+@pytest.mark.slow
 def test_an_unparseable_reply_is_counted_and_reaches_the_report(tmp_path: Path, twice: Any) -> None:
     suite = _suite(tmp_path, ['<tool_call>{"name": "issue_refund", "arguments": {oops'])
     out = twice("run", "--config", str(suite), "--log-dir", str(tmp_path / "logs"))
