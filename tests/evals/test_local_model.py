@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inspect_ai.log import read_eval_log
 from twice.evals import (
     LocalModelServer,
     ServerOptions,
@@ -25,7 +26,13 @@ from twice.evals import (
     local_model_server,
 )
 from twice.evals._local import MODEL, missing
-from twice.reports import PARSE_COLUMNS, parse_counts, render_report, trials_frame
+from twice.reports import (
+    PARSE_COLUMNS,
+    parse_counts,
+    read_log_dir,
+    render_report,
+    trials_frame,
+)
 
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js on PATH")
 
@@ -179,6 +186,46 @@ def test_a_dead_server_ends_the_run_with_exit_1(tmp_path: Path, twice: Any) -> N
     out = twice("run", "--config", str(suite), "--log-dir", str(tmp_path / "logs"))
     assert out.exit_code == 1
     assert "local model server exited with code 3 during the run" in out.stderr
+
+
+def _until(tmp_path: Path, twice: Any, suite: Path, *extra: str) -> Any:
+    """``twice run --config SUITE --until-decided GATE`` (a rule no single trial settles)."""
+    gate = tmp_path / "gate.toml"
+    gate.write_text('[[rule]]\nname = "dup"\nmetric = "duplication_rate"\nmax = 0.5\n')
+    return twice("run", "--config", str(suite), "--until-decided", str(gate),
+                 "--log-dir", str(tmp_path / "logs"), "--display", "none", *extra)  # fmt: skip
+
+
+@needs_node
+@pytest.mark.slow
+def test_until_decided_starts_the_server_and_a_tool_call_reaches_the_ledger(
+    tmp_path: Path, twice: Any
+) -> None:
+    suite = _suite(tmp_path, [FENCED_REFUND, "The refund is done."])
+    # One trial is the cap: the round runs, then the cell stops undecided (exit 0: it all ran).
+    out = _until(tmp_path, twice, suite, "--max-trials", "1")
+    assert out.exit_code == 0, out.stderr
+    assert "local model server ready at http://127.0.0.1:" in out.stderr
+    assert "UNDECIDED at the 1-trial cap" in out.stdout
+    row = trials_frame(tmp_path / "logs").iloc[0]
+    assert row["attempts"] == 1 and row["effects"] == 1 and row["parse_fenced"] == 1
+    assert "local model replies: 2 (tag 0, fenced 1, bare 0, text 1, unparseable 0)" in out.stderr
+    # The suite's generate settings reached the eval (temperature 0, its seed).
+    (log,) = read_log_dir(tmp_path / "logs").files
+    config = read_eval_log(str(log), header_only=True).plan.config
+    assert (config.temperature, config.seed) == (0, 0)
+
+
+@needs_node
+@pytest.mark.slow
+def test_until_decided_ends_with_exit_1_when_the_server_dies(tmp_path: Path, twice: Any) -> None:
+    suite = _suite(tmp_path, [{"exit": 3}])
+    out = _until(tmp_path, twice, suite)
+    assert out.exit_code == 1, out.output
+    assert "local model server exited with code 3 during the run" in out.stderr
+    assert out.stderr.count("twice: round:") == 1  # no round after the server died
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+    assert summary["complete"] is False and summary["status"] == "incomplete"
 
 
 # -- the real model (installed by `make real-setup`) ------------------------------------------
