@@ -381,11 +381,13 @@ def format_decisions(states: list[CellState], max_trials: int) -> str:
     for st in states:
         total += st.trials
         when = f"after round {st.stopped_round}" if st.stopped_round else "not run"
+        if st.stopped_round is None and st.trials:
+            when = "the run stopped first"
         verdict = {
             "pass": "PASS (settled)",
             "fail": "FAIL (settled)",
             "undecided": f"UNDECIDED at the {max_trials}-trial cap (the gate fails it)",
-            "running": "NOT SETTLED (the run stopped first)",
+            "running": "NOT SETTLED",
         }[st.status]
         if not st.rules and st.status == "pass":
             verdict = "NO RULE (1 round)"

@@ -159,6 +159,7 @@ def test_signal_within_a_round_exits_like_twice_run_and_the_rerun_resumes(
     assert proc.returncode == code, out
     assert f"interrupted by {sig.name}" in out and "Traceback" not in out
     assert "gate not decided" in out
+    assert "NOT SETTLED          hang/slow / baseline / refund / lost_reply / bare: the run" in out
     summary = _summary(log_dir)
     assert summary["complete"] is False and summary["status"] == "incomplete"
     assert summary["interrupted"] == sig.name
@@ -215,3 +216,22 @@ def test_dead_endpoint_ends_the_sequential_run_with_exit_1_in_bounded_time(
     summary = _summary(log_dir)
     assert summary["complete"] is False and summary["status"] == "incomplete"
     assert [c["model"] for c in summary["missing"]] == ["openai/gpt-4o-mini"]
+
+
+# -- the suite's axes ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_until_decided_runs_the_agent_under_test(
+    twice: Twice, gate_file: Path, tmp_path: Path
+) -> None:
+    # --agent reached only a fixed run; a sequential one ran twice's own loop instead.
+    log_dir = tmp_path / "logs"
+    result = twice(
+        "run", "--until-decided", gate_file, "--model", "stub/verify", "--agent", "langgraph",
+        "--task", "refund", "--fault", "lost_reply", "--limit", "4", "--log-dir", log_dir,
+        "--display", "none", "--no-report",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (cell,) = _summary(log_dir)["run"]["sequential"]["cells"]
+    assert cell["agent"] == "langgraph" and cell["verdict"] == "pass"
