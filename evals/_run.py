@@ -1,6 +1,7 @@
 """Run a suite through inspect's ``eval_set`` (one process, resumable) and summarise it.
 
-What a run guarantees (README "Reliability"): one run per log directory (a lock); an
+What a run guarantees (README "Reliability"; ``twice run`` and ``--until-decided`` alike, both
+through :func:`prepared_run` and :func:`evaluate`): one run per log directory (a lock); an
 interrupted run (SIGINT, SIGTERM) exits 130/143 with ``summary.json`` marked incomplete and
 naming the missing cells, and the same command resumes it; ``summary.json`` and
 ``report.html`` are replaced by rename, never left half-written; a model endpoint that cannot
