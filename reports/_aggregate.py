@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
@@ -25,13 +26,23 @@ def wilson(successes: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
     ``[1.4e-17, 0.12]`` and 96 of 96 as ``[0.96, 0.9999999999999999]``, intervals that did
     not contain their own rate. The Wilson bound at k = 0 (k = n) is exactly 0 (1).
     """
-    if n == 0:
-        return (math.nan, math.nan)
-    lo, hi = proportion_confint(successes, n, alpha=alpha, method="wilson")
-    rate = successes / n
-    lo = 0.0 if successes == 0 else min(max(float(lo), 0.0), rate)
-    hi = 1.0 if successes == n else max(min(float(hi), 1.0), rate)
+    lo, hi = _wilson_many(np.array([successes]), np.array([n]), alpha)[0]
     return (lo, hi)
+
+
+def _wilson_many(k: np.ndarray, n: np.ndarray, alpha: float = ALPHA) -> list[list[float]]:
+    """:func:`wilson` for many cells at once (one statsmodels call): ``[lo, hi]`` per cell,
+    ``[nan, nan]`` where ``n == 0``."""
+    safe_n = np.where(n > 0, n, 1)
+    lo, hi = proportion_confint(k, safe_n, alpha=alpha, method="wilson")
+    rate = k / safe_n
+    lo = np.where(k == 0, 0.0, np.minimum(np.maximum(lo, 0.0), rate))
+    hi = np.where(k == n, 1.0, np.maximum(np.minimum(hi, 1.0), rate))
+    empty = n == 0
+    return [
+        [math.nan, math.nan] if e else [float(a), float(b)]
+        for e, a, b in zip(empty, lo, hi, strict=True)
+    ]
 
 
 def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
@@ -46,32 +57,51 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     exactly-once, see :mod:`._passk`).
     """
     trials = with_agent(trials)
-    rows: list[dict[str, Any]] = []
+    if trials.empty:
+        return pd.DataFrame()
+    keys = list(by)
+    # One grouped pass for every column (the report aggregates dozens of groupings, so a loop
+    # over groups with one interval call per metric was most of its time). Unscored trials
+    # are masked out of the metric columns: rates and means are over the scored trials.
+    scored = trials["completed"].notna()
+    rate_columns = [m.column for m in CATALOGUE if m.ci is not None]
+    mean_columns = [m.column for m in CATALOGUE if m.ci is None]
+    if "crashed" in trials:
+        rate_columns.append("crashed")
+    metric_columns = list(dict.fromkeys(rate_columns + mean_columns))
+    masked = trials[metric_columns].astype(float).where(scored, math.nan)
+    masked[keys] = trials[keys]
+    masked["_scored"] = scored.astype(int)
+    masked["_crashed"] = crashed(trials).astype(int)
+    masked["_tokens"] = trials["total_tokens"]
+    grouped = masked.groupby(keys, sort=True, dropna=False)
+    sums = grouped[[*metric_columns, "_scored", "_crashed"]].sum()
+    means = grouped[[*mean_columns, "_tokens"]].mean()
+    size = grouped.size()
+    n = sums["_scored"].to_numpy()
     passk = no_dup_k(trials, by)
-    for key, group in trials.groupby(list(by), sort=True, dropna=False):
-        keys = key if isinstance(key, tuple) else (key,)
-        scored = group[group["completed"].notna()]
-        n = len(scored)
-        row: dict[str, Any] = dict(zip(by, keys, strict=True))
-        row["trials"] = len(group)
-        row["errors"] = int(crashed(group).sum())
-        for m in CATALOGUE:
-            if m.ci is not None:
-                k = int(scored[m.column].sum())
-                row[m.name] = k / n if n else math.nan
-                row[m.ci] = list(wilson(k, n))
-            else:
-                row[m.name] = float(scored[m.column].mean()) if n else math.nan
-        if "crashed" in scored:
-            # Agents under test: trials whose agent raised (scored, so counted over the scored
-            # trials). Not in the catalogue, whose columns are the scorer's own metrics.
-            k = int(scored["crashed"].sum())
-            row["crashed_rate"] = k / n if n else math.nan
-            row["crashed_ci"] = list(wilson(k, n))
-        row["tokens_mean"] = float(group["total_tokens"].mean())
-        row["no_dup_k"] = passk.get(tuple(keys), {})
-        rows.append(row)
-    return pd.DataFrame(rows)
+    index = [key if isinstance(key, tuple) else (key,) for key in size.index]
+    out: dict[str, Any] = {name: [key[i] for key in index] for i, name in enumerate(keys)}
+    out["trials"] = size.to_numpy()
+    out["errors"] = sums["_crashed"].to_numpy()
+
+    def rate(column: str, ci: str, name: str) -> None:
+        k = sums[column].to_numpy().round()
+        out[name] = np.where(n > 0, k / np.where(n > 0, n, 1), math.nan)
+        out[ci] = _wilson_many(k, n)
+
+    for m in CATALOGUE:
+        if m.ci is not None:
+            rate(m.column, m.ci, m.name)
+        else:
+            out[m.name] = np.where(n > 0, means[m.column].to_numpy(), math.nan)
+    if "crashed" in trials:
+        # Agents under test: trials whose agent raised (scored, so counted over the scored
+        # trials). Not in the catalogue, whose columns are the scorer's own metrics.
+        rate("crashed", "crashed_ci", "crashed_rate")
+    out["tokens_mean"] = means["_tokens"].to_numpy(dtype=float)
+    out["no_dup_k"] = [passk.get(key, {}) for key in index]
+    return pd.DataFrame(out)
 
 
 def _clean(value: Any) -> Any:

@@ -5,7 +5,7 @@ It is layered the way a reader follows a call (each module one job):
 * ``_declare`` -- what a tool declares: its idempotency class, its undo (:class:`Compensation`)
   and the call being executed;
 * ``_make_tool`` -- :func:`make_tool`, an async function made into an inspect tool bound to a
-  trial;
+  trial, and :func:`bind_tools`, the stand-ins inspect holds for a trial's tools;
 * ``_context`` -- :class:`TrialContext`, a trial's state, and :class:`ServiceAPI`, the
   per-service handle tools call through (``ctx.api("payments")``);
 * ``_send`` -- the send path: :func:`mutate` (open the call, consult the action log, send with
@@ -16,7 +16,7 @@ It is layered the way a reader follows a call (each module one job):
 from ._action_log import ACTION_LOG_STORE_KEY, COMPENSATIONS_STORE_KEY, ActionLog, ActionRecord
 from ._context import ServiceAPI, TrialContext
 from ._declare import IDEMPOTENCY_CLASSES, Compensation, IdempotencyClass, ToolSpec, Undo
-from ._make_tool import make_tool
+from ._make_tool import bind_tools, make_tool
 from ._send import Mutation, Problem, RunCrashed, mutate, read
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "ToolSpec",
     "TrialContext",
     "Undo",
+    "bind_tools",
     "make_tool",
     "mutate",
     "read",

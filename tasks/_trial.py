@@ -18,7 +18,7 @@ from twice.mocks import STUB_STORE_KEY, Service, Services, get_fault
 
 from ._prompts import Prompt, load_prompt
 from ._protections import get_protection
-from ._toolkit import ActionLog, RunCrashed, TrialContext
+from ._toolkit import ActionLog, RunCrashed, TrialContext, bind_tools
 from .agents import REACT, AgentError, agent_solver, check_agent
 
 ServicesFactory = Callable[[dict[str, Any]], list[Service]]
@@ -103,7 +103,7 @@ def trial_setup(
         ctx = TrialContext(
             trial_services, protection_obj, action_log=ActionLog() if keep_log else None
         )
-        state.tools = tools(ctx)
+        state.tools = bind_tools(tools(ctx))
         ctx.check_tools()
         if contexts is not None:
             contexts[(state.sample_id, state.epoch)] = ctx

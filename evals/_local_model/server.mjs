@@ -7,7 +7,8 @@
 // Prints "listening on http://HOST:PORT" once it accepts requests (the model is loaded).
 // With --script the replies are the JSON list's strings, in order, instead of generated text
 // (so tests can check parsing and counting without depending on what a model says); an entry
-// {"exit": N} makes the server exit with code N when that request arrives (a dead server).
+// {"exit": N} makes the server exit with code N when that request arrives (a dead server), and
+// {"sleep": S, "reply": TEXT} answers TEXT after S seconds (a slow model, to interrupt).
 //
 // Threads default to 1: on 2 shared cores llama.cpp's busy-waiting worker threads stall each
 // other (measured: one short reply took 4 s with 1 thread and 43 s with 2 on a loaded box).
@@ -108,6 +109,11 @@ async function scripted(file) {
         async generate() {
             const reply = replies[Math.min(next++, replies.length - 1)];
             if (reply && typeof reply === "object" && "exit" in reply) process.exit(reply.exit);
+            if (reply && typeof reply === "object" && "sleep" in reply) {
+                // A slow model: answer after this many seconds (interrupt tests).
+                await new Promise((done) => setTimeout(done, reply.sleep * 1000));
+                return { text: String(reply.reply ?? ""), promptTokens: 0, completionTokens: 0, truncated: false };
+            }
             return { text: String(reply), promptTokens: 0, completionTokens: 0, truncated: false };
         },
         async dispose() {},

@@ -11,7 +11,11 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -226,6 +230,39 @@ def test_until_decided_ends_with_exit_1_when_the_server_dies(tmp_path: Path, twi
     assert out.stderr.count("twice: round:") == 1  # no round after the server died
     summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
     assert summary["complete"] is False and summary["status"] == "incomplete"
+
+
+@needs_node
+@pytest.mark.slow
+def test_ctrl_c_during_a_local_model_run_exits_130_and_stops_the_server(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, [{"sleep": 120, "reply": "too late"}])
+    log_dir = tmp_path / "logs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "twice.evals.cli", "run", "--config", str(suite),
+         "--log-dir", str(log_dir), "--display", "none"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:  # wait until the server is up, then for the eval to ask it
+        lines.append(line)
+        if "local model server ready at" in line:
+            url = line.rsplit(" ", 1)[-1].strip()
+            break
+    else:
+        raise AssertionError("".join(lines))
+    deadline = time.monotonic() + 60
+    while not list(log_dir.glob("*.eval")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # the trial is now waiting on the slow reply
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=120)[1]
+    out = "".join(lines) + rest
+    assert proc.returncode == 130, out
+    assert "interrupted by SIGINT" in out and "local model server stopped" in out
+    assert not _port_open(url)
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["complete"] is False and summary["interrupted"] == "SIGINT"
 
 
 # -- the real model (installed by `make real-setup`) ------------------------------------------
