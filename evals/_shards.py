@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -122,40 +123,139 @@ class WorkerExit:
 def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[WorkerExit]:
     """Run ``twice run ARGS --shard i/count --log-dir LOG_DIR`` for every i, concurrently.
 
-    The workers are local processes of this Python. On Ctrl-C each gets SIGINT (so it stops
-    like an interrupted run, keeping its finished samples), then this re-raises.
+    The workers are local processes. Where the platform forks safely (Linux, and no thread
+    started yet) each is a fork of this process, which has already imported inspect and
+    twice: a fresh interpreter would spend seconds importing them again before its first
+    trial, all on the run's critical path. Elsewhere each is ``python -m twice.evals.cli``.
+    On Ctrl-C each gets SIGINT (so it stops like an interrupted run, keeping its finished
+    samples), then this re-raises.
     """
-    procs: list[tuple[Shard, subprocess.Popen[bytes], float, Any]] = []
-    base = [sys.executable, "-m", "twice.evals.cli", "run", *args, "--log-dir", str(log_dir)]
+    procs: list[tuple[Shard, _Worker, float, Any]] = []
+    base = ["run", *args, "--log-dir", str(log_dir)]
+    fork = _can_fork()
     try:
         for i in range(1, count + 1):
             shard = Shard(i, count)
             # The parent renders the one merged report; a report per shard would only cost
             # each worker seconds on the run's critical path.
-            cmd = [*base, "--shard", str(shard), "--workers", "1", "--no-report"]
+            argv = [*base, "--shard", str(shard), "--workers", "1", "--no-report"]
             # stderr to a file, not a pipe: a worker blocked on a full pipe would never end.
             err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finally)
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+            proc = _fork_worker(argv, err) if fork else _spawn_worker(argv, err)
             procs.append((shard, proc, time.perf_counter(), err))
         out = []
         for shard, proc, t0, err in procs:
-            proc.wait()
+            code = proc.wait()
+            assert code is not None  # no timeout: it has ended
             seconds = time.perf_counter() - t0
             err.seek(0)
             tail = err.read().decode("utf-8", "replace").strip().splitlines()[-5:]
-            out.append(WorkerExit(shard, proc.returncode, seconds, "\n".join(tail)))
+            out.append(WorkerExit(shard, code, seconds, "\n".join(tail)))
         return out
     except BaseException:
         for _, proc, _, _ in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
         for _, proc, _, _ in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+            if proc.wait(timeout=30) is None:
                 proc.kill()
-                proc.wait()
         raise
     finally:
         for *_, err in procs:
             err.close()
+
+
+class _Worker:
+    """A worker process, started by fork or as a fresh interpreter (the Popen calls we use)."""
+
+    def __init__(self, pid: int | None = None, popen: subprocess.Popen[bytes] | None = None):
+        self._pid, self._popen = pid, popen
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self._popen is not None:
+            return self._popen.poll()
+        if self.returncode is None:
+            pid, status = os.waitpid(self._pid or 0, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code (negative: killed by that signal); None if ``timeout`` ran out."""
+        if self._popen is not None:
+            try:
+                return self._popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is None:
+                _, status = os.waitpid(self._pid or 0, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif time.monotonic() > deadline:
+                return None
+            else:
+                time.sleep(0.1)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self._popen is not None:
+            self._popen.send_signal(sig)
+        elif self.returncode is None:
+            os.kill(self._pid or 0, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+        self.wait()
+
+
+FORK_ENV = "TWICE_WORKERS_FORK"
+"""Set to ``0`` to start workers as fresh interpreters even where they could be forks."""
+
+
+def _can_fork() -> bool:
+    # Forking copies only the calling thread: with other threads running (an event loop, a
+    # server) their locks could be copied held. macOS and Windows get fresh interpreters.
+    return (
+        sys.platform == "linux"
+        and threading.active_count() == 1
+        and os.environ.get(FORK_ENV, "1").strip() != "0"
+    )
+
+
+def _spawn_worker(argv: list[str], err: Any) -> _Worker:
+    cmd = [sys.executable, "-m", "twice.evals.cli", *argv]
+    return _Worker(popen=subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err))
+
+
+def _fork_worker(argv: list[str], err: Any) -> _Worker:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return _Worker(pid=pid)
+    code = 1
+    try:  # the worker: `twice run ARGV` in this copy of the process, then exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(err.fileno(), 2)
+        # The inherited sys.stdout/sys.stderr may not write to fds 1 and 2 (a caller that
+        # captures output replaces them): the worker's own streams are those fds.
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False, buffering=1)  # noqa: SIM115
+        from .cli import cli
+
+        cli.main(args=argv, prog_name="twice", standalone_mode=True)
+        code = 0
+    except SystemExit as ex:
+        code = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Not sys.exit: the parent's atexit handlers and finally blocks are not the worker's.
+        os._exit(code)

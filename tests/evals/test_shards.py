@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,13 @@ from typing import Any
 import pytest
 from twice.evals import Cell, SuiteError, suite_from_flags
 from twice.evals._shards import (
+    FORK_ENV,
     MIN_CELLS_PER_WORKER,
     Shard,
     cell_digest,
     default_workers,
     parse_shard,
+    run_workers,
     shard_cells,
 )
 
@@ -188,12 +191,13 @@ def test_sharded_run_merges_to_the_unsharded_summary(
 
 
 @pytest.mark.slow
-def test_workers_merge_to_the_unsharded_summary(tmp_path: Path, unsharded: Path) -> None:
+@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked", "fresh-interpreters"])
+def test_workers_merge_to_the_unsharded_summary(tmp_path: Path, unsharded: Path, fork: str) -> None:
     log_dir = tmp_path / "logs"
     proc = subprocess.run(
         [sys.executable, "-m", "twice.evals.cli", "run", *SUITE, "--workers", "2",
          "--log-dir", str(log_dir)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, env={**os.environ, FORK_ENV: fork},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "2 workers" in proc.stderr
@@ -238,3 +242,32 @@ def test_more_shards_than_cells_leaves_an_empty_shard(twice: Twice, tmp_path: Pa
     result = twice("report", log_dir)
     assert result.exit_code == 0, result.output
     assert len(json.loads((log_dir / "summary.json").read_text())["cells"]) == 1
+
+
+@pytest.mark.slow
+def test_workers_are_forks_of_this_process_where_it_can_fork(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fresh interpreter spends seconds importing inspect before its first trial; a fork
+    # has it already. No interpreter may be started here.
+    if sys.platform != "linux" or threading.active_count() != 1:
+        pytest.skip("forked workers need Linux and a single-threaded parent")
+
+    def no_interpreter(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a worker was started as a new interpreter: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_interpreter)
+    monkeypatch.delenv(FORK_ENV, raising=False)
+    args = ["--model", "stub/verify", "--task", "refund", "--fault", "none", "--fault",
+            "lost_reply", "--limit", "1", "--display", "none"]  # fmt: skip
+    exits = run_workers(args, tmp_path, 2)
+    assert [(w.shard.index, w.returncode) for w in exits] == [(1, 0), (2, 0)], exits
+    for i in (1, 2):
+        summary = json.loads((tmp_path / f"shard-{i}-of-2" / "summary.json").read_text())
+        assert summary["complete"] is True and len(summary["cells"]) == 1
+
+
+def test_a_worker_that_fails_reports_its_exit_code_and_last_lines(tmp_path: Path) -> None:
+    exits = run_workers(["--model", "no-such/model"], tmp_path, 2)
+    assert {w.returncode for w in exits} == {2}
+    assert all("no-such/model" in w.stderr_tail for w in exits), exits
