@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,19 @@ from twice.evals._suite import Matrix, Suite
 from twice.mocks import SOURCE_HEADER, Ledger, PaymentsService, Services, get_fault
 
 pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let the interrupt tests' child processes receive SIGINT however pytest was started.
+
+    A shell starts a background job (``make test &``, ``nohup ...``) with SIGINT ignored, and
+    an ignored signal stays ignored across exec: every ``twice run`` the tests start would
+    ignore the Ctrl-C they send, as a background job should. A handled signal is reset to
+    the default across exec, so handling it here gives the children Python's usual Ctrl-C.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 ORDERS = [
     {"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997},
