@@ -19,7 +19,7 @@ from typing import Any
 
 from inspect_ai import Task, eval
 from inspect_ai.log import EvalLog
-from twice.mocks import LEDGER_STORE_KEY, Ledger
+from twice.mocks import Ledger, ledger_of
 from twice.tasks._protections import get_protection
 
 from .travel_booking import FLIGHT_BOOK, FLIGHT_CANCEL, HOTEL_BOOK, travel_booking
@@ -113,7 +113,7 @@ def summarize(cell: RefCell, log: EvalLog) -> dict[str, Any]:
     forward = FORWARD[cell.task]
     rows = []
     for sample in log.samples or []:
-        ledger = Ledger.from_dict(sample.store[LEDGER_STORE_KEY])
+        ledger = ledger_of(sample)
         score = sample.scores["side_effects"] if sample.scores else None
         value = score.value if score is not None and isinstance(score.value, dict) else {}
         meta = score.metadata or {} if score is not None else {}
