@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -244,24 +243,38 @@ def test_more_shards_than_cells_leaves_an_empty_shard(twice: Twice, tmp_path: Pa
     assert len(json.loads((log_dir / "summary.json").read_text())["cells"]) == 1
 
 
+FORKED_WORKERS = """
+import json, subprocess, sys, threading
+from pathlib import Path
+
+def no_interpreter(*args, **kwargs):
+    raise AssertionError(f"a worker was started as a new interpreter: {args}")
+
+subprocess.Popen = no_interpreter
+from twice.evals._shards import run_workers
+
+assert threading.active_count() == 1, threading.enumerate()
+args = ["--model", "stub/verify", "--task", "refund", "--fault", "none", "--fault",
+        "lost_reply", "--limit", "1", "--display", "none"]
+exits = run_workers(args, Path(sys.argv[1]), 2)
+print(json.dumps([[w.shard.index, w.returncode, w.stderr_tail] for w in exits]))
+"""
+
+
 @pytest.mark.slow
-def test_workers_are_forks_of_this_process_where_it_can_fork(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forks on Linux only")
+def test_workers_are_forks_of_the_run_process_on_linux(tmp_path: Path) -> None:
     # A fresh interpreter spends seconds importing inspect before its first trial; a fork
-    # has it already. No interpreter may be started here.
-    if sys.platform != "linux" or threading.active_count() != 1:
-        pytest.skip("forked workers need Linux and a single-threaded parent")
-
-    def no_interpreter(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"a worker was started as a new interpreter: {args}")
-
-    monkeypatch.setattr(subprocess, "Popen", no_interpreter)
-    monkeypatch.delenv(FORK_ENV, raising=False)
-    args = ["--model", "stub/verify", "--task", "refund", "--fault", "none", "--fault",
-            "lost_reply", "--limit", "1", "--display", "none"]  # fmt: skip
-    exits = run_workers(args, tmp_path, 2)
-    assert [(w.shard.index, w.returncode) for w in exits] == [(1, 0), (2, 0)], exits
+    # has it already. The parent is a fresh process like `twice run` (this test process has
+    # threads of its own by now), and starting any new interpreter there is an error.
+    env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_WORKERS, str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    exits = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [(i, code) for i, code, _ in exits] == [(1, 0), (2, 0)], exits
     for i in (1, 2):
         summary = json.loads((tmp_path / f"shard-{i}-of-2" / "summary.json").read_text())
         assert summary["complete"] is True and len(summary["cells"]) == 1
