@@ -130,7 +130,7 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
     On Ctrl-C each gets SIGINT (so it stops like an interrupted run, keeping its finished
     samples), then this re-raises.
     """
-    procs: list[tuple[Shard, _Worker, float, Any]] = []
+    procs: list[tuple[Shard, subprocess.Popen[bytes] | _ForkedWorker, float, Any]] = []
     base = ["run", *args, "--log-dir", str(log_dir)]
     fork = _can_fork()
     try:
@@ -146,7 +146,6 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
         out = []
         for shard, proc, t0, err in procs:
             code = proc.wait()
-            assert code is not None  # no timeout: it has ended
             seconds = time.perf_counter() - t0
             err.seek(0)
             tail = err.read().decode("utf-8", "replace").strip().splitlines()[-5:]
@@ -157,57 +156,54 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
         for _, proc, _, _ in procs:
-            if proc.wait(timeout=30) is None:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
         raise
     finally:
         for *_, err in procs:
             err.close()
 
 
-class _Worker:
-    """A worker process, started by fork or as a fresh interpreter (the Popen calls we use)."""
+class _ForkedWorker:
+    """A forked worker, with the part of ``subprocess.Popen``'s interface the runner uses."""
 
-    def __init__(self, pid: int | None = None, popen: subprocess.Popen[bytes] | None = None):
-        self._pid, self._popen = pid, popen
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self._popen is not None:
-            return self._popen.poll()
         if self.returncode is None:
-            pid, status = os.waitpid(self._pid or 0, os.WNOHANG)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
-    def wait(self, timeout: float | None = None) -> int | None:
-        """The exit code (negative: killed by that signal); None if ``timeout`` ran out."""
-        if self._popen is not None:
-            try:
-                return self._popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                return None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is None:
-                _, status = os.waitpid(self._pid or 0, 0)
-                self.returncode = os.waitstatus_to_exitcode(status)
-            elif time.monotonic() > deadline:
-                return None
-            else:
-                time.sleep(0.1)
-        return self.returncode
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit code (negative: killed by that signal).
+
+        Raises:
+            subprocess.TimeoutExpired: when ``timeout`` runs out first, as ``Popen.wait``.
+        """
+        if timeout is None:
+            if self.returncode is None:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            return self.returncode
+        deadline = time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker pid {self.pid}", timeout)
+            time.sleep(0.1)
+        return code
 
     def send_signal(self, sig: int) -> None:
-        if self._popen is not None:
-            self._popen.send_signal(sig)
-        elif self.returncode is None:
-            os.kill(self._pid or 0, sig)
+        if self.returncode is None:
+            os.kill(self.pid, sig)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
-        self.wait()
 
 
 FORK_ENV = "TWICE_WORKERS_FORK"
@@ -224,17 +220,17 @@ def _can_fork() -> bool:
     )
 
 
-def _spawn_worker(argv: list[str], err: Any) -> _Worker:
+def _spawn_worker(argv: list[str], err: Any) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "twice.evals.cli", *argv]
-    return _Worker(popen=subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err))
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
 
 
-def _fork_worker(argv: list[str], err: Any) -> _Worker:
+def _fork_worker(argv: list[str], err: Any) -> _ForkedWorker:
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid:
-        return _Worker(pid=pid)
+        return _ForkedWorker(pid)
     code = 1
     try:  # the worker: `twice run ARGV` in this copy of the process, then exit
         devnull = os.open(os.devnull, os.O_WRONLY)
