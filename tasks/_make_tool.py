@@ -106,7 +106,8 @@ def make_tool(
     if verify_with is not None:
         twice["verify_with"] = verify_with
     options: dict[str, object] = {"twice": twice}
-    description, parameters = _schema(fn, execute)
+    key = _schema_key(fn)
+    description, parameters = _schema(key, fn, execute)
     made = ToolDef(
         execute,
         name=fn.__name__,
@@ -115,10 +116,10 @@ def make_tool(
         parallel=parallel,
         options=options,
     ).as_tool()
-    key = (_schema_key(fn), parallel, repr(options))
-    stand_in = _STAND_INS.get(key)
+    shape = (key, parallel, repr(options))
+    stand_in = _STAND_INS.get(shape)
     if stand_in is None:
-        stand_in = _STAND_INS[key] = _stand_in(made)
+        stand_in = _STAND_INS[shape] = _stand_in(made)
     setattr(made, _STAND_IN, stand_in)
     return made
 
@@ -168,14 +169,15 @@ def _stand_in(made: Tool) -> Tool:
 _SCHEMAS: dict[tuple[object, ...], tuple[str, ToolParams]] = {}
 
 
-def _schema(fn: Callable[..., Any], execute: Callable[..., Any]) -> tuple[str, ToolParams]:
+def _schema(
+    key: tuple[object, ...], fn: Callable[..., Any], execute: Callable[..., Any]
+) -> tuple[str, ToolParams]:
     """The tool description and parameters parsed from ``fn``'s docstring and signature.
 
     Tools are closures made afresh for every trial, so inspect's own cache (by function
     identity) never hits; parsing the docstring again is most of a trial's setup. The same
     code, name, docstring, defaults and annotations give the same schema, so parse once.
     """
-    key = _schema_key(fn)
     cached = _SCHEMAS.get(key)
     if cached is None:
         parsed = ToolDef(execute, name=fn.__name__)
