@@ -39,7 +39,7 @@ from inspect_ai.model import (
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
 from inspect_ai.solver import TaskState, generate, system_message, use_tools
 from inspect_ai.tool import Tool, ToolChoice, ToolInfo, tool
-from twice.evals._run import eval_options, gc_for_trials
+from twice.evals._run import eval_options, gc_for_trials, no_results_table
 from twice.reports import read_log_dir
 from twice.tasks import load_prompt, load_records, refund
 from twice.tasks.refund.refund import DATASET
@@ -199,9 +199,11 @@ def overhead(work: Path, epochs: int, reps: int) -> tuple[float, Paired]:
     """A twice refund trial (stub/retry, fault none) vs the bare trial, per eval of equal size.
 
     Both run under the garbage-collector thresholds ``twice run`` sets (a process setting any
-    inspect user could make), so the ratio prices twice's work, not the setting.
+    inspect user could make) and without the results table inspect lays out at the end of an
+    eval on a quiet console (``twice run`` skips it; it is larger for twice's seven metrics),
+    so the ratio prices twice's work per trial, not those settings.
     """
-    with scratch_dir(work, "overhead") as logs, gc_for_trials():
+    with scratch_dir(work, "overhead") as logs, gc_for_trials(), no_results_table("none"):
         base = _runner(bare_task, bare_model(), epochs, logs, twice=False)
         subject = _runner(
             lambda: refund(fault="none", protection="bare"),
@@ -221,7 +223,7 @@ def fault_cost(work: Path, epochs: int, reps: int) -> tuple[float, Paired]:
     prices the fault itself; a retrying model does more turns under a fault by design.
     """
     model = get_model("stub/no-retry")
-    with scratch_dir(work, "fault") as logs, gc_for_trials():
+    with scratch_dir(work, "fault") as logs, gc_for_trials(), no_results_table("none"):
         none = _runner(lambda: refund(fault="none"), model, epochs, logs, twice=True)
         lost = _runner(lambda: refund(fault="lost_reply"), model, epochs, logs, twice=True)
         result = paired(none, lost, reps)

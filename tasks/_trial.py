@@ -117,9 +117,30 @@ def trial_setup(
             },
         )
         ctx.sync()
+        ledger_changes_once()
         return state
 
     return solve
+
+
+def ledger_changes_once() -> None:
+    """Log the trial's store changes once, when the solvers end, not at every span.
+
+    Inspect copies the whole store at the start and end of every span (each tool call, each
+    solver) and logs the difference; enclosing spans log the same change again. A twice
+    trial's store holds the stub's plan and the ledger, so this copying and the repeated
+    changes were the largest part of twice's extra cost per trial over a bare inspect trial
+    (measured in bench/, docs/BENCHMARKS.md). From here to the end of the sample, spans do not
+    copy the store; the ``solvers`` span, opened before this, still logs the net change
+    (everything setup and the tool calls wrote) once, and the sample's final store is logged
+    as before. ``ctx.sync()`` still keeps the store current after every call, so a trial that
+    dies keeps its ledger. If a later inspect moves the switch, spans track as before.
+    """
+    try:  # not public API (inspect_swarm uses it the same way); the variable is per task
+        from inspect_ai.util._store import _store_events_suspended
+    except ImportError:
+        return
+    _store_events_suspended.set(True)
 
 
 @solver
