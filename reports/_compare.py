@@ -189,13 +189,15 @@ def prompt_comparison(
         ``p_value`` (two-sided score test), ``significant``, ``verdict`` (better/worse/same
         for the prompt), ``label``. Empty when fewer than two prompts ran.
     """
-    scored = _scored(trials)
     prompts = list(dict.fromkeys(trials["prompt"]))
     rows: list[dict[str, Any]] = []
     if len(prompts) < 2:
         return pd.DataFrame(rows)
     ref = reference if reference in prompts else default_reference(prompts)
     cond = ["task", "fault", "protection"]
+    # Only the columns compared: every selection below copies each column it keeps.
+    columns = ["model", "prompt", *cond, *dict.fromkeys(metric(n).column for n in COMPARED)]
+    scored = _scored(trials)[columns]
     for model, mframe in scored.groupby("model", sort=True):
         ran = {
             p: set(map(tuple, g[cond].drop_duplicates().to_numpy()))

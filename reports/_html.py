@@ -325,14 +325,22 @@ def _matched(part: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 def _grids(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
-    facets_data: dict[tuple[str, str], list[tuple[str, pd.DataFrame, str]]] = {}
+    facets_data: dict[tuple[str, str], list[tuple[str, str, list[str]]]] = {}
+    parts = []
     for (fault, protection, model), part in trials.groupby(
         ["fault", "protection", "model"], sort=False
     ):
         matched, note = _matched(part)
+        parts.append(matched)
+        prompts = list(dict.fromkeys(str(p) for p in matched["prompt"]))
         facets_data.setdefault((str(fault), str(protection)), []).append(
-            (str(model), matched, note)
+            (str(model), note, prompts)
         )
+    # Every row of every grid in one aggregation: the matched parts are disjoint, so grouping
+    # their union by (fault, protection, model, prompt) gives each part's per-prompt cells.
+    keys = ("fault", "protection", "model", "prompt")
+    table = cells(pd.concat(parts), by=keys) if parts else pd.DataFrame()
+    by_cell = {tuple(str(r[k]) for k in keys): r for r in _records(table)}
     out = []
     for m in map(metric, GRID_METRICS):
         prefix, lower = m.prefix, m.higher_is_worse
@@ -343,24 +351,20 @@ def _grids(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
                 here = facets_data.get((fault, protection))
                 if not here:
                     continue
-                prompts = _ordered(
-                    info["prompts"], pd.concat([part["prompt"] for _, part, _ in here])
-                )
-                by_model = {model: (part, note) for model, part, note in here}
+                prompts = _ordered(info["prompts"], [p for _, _, own in here for p in own])
+                notes = {model: note for model, note, _ in here}
                 rows = []
-                for model in _ordered(info["models"], by_model):
-                    part, note = by_model[model]
-                    index = {r["prompt"]: r for r in _records(cells(part, by=("prompt",)))}
+                for model in _ordered(info["models"], notes):
                     row_cells: list[dict[str, Any] | None] = []
                     for prompt in prompts:
-                        r = index.get(prompt)
+                        r = by_cell.get((fault, protection, model, prompt))
                         if r is None:
                             row_cells.append(None)
                             continue
                         row_cells.append(
                             {**_rate(r, prefix, lower), "n": r["trials"], "errors": r["errors"]}
                         )
-                    rows.append({"model": model, "cells": row_cells, "note": note})
+                    rows.append({"model": model, "cells": row_cells, "note": notes[model]})
                 facets.append({"protection": protection, "prompts": prompts, "rows": rows})
             if facets:
                 faults.append({"fault": fault, "facets": facets})

@@ -34,10 +34,11 @@ def no_dup_k(
         Group key (a tuple of ``by`` values) → ``{"1": ..., "2": ..., ...}``.
     """
     trials = with_agent(trials)
-    scored = trials[trials[COLUMN].notna()]
+    keys = list(dict.fromkeys([*by, *CELL, "sample"]))
+    # only the columns used: the row selection copies every column it keeps
+    scored = trials.loc[trials[COLUMN].notna(), [*keys, COLUMN]]
     if scored.empty:
         return {}
-    keys = list(dict.fromkeys([*by, *CELL, "sample"]))
     per_sample = scored.groupby(keys, sort=False, dropna=False)[COLUMN].agg(["size", "sum"])
     per_sample = per_sample.reset_index()
     out: dict[tuple[Any, ...], dict[str, float]] = {}
