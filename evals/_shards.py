@@ -15,6 +15,7 @@ differ by at most one cell.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -228,6 +229,10 @@ def _spawn_worker(argv: list[str], err: Any) -> subprocess.Popen[bytes]:
 def _fork_worker(argv: list[str], err: Any) -> _ForkedWorker:
     sys.stdout.flush()
     sys.stderr.flush()
+    # What the worker inherits stays out of its collector's reach: its collections neither walk
+    # the parent's objects (inspect's imports) nor write to their pages, which would copy them
+    # (the gc module's advice for fork without exec).
+    gc.freeze()
     pid = os.fork()
     if pid:
         return _ForkedWorker(pid)

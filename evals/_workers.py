@@ -26,7 +26,7 @@ from twice.reports import (
     write_summary,
 )
 
-from ._run import RunResult, _failures, run_metadata
+from ._run import RunResult, _failures, gc_for_trials, run_metadata
 from ._shards import merged_run, run_workers
 from ._suite import Suite, SuiteError
 
@@ -121,15 +121,16 @@ def run_parallel(
         SuiteError: when a worker refused its arguments or was interrupted.
     """
     failed = run_with_workers(args, log_dir, count)
-    try:
-        merged = merge(log_dir, run=run_metadata(suite, model_args))
-    except LogReadError as ex:
-        raise SuiteError(f"could not merge the workers' logs: {ex}") from None
-    failed += merged.logs.problems() + _failures([], merged.table)
-    report_path = None
-    if report:
-        from twice.reports import write_report
+    with gc_for_trials():  # reading every log back allocates like a run
+        try:
+            merged = merge(log_dir, run=run_metadata(suite, model_args))
+        except LogReadError as ex:
+            raise SuiteError(f"could not merge the workers' logs: {ex}") from None
+        failed += merged.logs.problems() + _failures([], merged.table)
+        report_path = None
+        if report:
+            from twice.reports import write_report
 
-        report_path = write_report(merged.frame, join(log_dir, "report.html"), run=merged.run)
+            report_path = write_report(merged.frame, join(log_dir, "report.html"), run=merged.run)
     assert merged.summary_path is not None  # the workers wrote shard directories
     return RunResult(log_dir, [], merged.table, merged.summary_path, report_path, failed)
