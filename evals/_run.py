@@ -39,11 +39,12 @@ from twice.reports import (
     as_location,
     cells,
     check_log_dir,
+    frame_of,
     is_remote,
     join,
+    log_records,
     make_dirs,
     read_log_dir,
-    trials_frame,
     write_summary,
     write_text,
 )
@@ -54,7 +55,7 @@ from ._endpoint import EndpointState, guard_model
 from ._gate import temp_beside
 from ._lock import lock_log_dir
 from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args, scrub, secret_values
-from ._shards import shard_cells, shard_dir
+from ._shards import RECORDS_ENV, save_records, shard_cells, shard_dir
 from ._suite import Cell, Suite, SuiteError
 
 DEFAULT_TIMEOUT = 300
@@ -599,12 +600,18 @@ def evaluate(
     return logs
 
 
-def ran_trials(files: list[Location], interrupted: bool) -> pd.DataFrame:
+def ran_trials(
+    files: list[Location], interrupted: bool, save_records_to: str | None = None
+) -> pd.DataFrame:
     """The trials of ``files`` (empty frame for none); after an interrupt, without the trials
     it cut short: they are logged as errors but did not run (the rerun runs them), so they
-    are not counted as crashes either."""
+    are not counted as crashes either. With ``save_records_to`` (a ``--workers`` worker),
+    what was read of the logs is also left there for the parent's merge."""
     with gc_for_trials():
-        frame = trials_frame(files) if files else pd.DataFrame()
+        records = log_records(files)
+        if save_records_to:
+            save_records(save_records_to, records)
+        frame = frame_of(files, records) if files else pd.DataFrame()
     if interrupted and not frame.empty:
         frame = frame[~frame["error"].str.startswith("CancelledError")]
     return frame
@@ -714,7 +721,8 @@ def _run_locked(
         finished, files, cancelled = _finished_cells(log_dir, planned)
         if cancelled:  # a cancelled log on disk: interrupted, whatever eval_set returned
             state.signal = state.signal or "SIGINT"
-        frame = ran_trials(files, bool(state.signal))
+        hand_off = os.environ.get(RECORDS_ENV) if shard is not None else None
+        frame = ran_trials(files, bool(state.signal), hand_off)
         table = cells(frame) if not frame.empty else pd.DataFrame()
         missing = [c for c in planned if c not in finished]
         extra = incomplete_fields(missing, names, state.signal)

@@ -17,12 +17,14 @@ from twice.reports import (
     Location,
     LogDir,
     LogReadError,
+    LogRecords,
     cells,
+    frame_of,
     is_file,
     join,
+    log_records,
     read_log_dir,
     read_text,
-    trials_frame,
     write_summary,
 )
 
@@ -56,17 +58,22 @@ def read_run(log_dir: Location, warn: Callable[[str], None] | None = None) -> di
     return run if isinstance(run, dict) else None
 
 
-def merge(log_dir: Location, run: dict[str, Any] | None = None) -> Merged:
+def merge(
+    log_dir: Location, run: dict[str, Any] | None = None, known: LogRecords | None = None
+) -> Merged:
     """Read ``log_dir`` (merging its shards) and, when sharded, write its merged summary.json.
 
     The merged ``run`` record is ``run`` when given (a ``--workers`` run knows its whole suite),
-    else the union of the shards' own records; either way it gains ``shards``.
+    else the union of the shards' own records; either way it gains ``shards``. ``known``: logs
+    already read (by the workers), by ``str(path)``; the others are read here.
 
     Raises:
         LogReadError: for unreadable logs or a missing shard (naming it).
     """
     logs = read_log_dir(log_dir)
-    frame = trials_frame(logs.files)
+    known = known or {}
+    unread = [p for p in logs.files if str(p) not in known]
+    frame = frame_of(logs.files, {**known, **log_records(unread)})
     table = cells(frame)
     if logs.shards is None:
         return Merged(logs, frame, table, run or read_run(log_dir), None)
@@ -80,19 +87,22 @@ def merge(log_dir: Location, run: dict[str, Any] | None = None) -> Merged:
     return Merged(logs, frame, table, run, path)
 
 
-def run_with_workers(args: Sequence[str], log_dir: Location, count: int) -> list[str]:
+def run_with_workers(
+    args: Sequence[str], log_dir: Location, count: int
+) -> tuple[list[str], LogRecords]:
     """Run ``count`` local shard processes of ``twice run ARGS`` into ``log_dir``.
 
     Returns:
         One line per worker that ended with exit code 1 (an eval errored or a trial crashed;
-        its logs are still merged).
+        its logs are still merged), and what the workers read of their logs.
 
     Raises:
         SuiteError: when a worker refused its arguments or was interrupted (exit 2 or 130),
             quoting its last lines of output.
     """
     failed = []
-    for w in run_workers(args, log_dir, count):
+    exits = run_workers(args, log_dir, count)
+    for w in exits:
         if w.returncode == 0:
             continue
         detail = f": {w.stderr_tail}" if w.stderr_tail else ""
@@ -100,7 +110,7 @@ def run_with_workers(args: Sequence[str], log_dir: Location, count: int) -> list
             failed.append(f"worker {w.shard} exited 1{detail}")
         else:
             raise SuiteError(f"worker {w.shard} exited {w.returncode}{detail}")
-    return failed
+    return failed, {key: recs for w in exits for key, recs in w.records.items()}
 
 
 def run_parallel(
@@ -120,10 +130,10 @@ def run_parallel(
     Raises:
         SuiteError: when a worker refused its arguments or was interrupted.
     """
-    failed = run_with_workers(args, log_dir, count)
+    failed, known = run_with_workers(args, log_dir, count)
     with gc_for_trials():  # reading every log back allocates like a run
         try:
-            merged = merge(log_dir, run=run_metadata(suite, model_args))
+            merged = merge(log_dir, run=run_metadata(suite, model_args), known=known)
         except LogReadError as ex:
             raise SuiteError(f"could not merge the workers' logs: {ex}") from None
         failed += merged.logs.problems() + _failures([], merged.table)

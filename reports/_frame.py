@@ -121,18 +121,49 @@ def trials_frame(logs: Location | Sequence[Location]) -> pd.DataFrame:
         paths = read_log_dir(logs).files
     else:  # EvalLog.location is a file:// URI for logs eval_set found on disk
         paths = [as_location(str(p)) for p in logs]
-    rows: list[dict[str, Any]] = []
-    counts: list[dict[str, float]] = []
-    seen: set[str] = set()
+    return frame_of(paths, log_records(paths))
+
+
+LogRecords = dict[str, list[tuple[str | None, dict[str, Any], dict[str, float]]]]
+"""What :func:`trials_frame` reads from each log, by ``str(path)``: per sample its uuid, its
+row of summary columns and its ledger and parse counts. A ``--workers`` run hands these from
+its workers to the parent, which would otherwise read every log again."""
+
+
+def log_records(paths: Sequence[Location]) -> LogRecords:
+    """Read every log of ``paths`` once (see :func:`trials_frame`).
+
+    Raises:
+        LogReadError: naming a log that cannot be read.
+    """
+    out: LogRecords = {}
     for path in paths:
         try:
-            _read_log(path, rows, counts, seen)
+            out[str(path)] = _read_log(path)
         except LogReadError:
             raise
         except Exception as ex:  # inspect and zipfile raise several types for unreadable logs
             raise LogReadError(
                 f"could not read inspect log {str(path)!r}: {type(ex).__name__}: {ex}"
             ) from None
+    return out
+
+
+def frame_of(paths: Sequence[Location], records: LogRecords) -> pd.DataFrame:
+    """The trial frame of ``paths`` from their records (every path must have them)."""
+    rows: list[dict[str, Any]] = []
+    counts: list[dict[str, float]] = []
+    seen: set[str] = set()
+    for path in paths:
+        for uuid, row, count in records[str(path)]:
+            # A sample found twice (a copied log, a directory read twice) is one trial, as in
+            # samples_df: keep the first.
+            if uuid:
+                if uuid in seen:
+                    continue
+                seen.add(uuid)
+            rows.append(row)
+            counts.append(count)
     raw = pd.DataFrame(rows, columns=[*RAW_COLUMNS, "agent_error"])
     frame = tidy(raw)
     columns = [*LEDGER_COLUMNS, *PARSE_COLUMNS]
@@ -140,9 +171,7 @@ def trials_frame(logs: Location | Sequence[Location]) -> pd.DataFrame:
     return pd.concat([frame, extra], axis=1)
 
 
-def _read_log(
-    path: Location, rows: list[dict[str, Any]], counts: list[dict[str, float]], seen: set[str]
-) -> None:
+def _read_log(path: Location) -> list[tuple[str | None, dict[str, Any], dict[str, float]]]:
     # One pass per log: the header through inspect, then every sample's JSON once for both
     # the summary columns and the ledger (samples_df plus a ledger pass read everything
     # twice: 10k trials took ~4x longer).
@@ -155,34 +184,26 @@ def _read_log(
         "eval_metadata": json.dumps(header.metadata or {}, default=str),
         "log": str(path) if is_remote(path) else Path(path).resolve().as_uri(),
     }
+    out = []
     for sample in sample_records(path):
-        # A sample found twice (a copied log, a directory read twice) is one trial, as in
-        # samples_df: keep the first.
-        uuid = sample.get("uuid")
-        if uuid:
-            if uuid in seen:
-                continue
-            seen.add(uuid)
         score = (sample.get("scores") or {}).get(SCORER)
         error = sample.get("error")
         limit = sample.get("limit")
         usage = sample.get("model_usage") or {}
-        rows.append(
-            {
-                **common,
-                "sample": sample.get("id"),
-                "epoch": sample.get("epoch", 1),
-                "score": score.get("value") if isinstance(score, dict) else None,
-                "total_tokens": sum(int(u.get("total_tokens") or 0) for u in usage.values()),
-                "total_time": sample.get("total_time"),
-                "error": error.get("message") if isinstance(error, dict) else error,
-                "limit": limit.get("type") if isinstance(limit, dict) else limit,
-                "agent_error": _agent_error(sample.get("store")),
-            }
-        )
-        counts.append(
-            {**ledger_counts(sample.get("store"), score), **parse_counts(sample.get("events"))}
-        )
+        row = {
+            **common,
+            "sample": sample.get("id"),
+            "epoch": sample.get("epoch", 1),
+            "score": score.get("value") if isinstance(score, dict) else None,
+            "total_tokens": sum(int(u.get("total_tokens") or 0) for u in usage.values()),
+            "total_time": sample.get("total_time"),
+            "error": error.get("message") if isinstance(error, dict) else error,
+            "limit": limit.get("type") if isinstance(limit, dict) else limit,
+            "agent_error": _agent_error(sample.get("store")),
+        }
+        count = {**ledger_counts(sample.get("store"), score), **parse_counts(sample.get("events"))}
+        out.append((sample.get("uuid"), row, count))
+    return out
 
 
 def parse_counts(events: list[dict[str, Any]] | None) -> dict[str, float]:

@@ -18,10 +18,14 @@ from twice.evals._shards import (
     Shard,
     cell_digest,
     default_workers,
+    load_records,
     parse_shard,
     run_workers,
+    save_records,
     shard_cells,
 )
+from twice.evals._workers import merge
+from twice.reports import frame_of, log_records, trials_frame
 
 Twice = Callable[..., Any]
 
@@ -257,7 +261,7 @@ assert threading.active_count() == 1, threading.enumerate()
 args = ["--model", "stub/verify", "--task", "refund", "--fault", "none", "--fault",
         "lost_reply", "--limit", "1", "--display", "none"]
 exits = run_workers(args, Path(sys.argv[1]), 2)
-print(json.dumps([[w.shard.index, w.returncode, w.stderr_tail] for w in exits]))
+print(json.dumps([[w.shard.index, w.returncode, w.stderr_tail, sorted(w.records)] for w in exits]))
 """
 
 
@@ -274,13 +278,50 @@ def test_workers_are_forks_of_the_run_process_on_linux(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     exits = json.loads(done.stdout.strip().splitlines()[-1])
-    assert [(i, code) for i, code, _ in exits] == [(1, 0), (2, 0)], exits
-    for i in (1, 2):
+    assert [(i, code) for i, code, _, _ in exits] == [(1, 0), (2, 0)], exits
+    for i, _, _, records in exits:
         summary = json.loads((tmp_path / f"shard-{i}-of-2" / "summary.json").read_text())
         assert summary["complete"] is True and len(summary["cells"]) == 1
+        # each worker handed over what it read of its logs, so the parent need not read them
+        shard_logs = sorted(str(p) for p in (tmp_path / f"shard-{i}-of-2").glob("*.eval"))
+        assert records == shard_logs
 
 
 def test_a_worker_that_fails_reports_its_exit_code_and_last_lines(tmp_path: Path) -> None:
     exits = run_workers(["--model", "no-such/model"], tmp_path, 2)
     assert {w.returncode for w in exits} == {2}
     assert all("no-such/model" in w.stderr_tail for w in exits), exits
+
+
+def test_handed_over_records_are_used_only_while_their_log_is_unchanged(
+    tmp_path: Path, unsharded: Path
+) -> None:
+    files = sorted(unsharded.glob("*.eval"))
+    records = log_records(files)
+    saved = str(tmp_path / "records.pickle")
+    save_records(saved, {**records, "s3://bucket/run/x.eval": []})
+    loaded = load_records(saved)
+    assert sorted(loaded) == sorted(records)  # a remote log is never taken on trust
+    assert frame_of(files, loaded).equals(frame_of(files, records))  # (NaN != NaN in dicts)
+    files[0].touch()  # a log written again after the worker read it
+    assert sorted(load_records(saved)) == [str(f) for f in files[1:]]
+    assert load_records(str(tmp_path / "none.pickle")) == {}
+    (tmp_path / "torn.pickle").write_bytes(b"\x80\x05trunc")
+    assert load_records(str(tmp_path / "torn.pickle")) == {}
+
+
+def test_merge_takes_the_workers_records_and_reads_the_rest(
+    tmp_path: Path, unsharded: Path
+) -> None:
+    files = sorted(unsharded.glob("*.eval"))
+    records = log_records(files)
+    read = merge(unsharded).frame
+    assert merge(unsharded, known=records).frame.equals(read)
+    # a record handed over is what the merge counts (here one doctored trial shows it)
+    first = str(files[0])
+    uuid, row, counts = records[first][0]
+    doctored = {first: [(uuid, {**row, "total_tokens": 999_999}, counts)]}
+    merged = merge(unsharded, known=doctored).frame
+    assert (merged["total_tokens"] == 999_999).sum() == 1
+    assert len(merged) == len(read) - (len(records[first]) - 1)
+    assert len(trials_frame(files)) == len(read)
