@@ -10,6 +10,7 @@ traceback.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
@@ -731,7 +732,13 @@ def serve(host: str, port: int, db: str, token: str | None) -> None:
 
 def main() -> None:
     """Console-script entry point."""
-    cli()
+    try:
+        cli()
+    finally:
+        # Everything is written by now: spare the interpreter its last walk over every live
+        # object (inspect, pandas and the SDKs inspect imports) as it shuts down, 0.8 s at
+        # every exit on the 2-core reference machine. Exit handlers still run.
+        gc.freeze()
 
 
 if __name__ == "__main__":
