@@ -210,33 +210,53 @@ def _rate(row: dict[str, Any], prefix: str, lower_is_better: bool) -> dict[str, 
     }
 
 
-def _by_prompt(mine: pd.DataFrame, prompts: list[str]) -> dict[str, Any] | None:
-    """One model's safe success per prompt, over the conditions all its prompts ran."""
-    if len(prompts) < 2:
-        return None
+def _matched_prompts(mine: pd.DataFrame) -> tuple[pd.DataFrame | None, int, str]:
+    """One model's trials over the conditions all its prompts ran: the matched trials (None
+    when there are none), how many conditions, and a note when nothing could be matched."""
     cond = ["task", "fault", "protection"]
     ran = {
         p: set(map(tuple, g[cond].drop_duplicates().to_numpy())) for p, g in mine.groupby("prompt")
     }
     if len(ran) < 2:
-        return {"rows": [], "conditions": 0, "note": "ran one prompt only"}
+        return None, 0, "ran one prompt only"
     shared = set.intersection(*ran.values())
     if not shared:
-        return {"rows": [], "conditions": 0, "note": "its prompts share no condition"}
+        return None, 0, "its prompts share no condition"
     keys = pd.Series(list(map(tuple, mine[cond].to_numpy())), index=mine.index)
-    matched = mine[keys.isin(shared)]
-    table = {r["prompt"]: r for r in _records(cells(matched, by=("prompt",)))}
-    rows = [
-        {"prompt": p, "n": table[p]["trials"], "safe": _rate(table[p], "safe_success", False)}
-        for p in _ordered(prompts, table)
-    ]
-    return {"rows": rows, "conditions": len(shared), "note": ""}
+    return mine[keys.isin(shared)], len(shared), ""
+
+
+def _by_prompt(trials: pd.DataFrame, models: list[str], prompts: list[str]) -> dict[str, Any]:
+    """Per model, its safe success per prompt over the conditions all its prompts ran
+    (None for every model when fewer than two prompts ran)."""
+    if len(prompts) < 2:
+        return dict.fromkeys(models)
+    out: dict[str, Any] = {}
+    parts = []
+    for model in models:
+        matched, n, note = _matched_prompts(trials[trials["model"] == model])
+        out[model] = {"rows": [], "conditions": n, "note": note}
+        if matched is not None:
+            parts.append(matched)
+    # One aggregation for every model: the matched parts are disjoint (one model each).
+    table = cells(pd.concat(parts), by=("model", "prompt")) if parts else pd.DataFrame()
+    found: dict[str, dict[str, Any]] = {}
+    for r in _records(table):
+        found.setdefault(str(r["model"]), {})[str(r["prompt"])] = r
+    for model, mine in found.items():
+        out[model]["rows"] = [
+            {"prompt": p, "n": mine[p]["trials"], "safe": _rate(mine[p], "safe_success", False)}
+            for p in _ordered(prompts, mine)
+        ]
+    return out
 
 
 def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
     by_model = {r["model"]: r for r in _records(cells(trials, by=("model",)))}
     per_cell = cells(trials)
     prompts = list(info["prompts"]) or _ordered(None, trials["prompt"])
+    present = [m for m in info["models"] if m in by_model]
+    by_prompt = _by_prompt(trials[trials["model"].isin(present)], present, prompts)
     rows = []
     for model in info["models"]:
         r = by_model.get(model)
@@ -266,7 +286,7 @@ def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]
                     axis: int(own[axis].nunique())
                     for axis in ("prompt", "task", "fault", "protection")
                 },
-                "by_prompt": _by_prompt(own, prompts),
+                "by_prompt": by_prompt[model],
             }
         )
     # Best first: the page is read top-down, so the table answers "which one" on its own.
@@ -382,11 +402,15 @@ def _grids(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _charts(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
+    table = cells(trials, by=("protection", "model", "prompt"))  # every chart's points at once
+    points: dict[str, list[dict[str, Any]]] = {}
+    for r in _records(table):
+        points.setdefault(str(r["protection"]), []).append(r)
     for protection in info["protections"]:
         part = trials[trials["protection"] == protection]
         if part.empty:
             continue
-        rows = _records(cells(part, by=("model", "prompt")))
+        rows = points.get(protection, [])
         prompts = list(info["prompts"])
         rows.sort(key=lambda r: (_rank(info["models"], r["model"]), _rank(prompts, r["prompt"])))
         chart = scatter(rows, info["models"])
