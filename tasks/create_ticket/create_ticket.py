@@ -15,7 +15,9 @@ from typing import Any, Literal
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool
 from twice.mocks import Service, TicketsService, services_from_state
+from twice.tasks import _interfaces as api
 from twice.tasks._dataset import load_dataset
+from twice.tasks._interfaces import describe_customer, describe_ticket, implements
 from twice.tasks._toolkit import TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
@@ -24,13 +26,6 @@ DATASET = Path(__file__).parent / "dataset.jsonl"
 
 def _services(state: dict[str, Any]) -> list[Service]:
     return services_from_state(state, TicketsService)
-
-
-def _describe(ticket: dict[str, Any]) -> str:
-    return (
-        f"ticket {ticket['id']} for {ticket['customer_id']}: {ticket['subject']!r} "
-        f"({ticket['status']}, {ticket['priority']} priority)"
-    )
 
 
 def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
@@ -46,20 +41,13 @@ def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
                 return dict(ticket)
         return None
 
+    @implements(api.create_ticket)
     async def create_ticket(
         customer_id: str,
         subject: str,
         description: str,
         priority: Literal["low", "normal", "high", "urgent"] = "normal",
     ) -> str:
-        """Open a new support ticket for a customer. Each call opens a new ticket.
-
-        Args:
-            customer_id: The customer, e.g. "cus_1042".
-            subject: One-line summary of the problem.
-            description: What happened, in a few sentences.
-            priority: How urgent the problem is.
-        """
         result = await helpdesk.mutate(
             "tickets.ticket.create",
             "/v1/tickets",
@@ -73,15 +61,10 @@ def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
             noun="ticket",
             lookup=lambda: lookup(customer_id, subject),
         )
-        return result.say("Opened", _describe(result.body))
+        return result.say("Opened", describe_ticket(result.body))
 
+    @implements(api.find_tickets)
     async def find_tickets(customer_id: str, subject: str = "") -> str:
-        """List a customer's tickets. Read-only and safe to call any time.
-
-        Args:
-            customer_id: The customer, e.g. "cus_1042".
-            subject: Optional text the subject contains (case-insensitive).
-        """
         params = {"customer_id": customer_id}
         if subject:
             params["subject"] = subject
@@ -91,21 +74,12 @@ def create_ticket_tools(ctx: TrialContext) -> list[Tool]:
             what = f" with subject containing {subject!r}" if subject else ""
             return f"No tickets for {customer_id}{what}."
         return f"{len(tickets)} ticket(s) for {customer_id}: " + "; ".join(
-            _describe(t) for t in tickets
+            describe_ticket(t) for t in tickets
         )
 
+    @implements(api.get_customer)
     async def get_customer(customer_id: str) -> str:
-        """Look up a customer: name, email, plan and open tickets.
-
-        Args:
-            customer_id: The customer, e.g. "cus_1042".
-        """
-        c = await helpdesk.get(f"/v1/customers/{customer_id}")
-        open_tickets = ", ".join(c["open_tickets"]) or "none"
-        return (
-            f"Customer {c['customer_id']}: {c['name']} <{c.get('email', '')}>, "
-            f"plan {c.get('plan', 'unknown')}. Open tickets: {open_tickets}."
-        )
+        return describe_customer(await helpdesk.get(f"/v1/customers/{customer_id}"))
 
     return [
         make_tool(ctx, create_ticket, idempotency="keyed", parallel=True),

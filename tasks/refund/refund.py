@@ -12,7 +12,9 @@ from typing import Any
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool, ToolError
 from twice.mocks import PaymentsService, Service, services_from_state
+from twice.tasks import _interfaces as api
 from twice.tasks._dataset import load_dataset
+from twice.tasks._interfaces import describe_order, describe_refund, implements
 from twice.tasks._toolkit import TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
@@ -21,17 +23,6 @@ DATASET = Path(__file__).parent / "dataset.jsonl"
 
 def _services(state: dict[str, Any]) -> list[Service]:
     return services_from_state(state, PaymentsService)
-
-
-def _dollars(cents: int) -> str:
-    return f"${cents / 100:.2f}"
-
-
-def _describe(refund: dict[str, Any]) -> str:
-    return (
-        f"refund {refund['id']} of {_dollars(refund['amount'])} on order {refund['order_id']} "
-        f"(status {refund['status']})"
-    )
 
 
 def refund_tools(ctx: TrialContext) -> list[Tool]:
@@ -45,14 +36,8 @@ def refund_tools(ctx: TrialContext) -> list[Tool]:
                 return dict(refund)
         return None
 
+    @implements(api.issue_refund)
     async def issue_refund(order_id: str, amount: float, reason: str = "") -> str:
-        """Refund money to the customer for an order. This moves real money.
-
-        Args:
-            order_id: The order to refund, e.g. "order_1042".
-            amount: Amount to refund in US dollars, e.g. 4.99.
-            reason: Short reason for the refund, shown to the customer.
-        """
         cents = round(amount * 100)
         if cents <= 0:
             raise ToolError(f"amount must be positive, got {amount!r}. No refund was made.")
@@ -64,34 +49,21 @@ def refund_tools(ctx: TrialContext) -> list[Tool]:
             noun="refund",
             lookup=lambda: lookup(order_id, cents),
         )
-        return result.say("Created", _describe(result.body))
+        return result.say("Created", describe_refund(result.body))
 
+    @implements(api.find_refunds)
     async def find_refunds(order_id: str) -> str:
-        """List the refunds already made on an order. Read-only and safe to call any time.
-
-        Args:
-            order_id: The order to look up, e.g. "order_1042".
-        """
         found = await payments.get("/v1/refunds", params={"order_id": order_id})
         refunds = found["data"]
         if not refunds:
             return f"No refunds found for order {order_id}."
         return f"{len(refunds)} refund(s) on order {order_id}: " + "; ".join(
-            _describe(r) for r in refunds
+            describe_refund(r) for r in refunds
         )
 
+    @implements(api.get_order)
     async def get_order(order_id: str) -> str:
-        """Look up an order: customer, amount paid, items, and how much was refunded so far.
-
-        Args:
-            order_id: The order to look up, e.g. "order_1042".
-        """
-        order = await payments.get(f"/v1/orders/{order_id}")
-        items = ", ".join(f"{i['name']} {_dollars(i['amount'])}" for i in order.get("items", []))
-        return (
-            f"Order {order['order_id']} for {order['customer']}: paid {_dollars(order['amount'])}, "
-            f"refunded so far {_dollars(order['amount_refunded'])}. Items: {items}."
-        )
+        return describe_order(await payments.get(f"/v1/orders/{order_id}"))
 
     return [
         make_tool(ctx, issue_refund, idempotency="keyed", parallel=True),

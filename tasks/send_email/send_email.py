@@ -17,7 +17,9 @@ from typing import Any
 from inspect_ai import Task, task
 from inspect_ai.tool import Tool
 from twice.mocks import EmailService, Service, services_from_state
+from twice.tasks import _interfaces as api
 from twice.tasks._dataset import load_dataset
+from twice.tasks._interfaces import describe_email, implements
 from twice.tasks._toolkit import TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
@@ -26,10 +28,6 @@ DATASET = Path(__file__).parent / "dataset.jsonl"
 
 def _services(state: dict[str, Any]) -> list[Service]:
     return services_from_state(state, EmailService)
-
-
-def _describe(message: dict[str, Any]) -> str:
-    return f"email {message['id']} to {message['to']} with subject {message['subject']!r}"
 
 
 def client_reference(ctx: TrialContext, to: str, subject: str) -> str:
@@ -47,14 +45,8 @@ def send_email_tools(ctx: TrialContext) -> list[Tool]:
         found = await email.get("/v1/messages", params={"client_reference": reference})
         return dict(found["data"][0]) if found["data"] else None
 
+    @implements(api.send_email)
     async def send_email(to: str, subject: str, body: str) -> str:
-        """Send an email to a customer. This really sends it: an email cannot be unsent.
-
-        Args:
-            to: The recipient's email address, e.g. "dana.ortiz@example.com".
-            subject: The subject line.
-            body: The plain-text message body.
-        """
         reference = client_reference(ctx, to, subject)
         result = await email.mutate(
             "email.message.send",
@@ -64,15 +56,10 @@ def send_email_tools(ctx: TrialContext) -> list[Tool]:
             noun="email",
             lookup=lambda: lookup(reference),
         )
-        return result.say("Sent", _describe(result.body))
+        return result.say("Sent", describe_email(result.body))
 
+    @implements(api.find_sent_emails)
     async def find_sent_emails(to: str, subject: str = "") -> str:
-        """Search the sent folder. Read-only and safe to call any time.
-
-        Args:
-            to: The recipient's email address.
-            subject: Optional text the subject contains (case-insensitive).
-        """
         params = {"to": to, "subject": subject} if subject else {"to": to}
         found = await email.get("/v1/messages", params=params)
         messages = found["data"]
@@ -80,7 +67,7 @@ def send_email_tools(ctx: TrialContext) -> list[Tool]:
             what = f" with subject containing {subject!r}" if subject else ""
             return f"No sent emails to {to}{what}."
         return f"{len(messages)} sent email(s) to {to}: " + "; ".join(
-            _describe(m) for m in messages
+            describe_email(m) for m in messages
         )
 
     return [

@@ -37,3 +37,26 @@ def test_agent_tools_have_the_react_tools_names_descriptions_and_parameters(task
     urls = {name: "http://127.0.0.1:9" for name in ctx.services.services}
     agent = _schemas(API_TOOLS[task](httpx.AsyncClient(), urls))
     assert agent == react
+
+
+def test_implements_refuses_a_tool_whose_signature_differs_from_its_interface() -> None:
+    from twice.tasks import _interfaces as api
+    from twice.tasks._interfaces import implements
+
+    async def issue_refund(order_id: str, amount: float) -> str:  # no `reason`
+        return ""
+
+    with pytest.raises(TypeError, match=r"issue_refund.*does not match its interface"):
+        implements(api.issue_refund)(issue_refund)
+
+    async def refund(order_id: str, amount: float, reason: str = "") -> str:  # another name
+        return ""
+
+    with pytest.raises(TypeError, match="does not match"):
+        implements(api.issue_refund)(refund)
+
+    async def issue_refund_ok(order_id: str, amount: float, reason: str = "") -> str:
+        return ""
+
+    issue_refund_ok.__name__ = "issue_refund"
+    assert implements(api.issue_refund)(issue_refund_ok).__doc__ == api.issue_refund.__doc__
