@@ -279,10 +279,12 @@ def _fork_worker(argv: list[str], err: Any, records: str) -> _ForkedWorker:
     sys.stderr.flush()
     # What the worker inherits stays out of its collector's reach: its collections neither walk
     # the parent's objects (inspect's imports) nor write to their pages, which would copy them
-    # (the gc module's advice for fork without exec).
+    # (the gc module's advice for fork without exec). The parent, which may live on (a notebook
+    # calling run_parallel), thaws its own copy at once.
     gc.freeze()
     pid = os.fork()
     if pid:
+        gc.unfreeze()
         return _ForkedWorker(pid)
     code = 1
     try:  # the worker: `twice run ARGV` in this copy of the process, then exit

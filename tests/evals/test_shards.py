@@ -261,6 +261,8 @@ assert threading.active_count() == 1, threading.enumerate()
 args = ["--model", "stub/verify", "--task", "refund", "--fault", "none", "--fault",
         "lost_reply", "--limit", "1", "--display", "none"]
 exits = run_workers(args, Path(sys.argv[1]), 2)
+import gc
+assert gc.get_freeze_count() == 0, "the parent's heap was left frozen"
 print(json.dumps([[w.shard.index, w.returncode, w.stderr_tail, sorted(w.records)] for w in exits]))
 """
 
