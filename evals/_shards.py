@@ -132,11 +132,18 @@ serial end). A file in the parent's private temporary directory."""
 
 
 def save_records(path: str, records: LogRecords) -> None:
-    """Write a worker's log records, each with its log's size and modification time."""
+    """Write a worker's log records, each with its log's size and modification time.
+
+    Best effort: the records only spare the parent a second read, so a file that cannot be
+    written (the parent gone and its directory with it) is skipped, never the run's failure.
+    """
     stamped = {key: (_stamp(key), recs) for key, recs in records.items()}
-    with open(f"{path}.tmp", "wb") as f:
-        pickle.dump(stamped, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(f"{path}.tmp", path)
+    try:
+        with open(f"{path}.tmp", "wb") as f:
+            pickle.dump(stamped, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(f"{path}.tmp", path)
+    except OSError:
+        return
 
 
 def load_records(path: str) -> LogRecords:

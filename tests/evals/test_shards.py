@@ -308,6 +308,8 @@ def test_handed_over_records_are_used_only_while_their_log_is_unchanged(
     files[0].touch()  # a log written again after the worker read it
     assert sorted(load_records(saved)) == [str(f) for f in files[1:]]
     assert load_records(str(tmp_path / "none.pickle")) == {}
+    save_records(str(tmp_path / "gone" / "records.pickle"), records)  # best effort: no raise
+    assert not (tmp_path / "gone").exists()
     (tmp_path / "torn.pickle").write_bytes(b"\x80\x05trunc")
     assert load_records(str(tmp_path / "torn.pickle")) == {}
 
