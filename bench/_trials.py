@@ -206,16 +206,26 @@ def overhead(work: Path, epochs: int, reps: int) -> tuple[float, Paired]:
     so the ratio prices twice's work per trial, not those settings.
     """
     with scratch_dir(work, "overhead") as logs, gc_for_trials(), no_results_table("none"):
-        base = _runner(bare_task, bare_model(), epochs, logs, twice=False)
-        subject = _runner(
-            lambda: refund(fault="none", protection="bare"),
-            get_model("stub/retry"),
-            epochs,
-            logs,
-            twice=True,
-        )
+        base, subject = overhead_runners(epochs, logs)
         result = paired(base, subject, reps)
     return result.ratio(), result
+
+
+def overhead_runners(
+    epochs: int, log_dir: Path, **extra: Any
+) -> tuple[Callable[[], EvalLog], Callable[[], EvalLog]]:
+    """The two evals ``overhead_ratio`` compares: the bare trial's, then twice's refund trial
+    (``stub/retry``, fault ``none``, protection ``bare``). ``extra``: more eval options."""
+    base = _runner(bare_task, bare_model(), epochs, log_dir, twice=False, **extra)
+    subject = _runner(
+        lambda: refund(fault="none", protection="bare"),
+        get_model("stub/retry"),
+        epochs,
+        log_dir,
+        twice=True,
+        **extra,
+    )
+    return base, subject
 
 
 def fault_cost(work: Path, epochs: int, reps: int) -> tuple[float, Paired]:

@@ -23,9 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import _trials  # bench/ is the script's directory, so on sys.path
-from inspect_ai.model import get_model
 from twice.evals._run import gc_for_trials, no_results_table
-from twice.tasks import refund
 
 PARTS = (
     ("inspect_ai._eval.task.run", "log_sample", "condense and write the sample"),
@@ -86,24 +84,8 @@ def main() -> None:
         _trials.scratch_dir(args.work, "parts") as logs,
         gc_for_trials(),
     ):
-        runs = {
-            "twice": _trials._runner(
-                lambda: refund(fault="none", protection="bare"),
-                get_model("stub/retry"),
-                args.epochs,
-                logs,
-                twice=True,
-                max_connections=1,
-            ),
-            "bare": _trials._runner(
-                _trials.bare_task,
-                _trials.bare_model(),
-                args.epochs,
-                logs,
-                twice=False,
-                max_connections=1,
-            ),
-        }
+        bare, twice = _trials.overhead_runners(args.epochs, logs, max_connections=1)
+        runs = {"twice": twice, "bare": bare}
         for run in runs.values():
             run()  # warm-up
         per_trial: dict[str, dict[str, float]] = {k: {} for k in runs}

@@ -181,7 +181,7 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
     On Ctrl-C each gets SIGINT (so it stops like an interrupted run, keeping its finished
     samples), then this re-raises.
     """
-    procs: list[tuple[Shard, subprocess.Popen[bytes] | _ForkedWorker, float, Any]] = []
+    procs: list[tuple[Shard, subprocess.Popen[bytes] | _ForkedWorker, float, Any, str]] = []
     base = ["run", *args, "--log-dir", str(log_dir)]
     fork = _can_fork()
     private = tempfile.mkdtemp(prefix="twice-workers-")
@@ -195,21 +195,20 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
             # stderr to a file, not a pipe: a worker blocked on a full pipe would never end.
             err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finally)
             proc = (_fork_worker if fork else _spawn_worker)(argv, err, hand_off)
-            procs.append((shard, proc, time.perf_counter(), err))
+            procs.append((shard, proc, time.perf_counter(), err, hand_off))
         out = []
-        for shard, proc, t0, err in procs:
+        for shard, proc, t0, err, hand_off in procs:
             code = proc.wait()
             seconds = time.perf_counter() - t0
             err.seek(0)
             tail = err.read().decode("utf-8", "replace").strip().splitlines()[-5:]
-            records = load_records(os.path.join(private, f"records-{shard.index}.pickle"))
-            out.append(WorkerExit(shard, code, seconds, "\n".join(tail), records))
+            out.append(WorkerExit(shard, code, seconds, "\n".join(tail), load_records(hand_off)))
         return out
     except BaseException:
-        for _, proc, _, _ in procs:
+        for _, proc, *_ in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
-        for _, proc, _, _ in procs:
+        for _, proc, *_ in procs:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -217,7 +216,7 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
                 proc.wait()
         raise
     finally:
-        for *_, err in procs:
+        for _, _, _, err, _ in procs:
             err.close()
         shutil.rmtree(private, ignore_errors=True)
 

@@ -6,7 +6,8 @@ twice's own (through the tool layer, ``tasks/<task>/``) and the built-in framewo
 or a comparison across agents compares tool descriptions. So each tool's name, signature and
 docstring live here, as an interface stub, and both implementations take them with
 :func:`implements`; the texts the tools return about what they found use the ``describe_*``
-helpers here. This module imports nothing of twice (both sides import it).
+helpers here, and every task formats money with :func:`dollars`. This module imports nothing
+of twice (both sides import it).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from inspect_ai import Task, task
 from inspect_ai.tool import Tool, ToolError
 from twice.mocks import OrdersService, Service, services_from_state
 from twice.tasks._dataset import load_dataset
+from twice.tasks._interfaces import dollars
 from twice.tasks._toolkit import TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
@@ -31,14 +32,10 @@ def _services(state: dict[str, Any]) -> list[Service]:
     return services_from_state(state, OrdersService)
 
 
-def _dollars(cents: int) -> str:
-    return f"${cents / 100:.2f}"
-
-
 def _describe(order: dict[str, Any]) -> str:
     return (
         f"order {order['id']}: {order['quantity']} × {order['sku']} for {order['customer']}, "
-        f"total {_dollars(order['total'])}, ship to {order['shipping_address']!r} "
+        f"total {dollars(order['total'])}, ship to {order['shipping_address']!r} "
         f"({order['status']})"
     )
 
@@ -108,7 +105,7 @@ def place_order_tools(
             sku: The product's SKU, e.g. "SKU-MUG-01".
         """
         p = await shop.get(f"/v1/products/{sku}")
-        return f"{p['sku']}: {p['name']}, {_dollars(p['price'])} each, {p['stock']} in stock."
+        return f"{p['sku']}: {p['name']}, {dollars(p['price'])} each, {p['stock']} in stock."
 
     return [
         make_tool(ctx, place_order, idempotency="keyed", parallel=True),

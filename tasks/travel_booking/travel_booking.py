@@ -21,6 +21,7 @@ from inspect_ai import Task, task
 from inspect_ai.tool import Tool
 from twice.mocks import Effect, Ledger, Service, TravelService, services_from_state
 from twice.tasks._dataset import load_dataset
+from twice.tasks._interfaces import dollars
 from twice.tasks._toolkit import Compensation, TrialContext, make_tool
 from twice.tasks._trial import twice_task
 
@@ -35,14 +36,10 @@ def _services(state: dict[str, Any]) -> list[Service]:
     return services_from_state(state, TravelService)
 
 
-def _dollars(cents: int) -> str:
-    return f"${cents / 100:.2f}"
-
-
 def _flight(b: dict[str, Any]) -> str:
     return (
         f"flight booking {b['id']}: flight {b['flight_id']} {b['origin']}→{b['destination']} "
-        f"on {b['date']} for {b['traveler']} (trip {b['trip_id']}), fare {_dollars(b['fare'])}, "
+        f"on {b['date']} for {b['traveler']} (trip {b['trip_id']}), fare {dollars(b['fare'])}, "
         f"status {b['status']}"
     )
 
@@ -51,14 +48,14 @@ def _hotel(b: dict[str, Any]) -> str:
     return (
         f"hotel booking {b['id']}: {b['hotel_name']}, {b['nights']} night(s) from "
         f"{b['check_in']} for {b['traveler']} (trip {b['trip_id']}), total "
-        f"{_dollars(b['total'])}"
+        f"{dollars(b['total'])}"
     )
 
 
 def _cancellation(c: dict[str, Any]) -> str:
     return (
         f"cancellation {c['id']} of flight booking {c['booking_id']} (trip {c['trip_id']}), "
-        f"fare refunded {_dollars(c['refund_amount'])}"
+        f"fare refunded {dollars(c['refund_amount'])}"
     )
 
 
