@@ -302,8 +302,9 @@ def _fork_worker(argv: list[str], err: Any, records: str) -> _ForkedWorker:
         # captures output replaces them): the worker's own streams are those fds.
         sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", encoding="utf-8", closefd=False, buffering=1)  # noqa: SIM115
-        from .cli import cli
+        from .cli import batch_gc, cli
 
+        batch_gc()
         cli.main(args=argv, prog_name="twice", standalone_mode=True)
         code = 0
     except SystemExit as ex:

@@ -7,7 +7,10 @@ No test here is timed; the timings are in bench/ and docs/BENCHMARKS.md.
 from __future__ import annotations
 
 import gc
+import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -84,6 +87,28 @@ def test_gc_for_trials_restores_thresholds() -> None:
     with gc_for_trials():
         assert gc.get_threshold() == GC_THRESHOLDS
     assert gc.get_threshold() == before
+
+
+CONSOLE_SCRIPT_GC = """
+import atexit, gc, json, sys
+from twice.evals.cli import main
+
+atexit.register(lambda: print(json.dumps([gc.get_threshold(), gc.get_freeze_count() > 0])))
+sys.argv = ["twice", "list"]
+main()
+"""
+
+
+def test_the_console_script_keeps_the_trials_gc_thresholds_until_it_exits() -> None:
+    # run_suite puts the caller's thresholds back when it ends; under the console script
+    # those are the trials' own, so no full collection starts on the way out.
+    done = subprocess.run(
+        [sys.executable, "-c", CONSOLE_SCRIPT_GC], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    thresholds, frozen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert thresholds == list(GC_THRESHOLDS)
+    assert frozen
 
 
 def test_stub_rejects_a_negative_delay() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from twice.evals import Cell, SuiteError, suite_from_flags
+from twice.evals._run import GC_THRESHOLDS
 from twice.evals._shards import (
     FORK_ENV,
     MIN_CELLS_PER_WORKER,
@@ -144,6 +145,26 @@ def test_bad_shard_is_a_usage_error(twice: Twice, tmp_path: Path) -> None:
     assert "drop --workers" in result.output
 
 
+@pytest.mark.parametrize(("display", "workers_get"), [("plain", "none"), ("log", "log")])
+def test_workers_display_only_what_someone_reads(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, display: str, workers_get: str
+) -> None:
+    # A worker's stdout goes to /dev/null: the plain display's end-of-set table (seconds of
+    # layout for a big suite) would be drawn for no one. The log display writes to stderr,
+    # whose tail the parent shows when a worker fails.
+    from twice.evals import _workers
+
+    seen: list[list[str]] = []
+
+    def run_parallel(suite: Any, out: Any, args: list[str], *rest: Any, **kw: Any) -> None:
+        seen.append(args)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(_workers, "run_parallel", run_parallel)
+    twice("run", *SUITE, "--workers", "2", "--display", display, "--log-dir", tmp_path)
+    assert [a for a in seen[0] if a.startswith("--display")] == [f"--display={workers_get}"]
+
+
 @pytest.fixture(scope="module")
 def unsharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from click.testing import CliRunner
@@ -255,13 +276,23 @@ def no_interpreter(*args, **kwargs):
     raise AssertionError(f"a worker was started as a new interpreter: {args}")
 
 subprocess.Popen = no_interpreter
+import gc, os
+from twice.evals import _run
 from twice.evals._shards import run_workers
+
+evaluate = _run.evaluate
+
+def recording(*args, **kwargs):  # what the worker's collector is set to once trials end
+    logs = evaluate(*args, **kwargs)
+    Path(sys.argv[1], f"gc-{os.getpid()}").write_text(json.dumps(gc.get_threshold()))
+    return logs
+
+_run.evaluate = recording
 
 assert threading.active_count() == 1, threading.enumerate()
 args = ["--model", "stub/verify", "--task", "refund", "--fault", "none", "--fault",
         "lost_reply", "--limit", "1", "--display", "none"]
 exits = run_workers(args, Path(sys.argv[1]), 2)
-import gc
 assert gc.get_freeze_count() == 0, "the parent's heap was left frozen"
 print(json.dumps([[w.shard.index, w.returncode, w.stderr_tail, sorted(w.records)] for w in exits]))
 """
@@ -287,6 +318,10 @@ def test_workers_are_forks_of_the_run_process_on_linux(tmp_path: Path) -> None:
         # each worker handed over what it read of its logs, so the parent need not read them
         shard_logs = sorted(str(p) for p in (tmp_path / f"shard-{i}-of-2").glob("*.eval"))
         assert records == shard_logs
+    # a worker ends soon after its trials: it keeps their GC thresholds, and so spares its
+    # critical path the full collections that putting Python's defaults back would start
+    seen = [json.loads(p.read_text()) for p in tmp_path.glob("gc-*")]
+    assert seen == [list(GC_THRESHOLDS)] * 2, seen
 
 
 def test_a_worker_that_fails_reports_its_exit_code_and_last_lines(tmp_path: Path) -> None:
