@@ -45,7 +45,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from twice.reports import CATALOGUE, CELL, COMPARED, baseline_test, crashed, metric, wilson
+from twice.reports import (
+    CELL,
+    COMPARED,
+    GATEABLE,
+    baseline_test,
+    crashed,
+    metric,
+    wilson,
+)
 
 STATISTICS = ("point", "lower", "upper")
 
@@ -175,7 +183,7 @@ def _rule(block: Any, index: int, source: str) -> Rule:
             f"expected: {', '.join(sorted(_RULE_KEYS))}"
         )
     metric_name = block.get("metric")
-    known = [m.name for m in CATALOGUE]
+    known = [m.name for m in GATEABLE]
     if metric_name not in known:
         raise GateError(
             f"{where}: unknown metric {metric_name!r}; expected one of: {', '.join(known)}"
@@ -224,7 +232,7 @@ def _baseline(block: Any, source: str) -> BaselinePolicy:
         )
     alpha = _probability(block.get("alpha", 0.05), where, "alpha", open_interval=True)
     names = _patterns(block.get("metrics", list(COMPARED)), where, "metrics")
-    rates = [m.name for m in CATALOGUE if m.kind == "rate"]
+    rates = [m.name for m in GATEABLE if m.kind == "rate"]
     for m in names:
         if m not in rates:
             raise GateError(

@@ -30,7 +30,7 @@ from ._frame import (
 )
 from ._html import render_report, report_data, write_report
 from ._logs import LogDir, LogEntry, check_log_dir, log_files, read_log_dir
-from ._metrics import CATALOGUE, COMPARED, Metric, crashed, metric
+from ._metrics import AGENT_CRASHED, CATALOGUE, COMPARED, GATEABLE, Metric, crashed, metric
 from ._passk import no_dup_k
 from ._shards import SHARD_DIR, Shard, ShardSet, find_shards, require_complete
 from ._storage import (
@@ -52,9 +52,11 @@ from ._storage import (
 )
 
 __all__ = [
+    "AGENT_CRASHED",
     "CATALOGUE",
     "CELL",
     "COMPARED",
+    "GATEABLE",
     "LEDGER_COLUMNS",
     "METRICS",
     "PARSE_COLUMNS",

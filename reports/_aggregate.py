@@ -11,7 +11,7 @@ import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
 from ._frame import CELL, with_agent
-from ._metrics import CATALOGUE, crashed
+from ._metrics import AGENT_CRASHED, CATALOGUE, crashed
 from ._passk import no_dup_k
 from ._storage import Location, as_location, write_text
 
@@ -66,8 +66,8 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     scored = trials["completed"].notna()
     rate_columns = [m.column for m in CATALOGUE if m.ci is not None]
     mean_columns = [m.column for m in CATALOGUE if m.ci is None]
-    if "crashed" in trials:
-        rate_columns.append("crashed")
+    if AGENT_CRASHED.column in trials:
+        rate_columns.append(AGENT_CRASHED.column)
     metric_columns = list(dict.fromkeys(rate_columns + mean_columns))
     masked = trials[metric_columns].astype(float).where(scored, math.nan)
     masked[keys] = trials[keys]
@@ -95,10 +95,10 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
             rate(m.column, m.ci, m.name)
         else:
             out[m.name] = np.where(n > 0, means[m.column].to_numpy(), math.nan)
-    if "crashed" in trials:
+    if AGENT_CRASHED.column in trials:
         # Agents under test: trials whose agent raised (scored, so counted over the scored
         # trials). Not in the catalogue, whose columns are the scorer's own metrics.
-        rate("crashed", "crashed_ci", "crashed_rate")
+        rate(AGENT_CRASHED.column, str(AGENT_CRASHED.ci), AGENT_CRASHED.name)
     out["tokens_mean"] = means["_tokens"].to_numpy(dtype=float)
     out["no_dup_k"] = [passk.get(key, {}) for key in index]
     return pd.DataFrame(out)

@@ -112,27 +112,45 @@ CATALOGUE: tuple[Metric, ...] = (
 )
 """Every per-cell metric, in ``summary.json`` order."""
 
+AGENT_CRASHED = Metric(
+    "crashed_rate",
+    "crashed",
+    "agent crashed",
+    "lower",
+    "rate",
+    "trials whose agent under test raised (each still scored from its ledger)",
+)
+"""A per-cell rate outside :data:`CATALOGUE`, whose columns are the side-effects scorer's
+own: ``crashed`` comes from the trial's store, where a framework agent that raised (a
+``ReadTimeout`` on a lost reply, say) is recorded. Such a trial can still count as completed
+and not duplicated, so only this rate shows the crash to a gate. 0 for twice's own agent
+loop, which does not crash."""
+
+GATEABLE: tuple[Metric, ...] = (*CATALOGUE, AGENT_CRASHED)
+"""Every metric ``summary.json`` gives per cell with a value a gate rule can bound."""
+
 COMPARED: tuple[str, ...] = ("duplication_rate", "safe_success_rate", "completion_rate")
 """The rates compared between prompts, against a baseline run, and (by default) by the gate's
 ``[baseline]`` check, in the order the report shows them."""
 
 
 def metric(name: str) -> Metric:
-    """The catalogue entry named ``name`` (its summary key, e.g. ``duplication_rate``), or the
-    one computed from the per-trial column ``name`` (``duplicated``).
+    """The metric named ``name`` (its summary key, e.g. ``duplication_rate``), or the one
+    computed from the per-trial column ``name`` (``duplicated``), among :data:`GATEABLE`.
 
     Raises:
         KeyError: naming the metrics there are.
     """
-    for m in CATALOGUE:
+    for m in GATEABLE:
         if name in (m.name, m.column):
             return m
     raise KeyError(f"unknown metric {name!r}; expected one of: {', '.join(names())}")
 
 
 def names(kind: Literal["rate", "mean"] | None = None) -> list[str]:
-    """The catalogue's metric names, optionally only the rates or only the means."""
-    return [m.name for m in CATALOGUE if kind is None or m.kind == kind]
+    """The names of the metrics a gate can bound (:data:`GATEABLE`), optionally only the
+    rates or only the means."""
+    return [m.name for m in GATEABLE if kind is None or m.kind == kind]
 
 
 def crashed(trials: pd.DataFrame) -> pd.Series:

@@ -81,6 +81,7 @@ def make_trials() -> Callable[..., pd.DataFrame]:
     """Build a synthetic trial frame: ``make_trials(n, duplicated=k, model=...)``.
 
     The first ``k`` trials are duplicated, the first ``completed`` are completed (default all);
+    the first ``agent_crashed`` scored trials had an agent under test that raised;
     ``errors`` more trials are appended as crashed (metrics NaN, an error message).
     """
 
@@ -90,6 +91,7 @@ def make_trials() -> Callable[..., pd.DataFrame]:
         duplicated: int = 0,
         completed: int | None = None,
         errors: int = 0,
+        agent_crashed: int = 0,
         **cell: str,
     ) -> pd.DataFrame:
         keys = {"model": "m/a", "prompt": "baseline", "task": "refund", "fault": "lost_reply"}
@@ -114,6 +116,7 @@ def make_trials() -> Callable[..., pd.DataFrame]:
                 "epoch": 1,
                 "sample": f"s{i}",
                 "error": "RuntimeError('boom')" if crashed else "",
+                "crashed": float(i < agent_crashed),
             }
             rows.append(row)
         return pd.DataFrame(rows)

@@ -79,6 +79,19 @@ def test_twice_run_scores_a_crashing_agent_and_reports_it(
     assert cell["completion_rate"] == 1.0  # the refund was made before the agent crashed
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "Agents that crashed" in html and "ReadTimeout" in html
+    # completed and not duplicated: only a rule on crashed_rate keeps this release back
+    gate = tmp_path / "gate.toml"
+    gate.write_text(
+        '[[rule]]\nname = "no dup"\nmetric = "duplication_rate"\nmax = 0.0\n'
+        'statistic = "point"\n\n'
+        '[[rule]]\nname = "no crash"\nmetric = "crashed_rate"\nmax = 0.0\n'
+        'statistic = "point"\n',
+        encoding="utf-8",
+    )
+    result = twice("gate", out, "--config", gate)
+    assert result.exit_code == 1, result.output
+    assert "gate FAILED: 1 passed, 1 failed" in result.stdout
+    assert "point of crashed_rate = 100.0% > max 0.0%" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -89,6 +89,26 @@ def test_gate_errored_trials_are_excluded_and_noted(make_trials: Trials) -> None
     assert result.notes == ["3 errored trial(s) were excluded from the rates"]
 
 
+def test_gate_bounds_the_rate_of_agents_that_crashed(make_trials: Trials) -> None:
+    # A framework agent that raises on a lost reply may have made the refund once before it
+    # died: completed, not duplicated. Only crashed_rate shows the crash, so a gate bounds it.
+    cfg = parse_gate({"rule": [{"name": "no crash", "metric": "crashed_rate", "max": 0.2}]})
+    assert evaluate_gate(make_trials(24), cfg).passed
+    result = evaluate_gate(make_trials(24, agent_crashed=12), cfg)
+    assert not result.passed
+    message = result.failures[0].message
+    assert "upper 95% bound of crashed_rate" in message and "12 of 24 trials crashed" in message
+    assert evaluate_gate(make_trials(24, agent_crashed=12), parse_gate(rule())).passed
+
+
+def test_gate_baseline_compares_agent_crashes(make_trials: Trials) -> None:
+    cfg = parse_gate({"baseline": {"metrics": ["crashed_rate"]}})
+    old, new = make_trials(100), make_trials(100, agent_crashed=20)
+    result = evaluate_gate(new, cfg, baseline=old)
+    assert not result.passed
+    assert "crashed_rate 20.0% (20/100) vs baseline 0.0% (0/100)" in result.failures[0].message
+
+
 def test_gate_mean_metric_bounds_the_point(make_trials: Trials) -> None:
     cfg = parse_gate({"rule": [{"name": "x", "metric": "excess_effects_mean", "max": 0.1}]})
     assert evaluate_gate(make_trials(20, duplicated=1), cfg).passed  # mean 0.05
