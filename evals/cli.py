@@ -754,7 +754,9 @@ def batch_gc() -> None:
     twice per run (after the eval set and after the summary), on the critical path of every
     ``twice run`` and of each ``--workers`` worker. The process is about to exit; it need not
     pay for a tidy heap. The console script and each forked worker call this; code that calls
-    twice as a library keeps its own thresholds.
+    twice as a library keeps its own thresholds. ``twice serve``, the one long-lived command,
+    runs under them too: its trials allocate the same short-lived objects, and the oldest
+    generation is still collected, only less often.
     """
     gc.set_threshold(*GC_THRESHOLDS)
 
