@@ -26,7 +26,7 @@ from inspect_ai.tool import mcp_connection, mcp_server_http
 from inspect_ai.util import sandbox, store
 from twice.assertions import side_effects
 from twice.mocks import LEDGER_STORE_KEY, STUB_STORE_KEY, get_fault
-from twice.tasks import get_protection, load_prompt, task_parts
+from twice.tasks import get_protection, load_prompt, prompt_metadata, task_parts
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
@@ -263,11 +263,11 @@ def served_task(
         prompt: A built-in prompt name or a prompt file path.
         solver: The agent; default: the model drives the trial's tools over MCP.
         lost_reply: ``drop`` or ``hang`` for lost replies over HTTP.
+        message_limit: Hard stop for agents that loop.
+        sandbox: The task's sandbox (``local`` for :func:`command_agent`).
 
     A server started with ``--token`` needs the token in ``$TWICE_SERVE_TOKEN`` (never a task
     or solver argument, which inspect would log).
-        message_limit: Hard stop for agents that loop.
-        sandbox: The task's sandbox (``local`` for :func:`command_agent`).
 
     Raises:
         ValueError: for an unknown task, fault, protection or prompt.
@@ -289,10 +289,7 @@ def served_task(
                 "task": task,
                 "fault": fault,
                 "protection": protection,
-                "prompt": p.name,
-                "prompt_source": p.source,
-                "prompt_sha256": p.sha256,
-                "prompt_text": p.text,
+                **prompt_metadata(p),
                 "served": True,
             }
         },

@@ -26,7 +26,14 @@ from ._toolkit import (
     mutate,
     read,
 )
-from ._trial import TaskParts, check_agent_cell, resumable_generate, trial_setup, twice_task
+from ._trial import (
+    TaskParts,
+    check_agent_cell,
+    prompt_metadata,
+    resumable_generate,
+    trial_setup,
+    twice_task,
+)
 from .archive_record import archive_record
 from .create_ticket import create_ticket
 from .place_order import place_order
@@ -106,6 +113,7 @@ __all__ = [
     "make_tool",
     "mutate",
     "place_order",
+    "prompt_metadata",
     "read",
     "refund",
     "resumable_generate",

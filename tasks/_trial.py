@@ -284,16 +284,26 @@ def twice_task(
                 # Who makes the HTTP calls: twice's tool layer (the protection applies) or the
                 # agent's own tools (called bare: the protection axis is always "bare").
                 "tool_layer": "twice" if agent == REACT else "agent",
-                "prompt": p.name,
-                "prompt_source": p.source,
-                "prompt_sha256": p.sha256,
-                # A digest, the size and an excerpt: every log header (and inspect's
-                # logs.json listing) carries this, so a 10 MB prompt is not copied into each.
-                "prompt_text": p.excerpt,
-                "prompt_bytes": p.size,
+                **prompt_metadata(p),
             }
         },
     )
+
+
+def prompt_metadata(p: Prompt) -> dict[str, Any]:
+    """What a twice eval's metadata (``metadata["twice"]``) says about its prompt.
+
+    Its name and source, and a digest, the size and an excerpt of its text, not the text:
+    every log header (and inspect's ``logs.json`` listing) carries this, so a 10 MB prompt is
+    not copied into each. The report shows the excerpt; the digest tells prompts apart.
+    """
+    return {
+        "prompt": p.name,
+        "prompt_source": p.source,
+        "prompt_sha256": p.sha256,
+        "prompt_text": p.excerpt,
+        "prompt_bytes": p.size,
+    }
 
 
 AGENT_FAULTS_REFUSED = ("crash_after_commit",)

@@ -69,3 +69,17 @@ def test_served_eval_with_a_token_keeps_it_out_of_the_log(
     from inspect_ai.log import read_eval_log
 
     assert token not in read_eval_log(log.location).model_dump_json()
+
+
+def test_served_and_local_tasks_log_the_same_prompt_facts(tmp_path: Path) -> None:
+    # Every log header carries the eval's metadata: a served task logged its prompt's whole
+    # text there, a local task a digest, the size and an excerpt. Both now log the latter.
+    from twice.tasks import refund
+
+    prompt = tmp_path / "long.txt"
+    prompt.write_text("Refund the customer exactly once. " * 2000, encoding="utf-8")
+    served = served_task("refund", "http://127.0.0.1:9", prompt=str(prompt)).metadata["twice"]
+    local = refund(prompt=str(prompt)).metadata["twice"]
+    facts = ("prompt", "prompt_source", "prompt_sha256", "prompt_text", "prompt_bytes")
+    assert {k: served[k] for k in facts} == {k: local[k] for k in facts}
+    assert served["prompt_bytes"] == 68_000 and len(served["prompt_text"]) < 68_000 // 10
