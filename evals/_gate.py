@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 import pandas as pd
 from twice.reports import (
+    AGENT_CRASHED,
     CELL,
     COMPARED,
     GATEABLE,
@@ -316,6 +317,13 @@ class _Cell:
     scored: pd.DataFrame
 
 
+def _with_crashed(trials: pd.DataFrame) -> pd.DataFrame:
+    """The frame with the ``crashed`` column a ``crashed_rate`` check reads: a frame without it
+    (built by hand, or by code from before agents under test) had no agent that could crash."""
+    column = AGENT_CRASHED.column
+    return trials if column in trials else trials.assign(**{column: 0.0})
+
+
 def _cells(trials: pd.DataFrame) -> list[_Cell]:
     out = []
     for key, group in trials.groupby(list(CELL), sort=True, dropna=False):
@@ -452,6 +460,9 @@ def evaluate_gate(
             (summary.json's ``run.sequential``): rules on rates then use anytime-valid
             bounds (a confidence sequence), valid although the run looked after every round.
     """
+    trials = _with_crashed(trials)
+    if baseline is not None:
+        baseline = _with_crashed(baseline)
     cells = _cells(trials)
     checks: list[Check] = []
     check = _check_rule if sequential is None else _check_sequential

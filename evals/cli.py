@@ -299,7 +299,7 @@ def run(
                     ("max-connections", (max_connections,) if max_connections else ()),
                     # a worker's stdout is discarded: only "log" (to stderr, whose tail
                     # shows when a worker fails) is worth a worker's time
-                    ("display", ("log" if display == "log" else "none",)),
+                    ("display", ("log" if (display or default_display()) == "log" else "none",)),
                     ("timeout", (timeout,)),
                     ("max-retries", (max_retries,)),
                     ("agent-cmd", (agent_cmd,) if agent_cmd else ()),

@@ -91,9 +91,15 @@ def test_gc_for_trials_restores_thresholds() -> None:
 
 CONSOLE_SCRIPT_GC = """
 import atexit, gc, json, sys
+from twice.evals._run import gc_for_trials
 from twice.evals.cli import main
 
-atexit.register(lambda: print(json.dumps([gc.get_threshold(), gc.get_freeze_count() > 0])))
+def at_exit():
+    with gc_for_trials():  # what a run does around its trials, then restores
+        pass
+    print(json.dumps([gc.get_threshold(), gc.get_freeze_count() > 0]))
+
+atexit.register(at_exit)
 sys.argv = ["twice", "list"]
 main()
 """

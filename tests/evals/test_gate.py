@@ -101,6 +101,15 @@ def test_gate_bounds_the_rate_of_agents_that_crashed(make_trials: Trials) -> Non
     assert evaluate_gate(make_trials(24, agent_crashed=12), parse_gate(rule())).passed
 
 
+def test_gate_reads_a_frame_without_a_crashed_column_as_no_crash(make_trials: Trials) -> None:
+    # a frame from before agents under test (or built by hand) has no agent that could crash
+    cfg = parse_gate({"rule": [{"name": "no crash", "metric": "crashed_rate", "max": 0.2}]})
+    old = make_trials(24).drop(columns="crashed")
+    assert evaluate_gate(old, cfg).passed
+    baseline = parse_gate({"baseline": {"metrics": ["crashed_rate"]}})
+    assert evaluate_gate(make_trials(24), baseline, baseline=old).passed
+
+
 def test_gate_baseline_compares_agent_crashes(make_trials: Trials) -> None:
     cfg = parse_gate({"baseline": {"metrics": ["crashed_rate"]}})
     old, new = make_trials(100), make_trials(100, agent_crashed=20)

@@ -145,9 +145,17 @@ def test_bad_shard_is_a_usage_error(twice: Twice, tmp_path: Path) -> None:
     assert "drop --workers" in result.output
 
 
-@pytest.mark.parametrize(("display", "workers_get"), [("plain", "none"), ("log", "log")])
+@pytest.mark.parametrize(
+    ("display", "env", "workers_get"),
+    [("plain", "", "none"), ("log", "", "log"), (None, "log", "log"), (None, "plain", "none")],
+)
 def test_workers_display_only_what_someone_reads(
-    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, display: str, workers_get: str
+    twice: Twice,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    display: str | None,
+    env: str,
+    workers_get: str,
 ) -> None:
     # A worker's stdout goes to /dev/null: the plain display's end-of-set table (seconds of
     # layout for a big suite) would be drawn for no one. The log display writes to stderr,
@@ -161,7 +169,11 @@ def test_workers_display_only_what_someone_reads(
         raise SystemExit(0)
 
     monkeypatch.setattr(_workers, "run_parallel", run_parallel)
-    twice("run", *SUITE, "--workers", "2", "--display", display, "--log-dir", tmp_path)
+    monkeypatch.setenv("INSPECT_DISPLAY", env)  # what the parent shows when no --display
+    at = SUITE.index("--display")
+    suite = SUITE[:at] + SUITE[at + 2 :]
+    flag = ["--display", display] if display else []
+    twice("run", *suite, "--workers", "2", *flag, "--log-dir", tmp_path)
     assert [a for a in seen[0] if a.startswith("--display")] == [f"--display={workers_get}"]
 
 
