@@ -28,14 +28,13 @@ def agent_overhead(
     ratios: dict[str, float] = {}
     pairs: dict[str, Paired] = {}
     with scratch_dir(work, "agents") as logs, gc_for_trials():
-        react = _runner(lambda: refund(fault="none"), model, epochs, logs, twice=True, **extra)
+        react = _runner(lambda: refund(fault="none"), model, epochs, logs, **extra)
         for name in BUILTIN_AGENTS:
             subject = _runner(
                 lambda name=name: refund(fault="none", agent=name),  # type: ignore[misc]
                 model,
                 epochs,
                 logs,
-                twice=True,
                 **extra,
             )
             pairs[name] = paired(react, subject, reps)

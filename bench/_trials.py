@@ -172,7 +172,7 @@ def scratch_dir(root: Path, name: str) -> Iterator[Path]:
 
 
 def _runner(
-    task: Callable[[], Task], model: Model, epochs: int, log_dir: Path, twice: bool, **extra: Any
+    task: Callable[[], Task], model: Model, epochs: int, log_dir: Path, **extra: Any
 ) -> Callable[[], EvalLog]:
     options = {**eval_options("none"), **extra}
 
@@ -216,13 +216,12 @@ def overhead_runners(
 ) -> tuple[Callable[[], EvalLog], Callable[[], EvalLog]]:
     """The two evals ``overhead_ratio`` compares: the bare trial's, then twice's refund trial
     (``stub/retry``, fault ``none``, protection ``bare``). ``extra``: more eval options."""
-    base = _runner(bare_task, bare_model(), epochs, log_dir, twice=False, **extra)
+    base = _runner(bare_task, bare_model(), epochs, log_dir, **extra)
     subject = _runner(
         lambda: refund(fault="none", protection="bare"),
         get_model("stub/retry"),
         epochs,
         log_dir,
-        twice=True,
         **extra,
     )
     return base, subject
@@ -236,8 +235,8 @@ def fault_cost(work: Path, epochs: int, reps: int) -> tuple[float, Paired]:
     """
     model = get_model("stub/no-retry")
     with scratch_dir(work, "fault") as logs, gc_for_trials(), no_results_table("none"):
-        none = _runner(lambda: refund(fault="none"), model, epochs, logs, twice=True)
-        lost = _runner(lambda: refund(fault="lost_reply"), model, epochs, logs, twice=True)
+        none = _runner(lambda: refund(fault="none"), model, epochs, logs)
+        lost = _runner(lambda: refund(fault="lost_reply"), model, epochs, logs)
         result = paired(none, lost, reps)
     return result.ratio(), result
 
@@ -261,7 +260,7 @@ def _throughput(
     sample, log = timed(run)
     trials = log.results.completed_samples if log.results else 0
     achieved = trials / sample.wall
-    logged = logged_seconds([log.location])
+    logged, _ = logged_run([log.location])
     ideal = connections / (turns * delay)
     # One Python thread finishes at most 1 / (CPU seconds per trial) trials a second.
     cpu_per_trial = sample.cpu / trials
@@ -294,8 +293,7 @@ def concurrency(
     with scratch_dir(work, "concurrency") as logs, gc_for_trials():
         runs = {
             name: {
-                n: _runner(task, model, n, logs, twice=name == "twice", max_connections=connections)
-                for n in (1, epochs)
+                n: _runner(task, model, n, logs, max_connections=connections) for n in (1, epochs)
             }
             for name, task, model in (
                 ("twice", lambda: refund(fault="none"), get_model("stub/retry", delay=delay)),
@@ -340,12 +338,7 @@ def concurrency_workers(
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"`{' '.join(cmd)}` exited {done.returncode}:\n{done.stderr}")
-        paths = [str(entry.path) for entry in read_log_dir(logs).current]
-        trials = 0
-        for path in paths:
-            log = read_eval_log(path, header_only=True)
-            trials += log.results.completed_samples if log.results else 0
-        wall = logged_seconds(paths)
+        wall, trials = logged_run([str(entry.path) for entry in read_log_dir(logs).current])
     ideal = connections / (2 * delay)
     return {
         "trials": trials,
@@ -357,8 +350,9 @@ def concurrency_workers(
     }
 
 
-def logged_seconds(locations: list[str]) -> float:
-    """Seconds from the first trial's start to the last write of the last log, from the logs.
+def logged_run(locations: list[str]) -> tuple[float, int]:
+    """Seconds from the first trial's start to the last write of the last log, and the trials
+    completed, from the logs (each read once).
 
     Not the eval's own ``started_at``/``completed_at``: inspect stamps those in whole seconds,
     so a 5.4 s run of workers read as 5 or 6 s (±20% on this figure). Samples carry
@@ -366,10 +360,12 @@ def logged_seconds(locations: list[str]) -> float:
     """
     paths = [unquote(urlparse(loc).path) if loc.startswith("file:") else loc for loc in locations]
     starts = []
+    trials = 0
     for path in paths:
         log = read_eval_log(path)
         starts += [_when(s.started_at) for s in log.samples or [] if s.started_at]
-    return max(os.path.getmtime(p) for p in paths) - min(starts)
+        trials += log.results.completed_samples if log.results else 0
+    return max(os.path.getmtime(p) for p in paths) - min(starts), trials
 
 
 def _when(stamp: str) -> float:

@@ -278,6 +278,7 @@ def run(
                 "a suite with a [local_model] runs in one process (one model server): "
                 "drop --workers or set it to 1"
             )
+        shown = display or default_display()  # the display this run uses
         where = f", shard {part}" if part else f", {n_workers} workers" if n_workers > 1 else ""
         if gate is None:  # a sequential run announces itself, naming its gate
             click.echo(f"twice: running {n_cells} cell(s){where}, logs in {out}", err=True)
@@ -299,7 +300,7 @@ def run(
                     ("max-connections", (max_connections,) if max_connections else ()),
                     # a worker's stdout is discarded: only "log" (to stderr, whose tail
                     # shows when a worker fails) is worth a worker's time
-                    ("display", ("log" if (display or default_display()) == "log" else "none",)),
+                    ("display", ("log" if shown == "log" else "none",)),
                     ("timeout", (timeout,)),
                     ("max-retries", (max_retries,)),
                     ("agent-cmd", (agent_cmd,) if agent_cmd else ()),
@@ -317,7 +318,7 @@ def run(
             run_args: dict[str, Any] = {
                 "model_args": _model_args(model_arg),
                 "max_connections": max_connections,
-                "display": display or default_display(),
+                "display": shown,
                 "report": not no_report,
                 "generate_config": local.generate_config() if local else None,
                 "timeout": timeout,
