@@ -3,16 +3,26 @@ ledger in the sample store."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
-from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
+from inspect_ai.scorer import (
+    Metric,
+    SampleScore,
+    Score,
+    Scorer,
+    Target,
+    mean,
+    metric,
+    scorer,
+)
 from inspect_ai.solver import TaskState
 from inspect_ai.util import store
 from twice.mocks import LEDGER_STORE_KEY, Ledger
 
 from ._checks import Assertion, check_all, parse_assertions
-from ._metrics import Intent, TrialMetrics, trial_metrics
+from ._metrics import METRICS, Intent, TrialMetrics, trial_metrics
 from ._verdict import format_failures
 
 EndStateCheck = Callable[[Ledger, dict[str, Any]], str | None]
@@ -47,7 +57,35 @@ def _store_ledger() -> Ledger:
     return Ledger.from_dict(data)
 
 
-@scorer(metrics={"*": [mean()]})
+@metric
+def rates() -> Metric:
+    """The mean of every per-trial metric (:data:`METRICS`) over the scored trials.
+
+    One pass over the scores. inspect's ``{"*": [mean()]}`` gives the same means, but it
+    deep-copies every sample's whole score (the evidence in its metadata too) once per key
+    before averaging: for a twice score that was most of the eval's results step, about
+    1% of a stub trial's CPU. A key whose value is NaN in a trial leaves that trial out of
+    that key's mean, as inspect does.
+    """
+
+    def compute(scores: list[SampleScore]) -> dict[str, float]:
+        sums = dict.fromkeys(METRICS, 0.0)
+        counts = dict.fromkeys(METRICS, 0)
+        for sample_score in scores:
+            value = sample_score.score.value
+            if not isinstance(value, dict):
+                continue
+            for key in METRICS:
+                x = value.get(key)
+                if isinstance(x, int | float) and not math.isnan(x):
+                    sums[key] += float(x)
+                    counts[key] += 1
+        return {k: sums[k] / counts[k] if counts[k] else math.nan for k in METRICS}
+
+    return compute
+
+
+@scorer(metrics=[rates()])
 def side_effects(end_state: EndStateCheck | None = None) -> Scorer:
     """Score a trial from its ledger: every per-trial metric of DESIGN.md.
 

@@ -106,3 +106,38 @@ def test_side_effect_assertions_reports_a_duplicate_from_an_argument(tmp_path: P
     score = sample.scores["side_effect_assertions"]  # type: ignore[attr-defined]
     assert score.value == 0.0
     assert "expected exactly 1, observed 2" in score.explanation
+
+
+def test_side_effects_header_gives_every_rate_over_the_trials(tmp_path: Path) -> None:
+    from twice.assertions import METRICS, side_effects
+
+    intents = lambda n: {"intents": [{"effect": REFUND, "identity": {}, "expected": n}]}  # noqa: E731
+    samples = [
+        Sample(id="expects-two", input="refund", metadata=intents(2)),
+        Sample(id="expects-one", input="refund", metadata=intents(1)),
+    ]
+    task = Task(dataset=samples, solver=naive_refund_solver(), scorer=side_effects())
+    log = eval(task, model="mockllm/model", display="none", log_dir=str(tmp_path))[0]
+    assert log.status == "success" and log.samples and log.results
+    (scores,) = log.results.scores
+    header = {name: m.value for name, m in scores.metrics.items()}
+    per_trial = [s.scores["side_effects"].value for s in log.samples]  # type: ignore[index]
+    assert list(header) == list(METRICS)
+    for name in METRICS:
+        assert header[name] == pytest.approx(sum(v[name] for v in per_trial) / 2), name
+    # Each trial refunds twice: a duplicate for the sample that expected one only.
+    assert header["duplicated"] == 0.5 and header["exactly_once"] == 0.5
+
+
+def test_rates_leaves_a_nan_out_of_that_key_only() -> None:
+    from inspect_ai.scorer import SampleScore, Score
+    from twice.assertions import METRICS
+    from twice.assertions._inspect import rates
+
+    def trial(**values: float) -> SampleScore:
+        return SampleScore(score=Score(value={k: values.get(k, 0.0) for k in METRICS}))
+
+    got = rates()([trial(duplicated=1.0), trial(duplicated=float("nan"), completed=1.0)])
+    assert got["duplicated"] == 1.0  # the NaN trial is left out of this key
+    assert got["completed"] == 0.5  # and counted for the others
+    assert rates()([])["duplicated"] != rates()([])["duplicated"]  # NaN: no trials
