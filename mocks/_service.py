@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import functools
 import inspect
 import json
 import re
@@ -118,9 +119,7 @@ class Service:
     """What messages call the service ("helpdesk API"); None: ``"<name> API"``."""
 
     def __init__(self, base_url: str | None = None) -> None:
-        # Normalised as httpx normalises a request's URL (lowercase host, no default port), so
-        # a base URL written "https://API.example.com" still matches the requests sent to it.
-        self.base_url = str(httpx.URL(base_url or self.default_base_url)).rstrip("/")
+        self.base_url = _normal_base_url(base_url or self.default_base_url)
         self.keys = IdempotencyStore()
         self._counters: dict[str, int] = {}
         self._services: Services | None = None
@@ -148,6 +147,33 @@ class Service:
         return f"{prefix}_{n}"
 
 
+@functools.lru_cache(maxsize=256)
+def _state_owners(kinds: tuple[type[Service], ...]) -> dict[str, type[Service]]:
+    """Which of ``kinds`` takes each state key. Worked out once per set of service classes
+    (a trial's setup builds its services from state every time); callers must not change
+    the returned dict."""
+    owner: dict[str, type[Service]] = {}
+    for kind in kinds:
+        for name, param in inspect.signature(kind).parameters.items():
+            if name == "base_url" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            if name in owner:
+                raise ValueError(
+                    f"state key {name!r} is taken by both {owner[name].__name__} and "
+                    f"{kind.__name__}; give one of them another constructor argument"
+                )
+            owner[name] = kind
+    return owner
+
+
+@functools.lru_cache(maxsize=256)
+def _normal_base_url(url: str) -> str:
+    # Normalised as httpx normalises a request's URL (lowercase host, no default port), so a
+    # base URL written "https://API.example.com" still matches the requests sent to it.
+    # Cached: every trial makes its services afresh, mostly with the same few URLs.
+    return str(httpx.URL(url)).rstrip("/")
+
+
 def services_from_state(state: Mapping[str, Any], *kinds: type[Service]) -> list[Service]:
     """Build a trial's services from a sample's ``state``: each key goes to the service whose
     constructor takes it (``{"orders": [...]}`` → ``PaymentsService(orders=[...])``).
@@ -160,17 +186,7 @@ def services_from_state(state: Mapping[str, Any], *kinds: type[Service]) -> list
         ValueError: for a key no service takes (a misspelt key must not give an empty
             service), naming it and the accepted keys; or a key two services take.
     """
-    owner: dict[str, type[Service]] = {}
-    for kind in kinds:
-        for name, param in inspect.signature(kind).parameters.items():
-            if name == "base_url" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                continue
-            if name in owner:
-                raise ValueError(
-                    f"state key {name!r} is taken by both {owner[name].__name__} and "
-                    f"{kind.__name__}; give one of them another constructor argument"
-                )
-            owner[name] = kind
+    owner = _state_owners(kinds)
     unknown = sorted(set(state) - set(owner))
     if unknown:
         names = ", ".join(k.__name__ for k in kinds)

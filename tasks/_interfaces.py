@@ -19,6 +19,26 @@ from typing import Any, Literal, TypeVar
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def shape_key(fn: Callable[..., Any]) -> tuple[object, ...]:
+    """What a function's name, signature and docstring depend on: the same key, the same ones.
+
+    Tools are closures made afresh for every trial; what is worked out from their signature
+    (a check, a schema) is worked out once per key instead.
+    """
+    return (
+        fn.__code__,
+        fn.__name__,
+        fn.__doc__,
+        repr(fn.__defaults__),
+        repr(fn.__kwdefaults__),
+        repr(fn.__annotations__),
+    )
+
+
+_MATCHED: set[tuple[object, ...]] = set()
+"""(interface, shape_key(fn)) of every function already checked against its interface."""
+
+
 def implements(interface: Callable[..., Any]) -> Callable[[F], F]:
     """Give a tool function its interface's docstring, after checking it has its signature.
 
@@ -27,12 +47,16 @@ def implements(interface: Callable[..., Any]) -> Callable[[F], F]:
     """
 
     def take(fn: F) -> F:
-        want, got = inspect.signature(interface), inspect.signature(fn)
-        if fn.__name__ != interface.__name__ or got != want:
-            raise TypeError(
-                f"tool {fn.__name__}{got} does not match its interface "
-                f"{interface.__name__}{want} ({interface.__module__})"
-            )
+        # Runs for every tool of every trial; two signatures cost a tenth of a trial's setup.
+        key = (interface, shape_key(fn))
+        if key not in _MATCHED:
+            want, got = inspect.signature(interface), inspect.signature(fn)
+            if fn.__name__ != interface.__name__ or got != want:
+                raise TypeError(
+                    f"tool {fn.__name__}{got} does not match its interface "
+                    f"{interface.__name__}{want} ({interface.__module__})"
+                )
+            _MATCHED.add(key)
         fn.__doc__ = interface.__doc__
         return fn
 

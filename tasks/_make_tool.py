@@ -26,6 +26,7 @@ from ._declare import (
     IdempotencyClass,
     ToolSpec,
 )
+from ._interfaces import shape_key
 
 
 def make_tool(
@@ -106,7 +107,7 @@ def make_tool(
     if verify_with is not None:
         twice["verify_with"] = verify_with
     options: dict[str, object] = {"twice": twice}
-    key = _schema_key(fn)
+    key = shape_key(fn)
     description, parameters = _schema(key, fn, execute)
     made = ToolDef(
         execute,
@@ -183,15 +184,3 @@ def _schema(
         parsed = ToolDef(execute, name=fn.__name__)
         cached = _SCHEMAS[key] = (parsed.description, parsed.parameters)
     return cached
-
-
-def _schema_key(fn: Callable[..., Any]) -> tuple[object, ...]:
-    """What a tool's schema depends on: the same key, the same schema."""
-    return (
-        fn.__code__,
-        fn.__name__,
-        fn.__doc__,
-        repr(fn.__defaults__),
-        repr(fn.__kwdefaults__),
-        repr(fn.__annotations__),
-    )

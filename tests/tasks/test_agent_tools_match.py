@@ -60,3 +60,26 @@ def test_implements_refuses_a_tool_whose_signature_differs_from_its_interface() 
 
     issue_refund_ok.__name__ = "issue_refund"
     assert implements(api.issue_refund)(issue_refund_ok).__doc__ == api.issue_refund.__doc__
+    # The check is remembered per code and signature, not per interface: a mismatch made
+    # after a match (the next trial's closure) is still refused, every time.
+    for _ in range(2):
+        with pytest.raises(TypeError, match="does not match"):
+            implements(api.issue_refund)(issue_refund)
+
+
+def test_implements_checks_a_closure_made_per_trial_once() -> None:
+    from twice.tasks import _interfaces as api
+    from twice.tasks._interfaces import _MATCHED, implements
+
+    def make(default: str) -> object:
+        async def issue_refund(order_id: str, amount: float, reason: str = default) -> str:
+            return ""
+
+        return implements(api.issue_refund)(issue_refund)
+
+    make("")
+    before = len(_MATCHED)
+    make("")  # the next trial's closure: same code, same signature
+    assert len(_MATCHED) == before
+    with pytest.raises(TypeError, match="does not match"):
+        make("x")  # same code, another default: another signature

@@ -134,6 +134,18 @@ def test_services_from_state_rejects_a_misspelt_key() -> None:
         services_from_state({"order": [ORDER]}, PaymentsService)
 
 
+def test_services_from_state_refuses_a_key_two_services_take_every_time() -> None:
+    class OtherPayments(PaymentsService):
+        name = "other"
+
+    services_from_state({"orders": [ORDER]}, PaymentsService)  # the good layout, cached
+    for _ in range(2):  # a refusal is not cached away
+        with pytest.raises(ValueError, match="state key 'orders' is taken by both"):
+            services_from_state({"orders": [ORDER]}, PaymentsService, OtherPayments)
+        with pytest.raises(ValueError, match="unknown state key"):
+            services_from_state({"order": [ORDER]}, PaymentsService)
+
+
 def test_twice_task_rejects_a_sample_whose_state_has_a_misspelt_key() -> None:
     dataset = MemoryDataset(
         [Sample(input="refund it", id="s1", metadata={"state": {"ordres": [ORDER]}})]
