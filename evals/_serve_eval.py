@@ -26,7 +26,7 @@ from inspect_ai.tool import mcp_connection, mcp_server_http
 from inspect_ai.util import sandbox, store
 from twice.assertions import side_effects
 from twice.mocks import LEDGER_STORE_KEY, STUB_STORE_KEY, get_fault
-from twice.tasks import get_protection, load_prompt, prompt_metadata, task_parts
+from twice.tasks import get_protection, load_prompt, prompt_metadata, stub_setup, task_parts
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
@@ -116,14 +116,7 @@ def served_trial_setup(
         )
         await sync_ledger()
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
-        store().set(
-            STUB_STORE_KEY,
-            {
-                "plan": state.metadata.get("plan", []),
-                "prompt": prompt_name,
-                "seed": f"{state.sample_id}:{state.epoch}:{prompt_name}",
-            },
-        )
+        store().set(STUB_STORE_KEY, stub_setup(state, prompt_name))
         return state
 
     return solve

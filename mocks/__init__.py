@@ -52,6 +52,7 @@ from ._stub import (
     UNKNOWN_OUTCOME,
     StubAPI,
     noisy_retry_rate,
+    stub_config,
 )
 from .services import (
     EmailService,
@@ -111,4 +112,5 @@ __all__ = [
     "noisy_retry_rate",
     "outcome_of",
     "services_from_state",
+    "stub_config",
 ]

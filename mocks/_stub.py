@@ -1,8 +1,9 @@
 """Stub models: deterministic, offline controls registered as the inspect provider ``stub``.
 
 ``--model stub/NAME`` works from ``twice run`` and ``inspect eval``. A stub sees what a real
-model sees (messages and tool schemas) plus the sample's gold plan, which twice's trial setup
-puts in the sample store (``twice:stub``); a real model never sees the store.
+model sees (messages and tool schemas) plus the sample's gold plan (its metadata's ``plan``)
+and what twice's trial setup puts in the sample store for it (``twice:stub``: the prompt's
+name and a seed, :func:`stub_config`); a real model sees neither.
 
 A stub follows the plan step by step. It recovers where it is from the ids of its *own* earlier
 tool calls (``stub_s<step>_<a|v><n>``), so it keeps no state between calls and adds nothing a
@@ -60,8 +61,42 @@ from inspect_ai.model import (
 from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
 from inspect_ai.util import store
 
+try:  # not public API: the running sample's TaskState, whose metadata holds the gold plan
+    from inspect_ai.solver._task_state import sample_state as _sample_state
+except ImportError:  # pragma: no cover - a later inspect; the setup copies the plan instead
+    _sample_state = None  # type: ignore[assignment]
+
 STUB_STORE_KEY = "twice:stub"
-"""Store key of what stubs may read: ``{"plan", "prompt", "seed"}``."""
+"""Store key of what stubs read: ``{"prompt", "seed"}``, and ``"plan"`` when the sample's
+metadata cannot be reached (:data:`PLAN_FROM_METADATA`)."""
+
+PLAN_FROM_METADATA = _sample_state is not None
+"""Whether stubs read the gold plan from the running sample's metadata. The plan is already
+there; a copy in the store was logged again in the setup's state and store events and in the
+final store (about 1.3 KB of a 24 KB refund sample). Should a later inspect drop the
+accessor, the setup copies the plan into the store again."""
+
+
+def stub_config(plan: list[dict[str, Any]], prompt: str, seed: str) -> dict[str, Any]:
+    """What a trial's setup puts in the store under :data:`STUB_STORE_KEY` for the stubs.
+
+    Args:
+        plan: The sample's gold plan (its metadata's ``plan``).
+        prompt: The prompt's name (``noisy`` draws its retry rate from it).
+        seed: The trial's seed, ``"<sample id>:<epoch>:<prompt>"``.
+    """
+    config: dict[str, Any] = {"prompt": prompt, "seed": seed}
+    if not PLAN_FROM_METADATA:
+        config["plan"] = plan
+    return config
+
+
+def _plan(config: dict[str, Any]) -> list[dict[str, Any]]:
+    if "plan" in config:
+        return config["plan"]  # type: ignore[no-any-return]
+    state = _sample_state() if _sample_state is not None else None
+    return list((state.metadata or {}).get("plan", [])) if state is not None else []
+
 
 UNKNOWN_OUTCOME = "may or may not have been"
 """Phrase in every unknown-outcome tool error (timeouts, 5xx): the action may have happened."""
@@ -231,13 +266,13 @@ class StubAPI(ModelAPI):
         cfg = store().get(STUB_STORE_KEY)
         if not cfg:
             raise RuntimeError(
-                f"stub/{self.behaviour} needs a gold plan in the sample store "
+                f"stub/{self.behaviour} needs its trial's setup in the sample store "
                 f"({STUB_STORE_KEY!r}); stub models only run twice tasks"
             )
         if self.delay:
             # A turn's latency, awaited like a network call so other trials run meanwhile.
             await asyncio.sleep(self.delay)
-        plan: list[dict[str, Any]] = cfg["plan"]
+        plan = _plan(cfg)
         turn = _last_turn(input)
         if turn is None:
             if any(isinstance(m, ChatMessageAssistant) for m in input):

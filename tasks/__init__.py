@@ -31,6 +31,7 @@ from ._trial import (
     check_agent_cell,
     prompt_metadata,
     resumable_generate,
+    stub_setup,
     trial_setup,
     twice_task,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "refund",
     "resumable_generate",
     "send_email",
+    "stub_setup",
     "task_parts",
     "travel_booking",
     "trial_setup",

@@ -14,7 +14,7 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import Tool
 from inspect_ai.util import store
 from twice.assertions import EndStateCheck, side_effects
-from twice.mocks import STUB_STORE_KEY, Service, Services, get_fault
+from twice.mocks import STUB_STORE_KEY, Service, Services, get_fault, stub_config
 
 from ._prompts import Prompt, load_prompt
 from ._protections import get_protection
@@ -108,19 +108,22 @@ def trial_setup(
         if contexts is not None:
             contexts[(state.sample_id, state.epoch)] = ctx
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
-        store().set(
-            STUB_STORE_KEY,
-            {
-                "plan": state.metadata.get("plan", []),
-                "prompt": prompt_name,
-                "seed": f"{state.sample_id}:{state.epoch}:{prompt_name}",
-            },
-        )
+        store().set(STUB_STORE_KEY, stub_setup(state, prompt_name))
         ctx.sync()
         ledger_changes_once()
         return state
 
     return solve
+
+
+def stub_setup(state: TaskState, prompt_name: str) -> dict[str, Any]:
+    """What a trial's setup stores under ``STUB_STORE_KEY`` for stub models: the prompt's
+    name and the trial's seed (``"<sample id>:<epoch>:<prompt>"``, so reruns repeat)."""
+    return stub_config(
+        state.metadata.get("plan", []),
+        prompt_name,
+        f"{state.sample_id}:{state.epoch}:{prompt_name}",
+    )
 
 
 def ledger_changes_once() -> None:

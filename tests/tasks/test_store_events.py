@@ -8,8 +8,10 @@ the whole net change once, and the final store holds the ledger as before.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from inspect_ai import eval
 from inspect_ai.event import StoreEvent
 from inspect_ai.log import EvalLog
@@ -66,3 +68,39 @@ def test_a_trial_cut_short_keeps_its_ledger(tmp_path: Path) -> None:
     last = _store_events(log)[-1]
     (ledger_add,) = [c for c in last.changes if c.path == f"/{LEDGER_STORE_KEY}"]
     assert ledger_add.value["attempts"] == sample.store[LEDGER_STORE_KEY]["attempts"]  # type: ignore[index]
+
+
+def _logged_plans(log: EvalLog) -> int:
+    """How many times the sample's gold plan text appears in its events and final store."""
+    assert log.samples
+    sample = log.samples[0]
+    marker = '"found_pattern"'  # a key only the plan's steps have
+    in_store = json.dumps(sample.store).count(marker)
+    in_events = sum(
+        json.dumps(e.model_dump(exclude={"sample", "state"})).count(marker) for e in sample.events
+    )
+    return in_store + in_events
+
+
+def test_the_gold_plan_is_not_copied_into_the_store(tmp_path: Path) -> None:
+    log = _run(tmp_path, "stub/retry", fault="lost_reply")
+    assert log.status == "success" and log.samples
+    assert "plan" not in log.samples[0].store[STUB_STORE_KEY]
+    assert _logged_plans(log) == 0
+    # the stub still follows the plan: the lost reply's retry duplicates the refund
+    assert len(log.samples[0].store[LEDGER_STORE_KEY]["effects"]) == 2
+
+
+def test_without_the_sample_accessor_the_plan_goes_in_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import twice.mocks._stub as stub
+
+    # what the setup and the stub do if a later inspect drops the private accessor
+    monkeypatch.setattr(stub, "_sample_state", None)
+    monkeypatch.setattr(stub, "PLAN_FROM_METADATA", False)
+    log = _run(tmp_path, "stub/retry", fault="lost_reply")
+    assert log.status == "success" and log.samples
+    assert log.samples[0].store[STUB_STORE_KEY]["plan"] == log.samples[0].metadata["plan"]
+    assert _logged_plans(log) > 0
+    assert len(log.samples[0].store[LEDGER_STORE_KEY]["effects"]) == 2
