@@ -19,7 +19,7 @@ from inspect_ai.scorer import (
 )
 from inspect_ai.solver import TaskState
 from inspect_ai.util import store
-from twice.mocks import LEDGER_STORE_KEY, Ledger
+from twice.mocks import LEDGER_STORE_KEY, Ledger, live_ledger
 
 from ._checks import Assertion, check_all, parse_assertions
 from ._metrics import METRICS, Intent, TrialMetrics, trial_metrics
@@ -47,7 +47,10 @@ def score_trial(
     return trial_metrics(ledger, intents, problem)
 
 
-def _store_ledger() -> Ledger:
+def _store_ledger(state: TaskState) -> Ledger:
+    live = live_ledger(state)  # a twice trial's: it reaches the store at cleanup
+    if live is not None:
+        return live
     data = store().get(LEDGER_STORE_KEY)
     if data is None:
         raise RuntimeError(
@@ -90,7 +93,7 @@ def side_effects(end_state: EndStateCheck | None = None) -> Scorer:
     """Score a trial from its ledger: every per-trial metric of DESIGN.md.
 
     The sample's ``metadata["intents"]`` lists what should happen (see :class:`Intent`); the
-    ledger comes from the sample store, where the task's tools keep it up to date. The score's
+    ledger is the trial's own (a twice trial's, live) or the sample store's. The score's
     metadata keeps the verdict evidence (effect ids and the attempts behind them).
 
     Args:
@@ -99,7 +102,7 @@ def side_effects(end_state: EndStateCheck | None = None) -> Scorer:
     """
 
     async def score(state: TaskState, target: Target) -> Score:
-        m = score_trial(_store_ledger(), state.metadata, end_state)
+        m = score_trial(_store_ledger(state), state.metadata, end_state)
         return Score(
             value=m.values(),
             answer=state.output.completion[:500] if state.output else None,
@@ -135,7 +138,7 @@ def side_effect_assertions(*assertions: Assertion, metadata_key: str = "assertio
             )
 
     async def score(state: TaskState, target: Target) -> Score:
-        ledger = _store_ledger()
+        ledger = _store_ledger(state)
         from_data = parse_assertions(state.metadata.get(metadata_key, []))
         checks = [*assertions, *from_data]
         if not checks:

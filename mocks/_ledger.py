@@ -8,6 +8,8 @@ with ``delivered=False``, exactly like a respx call whose side effect raised.
 from __future__ import annotations
 
 import re
+import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -146,6 +148,46 @@ class Ledger:
 
 LEDGER_STORE_KEY = "twice:ledger"
 """Key of the ledger (``Ledger.to_dict()``) in an inspect sample's store."""
+
+
+_LIVE: dict[str, tuple[Ledger, Callable[[], None]]] = {}
+"""Each running trial's live ledger and what copies it into its store, by sample uuid."""
+
+
+def keep_ledger(state: Any, ledger: Ledger, flush: Callable[[], None]) -> None:
+    """Register a running trial's live ledger, and how to copy it into the sample store.
+
+    The store gets the ledger once, when the trial is over (:func:`flush_ledger`, from the
+    task's cleanup), not after every call: each copy made while the trial ran was logged
+    twice more (in the solver's state event and the enclosing spans' store events) on top
+    of the final store. Meanwhile twice's scorers read the live ledger (:func:`live_ledger`).
+
+    Args:
+        state: The trial's inspect ``TaskState`` (its ``uuid`` names the trial).
+        ledger: The trial's ledger, which its services keep current.
+        flush: Copies the ledger into the store.
+    """
+    _LIVE[state.uuid] = (ledger, flush)
+    # Forgotten with the sample's store at the latest (a task without twice's cleanup).
+    weakref.finalize(state.store, _LIVE.pop, state.uuid, None)
+
+
+def live_ledger(state: Any) -> Ledger | None:
+    """The running trial's live ledger, if its setup registered one (:func:`keep_ledger`)."""
+    kept = _LIVE.get(state.uuid)
+    return kept[0] if kept is not None else None
+
+
+def flush_ledger(state: Any) -> None:
+    """Copy a trial's ledger into the sample store and forget the registration.
+
+    twice tasks call it at cleanup, which inspect runs after scoring, and also when the
+    trial failed before it: a trial that dies keeps its ledger. Does nothing for a trial
+    that registered nothing.
+    """
+    kept = _LIVE.pop(state.uuid, None)
+    if kept is not None:
+        kept[1]()
 
 
 def ledger_of(sample: Any) -> Ledger:

@@ -175,7 +175,11 @@ class TrialContext:
         return text
 
     def sync(self) -> None:
-        """Copy the ledger into the sample store, so it is in the log even if the trial dies."""
+        """Copy the ledger (and the action log and compensations) into the sample store.
+
+        The trial's setup registers this with :func:`~twice.mocks.keep_ledger`: it runs when
+        the trial ends (and when a crashed run restarts), not after every call.
+        """
         store().set(LEDGER_STORE_KEY, self.services.ledger.to_dict())
         if self.action_log is not None:
             store().set(ACTION_LOG_STORE_KEY, self.action_log.to_list())

@@ -1,8 +1,7 @@
 """``make_tool``: an async function becomes an inspect tool bound to a trial.
 
 The function's docstring is the tool's prompt; the tool's declared idempotency class goes in
-its schema's options; every text the agent is shown is recorded as an observation, and the
-ledger is copied to the sample store after each call.
+its schema's options; every text the agent is shown is recorded as an observation.
 """
 
 from __future__ import annotations
@@ -41,8 +40,7 @@ def make_tool(
     """Turn an async function into an inspect tool bound to a trial.
 
     The function's docstring is the tool's prompt (first paragraph → description, ``Args:`` →
-    parameter descriptions). Every text the agent is shown is recorded as an observation and
-    the ledger is copied to the store after each call.
+    parameter descriptions). Every text the agent is shown is recorded as an observation.
 
     Args:
         ctx: The trial context.
@@ -96,7 +94,6 @@ def make_tool(
             return text
         finally:
             CURRENT_CALL.reset(token)
-            ctx.sync()
 
     twice: dict[str, object] = {
         "mutating": idempotency is not None,

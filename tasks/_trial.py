@@ -14,7 +14,15 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import Tool
 from inspect_ai.util import store
 from twice.assertions import EndStateCheck, side_effects
-from twice.mocks import STUB_STORE_KEY, Service, Services, get_fault, stub_config
+from twice.mocks import (
+    STUB_STORE_KEY,
+    Service,
+    Services,
+    flush_ledger,
+    get_fault,
+    keep_ledger,
+    stub_config,
+)
 
 from ._prompts import Prompt, load_prompt
 from ._protections import get_protection
@@ -109,7 +117,7 @@ def trial_setup(
             contexts[(state.sample_id, state.epoch)] = ctx
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
         store().set(STUB_STORE_KEY, stub_setup(state, prompt_name))
-        ctx.sync()
+        keep_ledger(state, trial_services.ledger, ctx.sync)
         ledger_changes_once()
         return state
 
@@ -134,10 +142,11 @@ def ledger_changes_once() -> None:
     trial's store holds the stub's plan and the ledger, so this copying and the repeated
     changes were the largest part of twice's extra cost per trial over a bare inspect trial
     (measured in bench/, docs/BENCHMARKS.md). From here to the end of the sample, spans do not
-    copy the store; the ``solvers`` span, opened before this, still logs the net change
-    (everything setup and the tool calls wrote) once, and the sample's final store is logged
-    as before. ``ctx.sync()`` still keeps the store current after every call, so a trial that
-    dies keeps its ledger. If a later inspect moves the switch, spans track as before.
+    copy the store; the ``solvers`` span, opened before this, still logs the net change of
+    the solvers once. The ledger itself reaches the store when the trial ends
+    (:func:`~twice.mocks.keep_ledger`: the scorer, or the task's cleanup when the trial
+    fails), after the ``solvers`` span, so it is logged once, in the sample's final store.
+    If a later inspect moves the switch, spans track as before.
     """
     try:  # not public API (inspect_swarm uses it the same way); the variable is per task
         from inspect_ai.util._store import _store_events_suspended
@@ -276,6 +285,7 @@ def twice_task(
         ),
         solver=loop,
         scorer=side_effects(end_state),
+        cleanup=_keep_ledger_of_failed_trial,
         message_limit=message_limit,
         metadata={
             "twice": {
@@ -291,6 +301,12 @@ def twice_task(
             }
         },
     )
+
+
+async def _keep_ledger_of_failed_trial(state: TaskState) -> None:
+    """The task's cleanup: inspect runs it after scoring, and when the trial failed before
+    scoring, so the ledger reaches the log either way."""
+    flush_ledger(state)
 
 
 def prompt_metadata(p: Prompt) -> dict[str, Any]:

@@ -2,19 +2,22 @@
 
 Inspect copies the store at the start and end of every span and logs the difference, and
 every enclosing span logs the same change again. twice turns that off after its setup
-(``ledger_changes_once``): the setup's span logs what setup wrote, the ``solvers`` span logs
-the whole net change once, and the final store holds the ledger as before.
+(``ledger_changes_once``), and keeps the ledger out of the store until the trial is over
+(``keep_ledger``): the task's cleanup, which inspect runs after scoring and after a failure,
+puts it there, so the final store holds it and no event repeats it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from inspect_ai import eval
 from inspect_ai.event import StoreEvent
 from inspect_ai.log import EvalLog
+from inspect_ai.model import ModelOutput, ModelUsage, get_model
 from twice.mocks import LEDGER_STORE_KEY, STUB_STORE_KEY
 from twice.tasks import refund
 
@@ -34,20 +37,22 @@ def _store_events(log: EvalLog) -> list[StoreEvent]:
     return [e for e in log.samples[0].events if isinstance(e, StoreEvent)]
 
 
-def test_the_ledger_reaches_the_transcript_once(tmp_path: Path) -> None:
-    # stub/retry under lost_reply calls issue_refund twice: four tool spans on the old code,
-    # each logging its attempt, and the agent loop's span logging both again
+def test_the_ledger_is_logged_once_in_the_final_store(tmp_path: Path) -> None:
+    # stub/retry under lost_reply calls issue_refund twice: on the old code each tool span
+    # logged its attempt, then the agent loop's span and the solver's state event logged the
+    # ledger again; now it reaches the store when the trial is over
     log = _run(tmp_path, "stub/retry", fault="lost_reply")
-    assert log.status == "success"
+    assert log.status == "success" and log.samples
+    sample = log.samples[0]
     events = _store_events(log)
-    assert len(events) == 2, [[c.path for c in e.changes] for e in events]
-    setup, net = events
-    assert {c.path for c in setup.changes} == {f"/{STUB_STORE_KEY}", f"/{LEDGER_STORE_KEY}"}
-    (ledger_add,) = [c for c in net.changes if c.path == f"/{LEDGER_STORE_KEY}"]
-    assert len(ledger_add.value["attempts"]) == 2  # type: ignore[index]
-    # (events store long texts as attachments, so compare the attempts)
-    assert log.samples
-    assert log.samples[0].store[LEDGER_STORE_KEY]["attempts"] == ledger_add.value["attempts"]  # type: ignore[index]
+    # the setup's span and the solvers span each log what the setup stored for the stub
+    assert [[c.path for c in e.changes] for e in events] == [[f"/{STUB_STORE_KEY}"]] * 2
+    logged = [e for e in sample.events if f"/{LEDGER_STORE_KEY}" in json.dumps(e.model_dump())]
+    assert logged == [], [e.event for e in logged]
+    assert len(sample.store[LEDGER_STORE_KEY]["attempts"]) == 2
+    # the scorer judged the live ledger: the lost reply's retry is the duplicate
+    score = sample.scores["side_effects"].value  # type: ignore[index]
+    assert score["duplicated"] == 1.0  # type: ignore[index]
 
 
 def test_a_trial_cut_short_keeps_its_ledger(tmp_path: Path) -> None:
@@ -64,10 +69,33 @@ def test_a_trial_cut_short_keeps_its_ledger(tmp_path: Path) -> None:
     sample = log.samples[0]
     assert sample.limit is not None and sample.limit.type == "message"
     assert len(sample.store[LEDGER_STORE_KEY]["attempts"]) == 1
-    # the solvers span logs the net change on its way out through the limit
-    last = _store_events(log)[-1]
-    (ledger_add,) = [c for c in last.changes if c.path == f"/{LEDGER_STORE_KEY}"]
-    assert ledger_add.value["attempts"] == sample.store[LEDGER_STORE_KEY]["attempts"]  # type: ignore[index]
+
+
+def test_a_trial_that_fails_keeps_its_ledger(tmp_path: Path) -> None:
+    # The model makes the refund, then fails: no scorer runs, the task's cleanup does.
+    def outputs() -> Iterator[ModelOutput]:
+        call = ModelOutput.for_tool_call(
+            "mockllm/model",
+            "issue_refund",
+            {"order_id": "order_1042", "amount": 4.99, "reason": "cracked"},
+        )
+        call.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+        yield call
+        raise RuntimeError("the model fell over")
+
+    log = eval(
+        refund(fault="none", protection="bare"),
+        model=get_model("mockllm/model", custom_outputs=outputs()),
+        sample_id=["refund-001"],
+        log_dir=str(tmp_path),
+        display="none",
+    )[0]
+    assert log.samples
+    sample = log.samples[0]
+    assert sample.error is not None and "fell over" in sample.error.message
+    assert not sample.scores
+    (effect,) = sample.store[LEDGER_STORE_KEY]["effects"]
+    assert effect["name"] == "payments.refund.create"
 
 
 def _logged_plans(log: EvalLog) -> int:
