@@ -49,10 +49,10 @@ from twice.reports import (
     AGENT_CRASHED,
     CELL,
     COMPARED,
-    GATEABLE,
     baseline_test,
     crashed,
     metric,
+    metric_names,
     wilson,
 )
 
@@ -184,7 +184,7 @@ def _rule(block: Any, index: int, source: str) -> Rule:
             f"expected: {', '.join(sorted(_RULE_KEYS))}"
         )
     metric_name = block.get("metric")
-    known = [m.name for m in GATEABLE]
+    known = metric_names()
     if metric_name not in known:
         raise GateError(
             f"{where}: unknown metric {metric_name!r}; expected one of: {', '.join(known)}"
@@ -233,7 +233,7 @@ def _baseline(block: Any, source: str) -> BaselinePolicy:
         )
     alpha = _probability(block.get("alpha", 0.05), where, "alpha", open_interval=True)
     names = _patterns(block.get("metrics", list(COMPARED)), where, "metrics")
-    rates = [m.name for m in GATEABLE if m.kind == "rate"]
+    rates = metric_names("rate")
     for m in names:
         if m not in rates:
             raise GateError(

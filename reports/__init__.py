@@ -30,7 +30,16 @@ from ._frame import (
 )
 from ._html import render_report, report_data, write_report
 from ._logs import LogDir, LogEntry, check_log_dir, log_files, read_log_dir
-from ._metrics import AGENT_CRASHED, CATALOGUE, COMPARED, GATEABLE, Metric, crashed, metric
+from ._metrics import (
+    AGENT_CRASHED,
+    CATALOGUE,
+    COMPARED,
+    GATEABLE,
+    Metric,
+    crashed,
+    metric,
+    metric_names,
+)
 from ._passk import no_dup_k
 from ._shards import SHARD_DIR, Shard, ShardSet, find_shards, require_complete
 from ._storage import (
@@ -95,6 +104,7 @@ __all__ = [
     "log_records",
     "make_dirs",
     "metric",
+    "metric_names",
     "name_of",
     "no_dup_k",
     "open_binary",

@@ -144,10 +144,10 @@ def metric(name: str) -> Metric:
     for m in GATEABLE:
         if name in (m.name, m.column):
             return m
-    raise KeyError(f"unknown metric {name!r}; expected one of: {', '.join(names())}")
+    raise KeyError(f"unknown metric {name!r}; expected one of: {', '.join(metric_names())}")
 
 
-def names(kind: Literal["rate", "mean"] | None = None) -> list[str]:
+def metric_names(kind: Literal["rate", "mean"] | None = None) -> list[str]:
     """The names of the metrics a gate can bound (:data:`GATEABLE`), optionally only the
     rates or only the means."""
     return [m.name for m in GATEABLE if kind is None or m.kind == kind]

@@ -177,8 +177,8 @@ class TrialContext:
     def sync(self) -> None:
         """Copy the ledger (and the action log and compensations) into the sample store.
 
-        The trial's setup registers this with :func:`~twice.mocks.keep_ledger`: it runs when
-        the trial ends (and when a crashed run restarts), not after every call.
+        The trial's setup registers this with :func:`~twice.mocks.keep_ledger`: it runs once,
+        when the trial is over, not after every call.
         """
         store().set(LEDGER_STORE_KEY, self.services.ledger.to_dict())
         if self.action_log is not None:

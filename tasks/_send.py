@@ -350,7 +350,6 @@ async def _send(ctx: TrialContext, call: _Call, lookup: Lookup | None) -> Mutati
                 _settle(ctx, call, call.result(reply.json(), attempts=n))
             # The run dies here: after the commit (and after the durable log write),
             # before the result reaches the conversation.
-            ctx.sync()
             raise RunCrashed(ctx, call.number, call.route)
         if meaning == "done":
             replayed = reply.headers.get(REPLAYED_HEADER) == "true"

@@ -139,13 +139,13 @@ def ledger_changes_once() -> None:
 
     Inspect copies the whole store at the start and end of every span (each tool call, each
     solver) and logs the difference; enclosing spans log the same change again. A twice
-    trial's store holds the stub's plan and the ledger, so this copying and the repeated
+    trial's store then held the stub's plan and the ledger, so this copying and the repeated
     changes were the largest part of twice's extra cost per trial over a bare inspect trial
     (measured in bench/, docs/BENCHMARKS.md). From here to the end of the sample, spans do not
     copy the store; the ``solvers`` span, opened before this, still logs the net change of
-    the solvers once. The ledger itself reaches the store when the trial ends
-    (:func:`~twice.mocks.keep_ledger`: the scorer, or the task's cleanup when the trial
-    fails), after the ``solvers`` span, so it is logged once, in the sample's final store.
+    the solvers once. The ledger itself reaches the store at the task's cleanup
+    (:func:`~twice.mocks.keep_ledger`), after every span, so it is logged once, in the
+    sample's final store.
     If a later inspect moves the switch, spans track as before.
     """
     try:  # not public API (inspect_swarm uses it the same way); the variable is per task
@@ -191,7 +191,6 @@ def resumable_generate(
                         ) from crash
                     del state.messages[mark:]
                     crash.ctx.restart(calls)
-                    crash.ctx.sync()
                     transcript().info(
                         f"twice: run crashed after call {crash.call} ({crash.route}) committed; "
                         f"restarting from the checkpoint before it ({mark} messages, "
@@ -285,7 +284,7 @@ def twice_task(
         ),
         solver=loop,
         scorer=side_effects(end_state),
-        cleanup=_keep_ledger_of_failed_trial,
+        cleanup=_store_the_ledger,
         message_limit=message_limit,
         metadata={
             "twice": {
@@ -303,9 +302,9 @@ def twice_task(
     )
 
 
-async def _keep_ledger_of_failed_trial(state: TaskState) -> None:
-    """The task's cleanup: inspect runs it after scoring, and when the trial failed before
-    scoring, so the ledger reaches the log either way."""
+async def _store_the_ledger(state: TaskState) -> None:
+    """The task's cleanup: inspect runs it after scoring, and also when the trial failed
+    before scoring, so the ledger reaches the log either way."""
     flush_ledger(state)
 
 

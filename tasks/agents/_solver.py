@@ -107,7 +107,6 @@ def agent_solver(
         except Exception as ex:
             limit = _find_limit(ex)
             if limit is not None:
-                ctx.sync()
                 raise AgentLimitError(str(limit)) from None
             record.update(crashed=True, error=_describe(ex))
             transcript().info(f"twice: agent {agent!r} crashed: {record['error']}")
@@ -118,7 +117,6 @@ def agent_solver(
                 if isinstance(message, ChatMessageTool):
                     ctx.observe(message.text)
             store().set(AGENT_STORE_KEY, record)
-            ctx.sync()
         state.output = ModelOutput.from_content(str(state.model), answer)
         return state
 
