@@ -25,8 +25,15 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import mcp_connection, mcp_server_http
 from inspect_ai.util import sandbox, store
 from twice.assertions import side_effects
-from twice.mocks import LEDGER_STORE_KEY, STUB_STORE_KEY, get_fault
-from twice.tasks import get_protection, load_prompt, prompt_metadata, stub_setup, task_parts
+from twice.mocks import LEDGER_STORE_KEY, get_fault
+from twice.tasks import (
+    GoldPlans,
+    get_protection,
+    load_prompt,
+    prompt_metadata,
+    stub_setup,
+    task_parts,
+)
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
@@ -96,6 +103,7 @@ def served_trial_setup(
     prompt_name: str,
     prompt_text: str,
     lost_reply: str = "drop",
+    plans: GoldPlans | None = None,
 ) -> Solver:
     """Make this sample × epoch's trial on the server; set the prompt and the stubs' plan."""
 
@@ -116,7 +124,7 @@ def served_trial_setup(
         )
         await sync_ledger()
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
-        store().set(STUB_STORE_KEY, stub_setup(state, prompt_name))
+        stub_setup(state, prompt_name, plans)
         return state
 
     return solve
@@ -272,7 +280,9 @@ def served_task(
     return Task(
         name=task,
         dataset=parts.dataset,
-        setup=served_trial_setup(server, task, fault, protection, p.name, p.text, lost_reply),
+        setup=served_trial_setup(
+            server, task, fault, protection, p.name, p.text, lost_reply, parts.plans
+        ),
         solver=served_agent(solver or mcp_agent()),
         scorer=side_effects(parts.end_state),
         message_limit=message_limit,

@@ -54,8 +54,9 @@ from ._stub import (
     STUB_STORE_KEY,
     UNKNOWN_OUTCOME,
     StubAPI,
+    forget_stub_config,
+    keep_stub_config,
     noisy_retry_rate,
-    stub_config,
 )
 from .services import (
     EmailService,
@@ -110,13 +111,14 @@ __all__ = [
     "TravelService",
     "error_response",
     "flush_ledger",
+    "forget_stub_config",
     "get_fault",
     "keep_ledger",
+    "keep_stub_config",
     "ledger_of",
     "ledgers",
     "live_ledger",
     "noisy_retry_rate",
     "outcome_of",
     "services_from_state",
-    "stub_config",
 ]

@@ -8,10 +8,11 @@ with ``delivered=False``, exactly like a respx call whose side effect raised.
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from ._live import TrialScoped
 
 Outcome = Literal["ok", "fail", "unknown"]
 """What the client saw of an attempt (Jepsen's ok / fail / info)."""
@@ -150,8 +151,8 @@ LEDGER_STORE_KEY = "twice:ledger"
 """Key of the ledger (``Ledger.to_dict()``) in an inspect sample's store."""
 
 
-_LIVE: dict[str, tuple[Ledger, Callable[[], None]]] = {}
-"""Each running trial's live ledger and what copies it into its store, by sample uuid."""
+_LIVE: TrialScoped[tuple[Ledger, Callable[[], None]]] = TrialScoped()
+"""Each running trial's live ledger and what copies it into its store."""
 
 
 def keep_ledger(state: Any, ledger: Ledger, flush: Callable[[], None]) -> None:
@@ -167,14 +168,12 @@ def keep_ledger(state: Any, ledger: Ledger, flush: Callable[[], None]) -> None:
         ledger: The trial's ledger, which its services keep current.
         flush: Copies the ledger into the store.
     """
-    _LIVE[state.uuid] = (ledger, flush)
-    # Forgotten with the sample's store at the latest (a task without twice's cleanup).
-    weakref.finalize(state.store, _LIVE.pop, state.uuid, None)
+    _LIVE.keep(state, (ledger, flush))
 
 
 def live_ledger(state: Any) -> Ledger | None:
     """The running trial's live ledger, if its setup registered one (:func:`keep_ledger`)."""
-    kept = _LIVE.get(state.uuid)
+    kept = _LIVE.get(state)
     return kept[0] if kept is not None else None
 
 
@@ -185,7 +184,7 @@ def flush_ledger(state: Any) -> None:
     trial failed before it: a trial that dies keeps its ledger. Does nothing for a trial
     that registered nothing.
     """
-    kept = _LIVE.pop(state.uuid, None)
+    kept = _LIVE.pop(state)
     if kept is not None:
         kept[1]()
 

@@ -1,9 +1,9 @@
 """Stub models: deterministic, offline controls registered as the inspect provider ``stub``.
 
 ``--model stub/NAME`` works from ``twice run`` and ``inspect eval``. A stub sees what a real
-model sees (messages and tool schemas) plus the sample's gold plan (its metadata's ``plan``)
-and what twice's trial setup puts in the sample store for it (``twice:stub``: the prompt's
-name and a seed, :func:`stub_config`); a real model sees neither.
+model sees (messages and tool schemas) plus what twice's trial setup keeps for it: the
+sample's gold plan, the prompt's name and a seed (:func:`keep_stub_config`); a real model
+sees none of them, and none of them is logged.
 
 A stub follows the plan step by step. It recovers where it is from the ids of its *own* earlier
 tool calls (``stub_s<step>_<a|v><n>``), so it keeps no state between calls and adds nothing a
@@ -61,39 +61,58 @@ from inspect_ai.model import (
 from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
 from inspect_ai.util import store
 
-try:  # not public API: the running sample's TaskState, whose metadata holds the gold plan
+from ._live import TrialScoped
+
+try:  # not public API: the running sample's TaskState, by which a stub finds its trial
     from inspect_ai.solver._task_state import sample_state as _sample_state
-except ImportError:  # pragma: no cover - a later inspect; the setup copies the plan instead
+except ImportError:  # pragma: no cover - a later inspect; the setup uses the store instead
     _sample_state = None  # type: ignore[assignment]
 
 STUB_STORE_KEY = "twice:stub"
-"""Store key of what stubs read: ``{"prompt", "seed"}``, and ``"plan"`` when the sample's
-metadata cannot be reached (:data:`PLAN_FROM_METADATA`)."""
+"""Store key of what stubs read (``{"plan", "prompt", "seed"}``) when it cannot be kept beside
+the trial (:func:`keep_stub_config`): a setup without twice's, or an inspect without the
+running sample's accessor."""
 
-PLAN_FROM_METADATA = _sample_state is not None
-"""Whether stubs read the gold plan from the running sample's metadata. The plan is already
-there; a copy in the store was logged again in the setup's state and store events and in the
-final store (about 1.3 KB of a 24 KB refund sample). Should a later inspect drop the
-accessor, the setup copies the plan into the store again."""
+_CONFIGS: TrialScoped[dict[str, Any]] = TrialScoped()
 
 
-def stub_config(plan: list[dict[str, Any]], prompt: str, seed: str) -> dict[str, Any]:
-    """What a trial's setup puts in the store under :data:`STUB_STORE_KEY` for the stubs.
+def keep_stub_config(state: Any, plan: list[dict[str, Any]], prompt: str, seed: str) -> None:
+    """Give the stub models of one trial what they read besides the conversation.
+
+    Kept beside the running trial, not in its sample store or metadata: a real model's log
+    then carries no stub script, and inspect does not copy and log it at every span (the plan
+    in the sample metadata alone cost 3.6% of a bare trial's instructions; see
+    docs/BENCHMARKS.md). Where the running sample cannot be found (an inspect without the
+    accessor), it goes in the store under :data:`STUB_STORE_KEY` instead.
 
     Args:
-        plan: The sample's gold plan (its metadata's ``plan``).
+        state: The trial's inspect ``TaskState``.
+        plan: The sample's gold plan (the dataset record's ``plan``).
         prompt: The prompt's name (``noisy`` draws its retry rate from it).
         seed: The trial's seed, ``"<sample id>:<epoch>:<prompt>"``.
     """
-    config: dict[str, Any] = {"prompt": prompt, "seed": seed}
-    if not PLAN_FROM_METADATA:
-        config["plan"] = plan
-    return config
+    config = {"plan": plan, "prompt": prompt, "seed": seed}
+    if _sample_state is None:
+        store().set(STUB_STORE_KEY, config)
+    else:
+        _CONFIGS.keep(state, config)
+
+
+def forget_stub_config(state: Any) -> None:
+    """Drop a finished trial's stub config (it goes with the sample at the latest)."""
+    _CONFIGS.pop(state)
+
+
+def _config() -> dict[str, Any] | None:
+    state = _sample_state() if _sample_state is not None else None
+    config = _CONFIGS.get(state) if state is not None else None
+    return config if config is not None else store().get(STUB_STORE_KEY)
 
 
 def _plan(config: dict[str, Any]) -> list[dict[str, Any]]:
     if "plan" in config:
         return config["plan"]  # type: ignore[no-any-return]
+    # a hand-written setup that stored only the prompt and seed: the sample metadata's plan
     state = _sample_state() if _sample_state is not None else None
     return list((state.metadata or {}).get("plan", [])) if state is not None else []
 
@@ -263,11 +282,11 @@ class StubAPI(ModelAPI):
         tool_choice: ToolChoice,
         config: GenerateConfig,
     ) -> ModelOutput:
-        cfg = store().get(STUB_STORE_KEY)
+        cfg = _config()
         if not cfg:
             raise RuntimeError(
-                f"stub/{self.behaviour} needs its trial's setup in the sample store "
-                f"({STUB_STORE_KEY!r}); stub models only run twice tasks"
+                f"stub/{self.behaviour} found no trial setup (twice's keep_stub_config, or "
+                f"{STUB_STORE_KEY!r} in the sample store); stub models only run twice tasks"
             )
         if self.delay:
             # A turn's latency, awaited like a network call so other trials run meanwhile.

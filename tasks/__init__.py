@@ -27,10 +27,12 @@ from ._toolkit import (
     read,
 )
 from ._trial import (
+    GoldPlans,
     TaskParts,
     check_agent_cell,
     prompt_metadata,
     resumable_generate,
+    split_plans,
     stub_setup,
     trial_setup,
     twice_task,
@@ -90,6 +92,7 @@ __all__ = [
     "ActionLog",
     "ActionRecord",
     "Compensation",
+    "GoldPlans",
     "IdempotencyClass",
     "Mutation",
     "Problem",
@@ -119,6 +122,7 @@ __all__ = [
     "refund",
     "resumable_generate",
     "send_email",
+    "split_plans",
     "stub_setup",
     "task_parts",
     "travel_booking",

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from inspect_ai import Task
-from inspect_ai.dataset import Dataset
+from inspect_ai.dataset import Dataset, MemoryDataset
 from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import Tool
-from inspect_ai.util import store
 from twice.assertions import EndStateCheck, side_effects
 from twice.mocks import (
-    STUB_STORE_KEY,
     Service,
     Services,
     flush_ledger,
+    forget_stub_config,
     get_fault,
     keep_ledger,
-    stub_config,
+    keep_stub_config,
 )
 
 from ._prompts import Prompt, load_prompt
@@ -55,6 +54,54 @@ class _PlanText(str):
         return f"<prompt text: {len(self)} characters, sha256 {self.digest}>"
 
 
+class GoldPlans(Mapping[str | int, list[dict[str, Any]]]):
+    """The stubs' gold plan of every sample, by sample id, kept out of the sample metadata.
+
+    Every copy of a sample's metadata is deep-copied and logged several times per trial by
+    inspect; the plan, a script only stub models read, was most of it (measured in
+    docs/BENCHMARKS.md). The trial's setup hands the plan to the stubs directly. A mapping,
+    not a dict, so that inspect logs the setup's parameter as a one-line summary.
+    """
+
+    def __init__(self, plans: dict[str | int, list[dict[str, Any]]]) -> None:
+        self._plans = plans
+
+    def __getitem__(self, sample_id: str | int) -> list[dict[str, Any]]:
+        return self._plans[sample_id]
+
+    def __iter__(self) -> Iterator[str | int]:
+        return iter(self._plans)
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def _repr_params_(self) -> str:  # inspect's hook for logging a solver parameter
+        return f"<gold plans of {len(self)} samples>"
+
+
+def split_plans(dataset: Dataset) -> tuple[Dataset, GoldPlans | None]:
+    """The dataset without ``plan`` in its samples' metadata, and the plans by sample id.
+
+    Samples are copied, never changed: the caller's dataset keeps its plans. A dataset with
+    a sample without an id, or two samples with one id, is returned as it is (None for the
+    plans): the setup then reads each trial's plan from its metadata.
+    """
+    samples = list(dataset)
+    ids = [s.id for s in samples]
+    if any(i is None for i in ids) or len(set(ids)) != len(ids):
+        return dataset, None
+    plans: dict[str | int, list[dict[str, Any]]] = {}
+    lean = []
+    for sample in samples:
+        meta = dict(sample.metadata or {})
+        plans[sample.id] = meta.pop("plan", [])  # type: ignore[index]
+        lean.append(sample.model_copy(update={"metadata": meta}))
+    out = MemoryDataset(
+        lean, name=dataset.name, location=dataset.location, shuffled=dataset.shuffled
+    )
+    return out, GoldPlans(plans)
+
+
 @dataclass(frozen=True)
 class TaskParts:
     """What a twice task is made of, for code that runs its trials outside an eval.
@@ -68,6 +115,8 @@ class TaskParts:
     services: ServicesFactory
     tools: ToolsFactory
     end_state: EndStateCheck | None
+    plans: GoldPlans | None = None
+    """The samples' gold plans, when :func:`twice_task` took them out of the metadata."""
 
 
 TASK_PARTS: dict[str, TaskParts] = {}
@@ -84,6 +133,7 @@ def trial_setup(
     prompt_text: str,
     action_log: bool | None = None,
     contexts: TrialContexts | None = None,
+    plans: GoldPlans | None = None,
 ) -> Solver:
     """Start a trial: fresh services with the fault, tools under the protection, the prompt.
 
@@ -98,6 +148,7 @@ def trial_setup(
         prompt_text: The system prompt.
         action_log: Keep a durable action log; None follows the protection.
         contexts: Where :func:`resumable_generate` finds the trial's context.
+        plans: The samples' gold plans for stub models (None: each sample's metadata ``plan``).
 
     Raises:
         ValueError: for a tool that declares a compensation or verify tool not in the toolset.
@@ -116,7 +167,7 @@ def trial_setup(
         if contexts is not None:
             contexts[(state.sample_id, state.epoch)] = ctx
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
-        store().set(STUB_STORE_KEY, stub_setup(state, prompt_name))
+        stub_setup(state, prompt_name, plans)
         keep_ledger(state, trial_services.ledger, ctx.sync)
         ledger_changes_once()
         return state
@@ -124,14 +175,15 @@ def trial_setup(
     return solve
 
 
-def stub_setup(state: TaskState, prompt_name: str) -> dict[str, Any]:
-    """What a trial's setup stores under ``STUB_STORE_KEY`` for stub models: the prompt's
-    name and the trial's seed (``"<sample id>:<epoch>:<prompt>"``, so reruns repeat)."""
-    return stub_config(
-        state.metadata.get("plan", []),
-        prompt_name,
-        f"{state.sample_id}:{state.epoch}:{prompt_name}",
-    )
+def stub_setup(state: TaskState, prompt_name: str, plans: GoldPlans | None = None) -> None:
+    """Give a trial's stub models their script: the sample's gold plan (from ``plans``, else
+    the sample metadata's ``plan``), the prompt's name and the trial's seed
+    (``"<sample id>:<epoch>:<prompt>"``, so reruns repeat)."""
+    if plans is not None and state.sample_id in plans:
+        plan = plans[state.sample_id]
+    else:
+        plan = state.metadata.get("plan", [])
+    keep_stub_config(state, plan, prompt_name, f"{state.sample_id}:{state.epoch}:{prompt_name}")
 
 
 def ledger_changes_once() -> None:
@@ -241,7 +293,9 @@ def twice_task(
 
     Args:
         name: Task name (the folder name).
-        dataset: Samples whose metadata carries ``state``, ``intents`` and ``plan``.
+        dataset: Samples whose metadata carries ``state``, ``intents`` and ``plan``. The task
+            keeps the plans out of the metadata it logs (:func:`split_plans`); the setup
+            hands each trial's plan to the stub models.
         services: Builds the trial's services from the sample's ``state``.
         tools: Builds the trial's tools from its context.
         fault: A fault name (``twice list``).
@@ -269,7 +323,8 @@ def twice_task(
     if action_log is not None and not isinstance(action_log, bool):
         raise ValueError(f"action_log must be true or false, got {action_log!r}")
     p = load_prompt(prompt)
-    TASK_PARTS[name] = TaskParts(name, dataset, services, tools, end_state)
+    dataset, plans = split_plans(dataset)
+    TASK_PARTS[name] = TaskParts(name, dataset, services, tools, end_state, plans)
     contexts: TrialContexts = {}
     loop = (
         resumable_generate(contexts)
@@ -280,7 +335,7 @@ def twice_task(
         name=name,
         dataset=dataset,
         setup=trial_setup(
-            services, tools, fault, protection, p.name, _PlanText(p), action_log, contexts
+            services, tools, fault, protection, p.name, _PlanText(p), action_log, contexts, plans
         ),
         solver=loop,
         scorer=side_effects(end_state),
@@ -306,6 +361,7 @@ async def _store_the_ledger(state: TaskState) -> None:
     """The task's cleanup: inspect runs it after scoring, and also when the trial failed
     before scoring, so the ledger reaches the log either way."""
     flush_ledger(state)
+    forget_stub_config(state)
 
 
 def prompt_metadata(p: Prompt) -> dict[str, Any]:

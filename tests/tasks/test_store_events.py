@@ -4,7 +4,8 @@ Inspect copies the store at the start and end of every span and logs the differe
 every enclosing span logs the same change again. twice turns that off after its setup
 (``ledger_changes_once``), and keeps the ledger out of the store until the trial is over
 (``keep_ledger``): the task's cleanup, which inspect runs after scoring and after a failure,
-puts it there, so the final store holds it and no event repeats it.
+puts it there, so the final store holds it and no event repeats it. What the stub models read
+(the gold plan, the prompt's name, a seed) is kept beside the trial and never logged.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from pathlib import Path
 
 import pytest
 from inspect_ai import eval
+from inspect_ai.dataset import MemoryDataset
 from inspect_ai.event import StoreEvent
 from inspect_ai.log import EvalLog
 from inspect_ai.model import ModelOutput, ModelUsage, get_model
-from twice.mocks import LEDGER_STORE_KEY, STUB_STORE_KEY
-from twice.tasks import refund
+from twice.mocks import LEDGER_STORE_KEY, STUB_STORE_KEY, PaymentsService, services_from_state
+from twice.tasks import load_dataset, refund, split_plans, twice_task
+from twice.tasks.refund.refund import DATASET, refund_tools
 
 
 def _run(tmp_path: Path, model: str, fault: str = "none") -> EvalLog:
@@ -45,8 +48,8 @@ def test_the_ledger_is_logged_once_in_the_final_store(tmp_path: Path) -> None:
     assert log.status == "success" and log.samples
     sample = log.samples[0]
     events = _store_events(log)
-    # the setup's span and the solvers span each log what the setup stored for the stub
-    assert [[c.path for c in e.changes] for e in events] == [[f"/{STUB_STORE_KEY}"]] * 2
+    # the setup stores nothing (the stubs' config is kept beside the trial): no store event
+    assert events == []
     logged = [e for e in sample.events if f"/{LEDGER_STORE_KEY}" in json.dumps(e.model_dump())]
     assert logged == [], [e.event for e in logged]
     assert len(sample.store[LEDGER_STORE_KEY]["attempts"]) == 2
@@ -99,23 +102,55 @@ def test_a_trial_that_fails_keeps_its_ledger(tmp_path: Path) -> None:
 
 
 def _logged_plans(log: EvalLog) -> int:
-    """How many times the sample's gold plan text appears in its events and final store."""
+    """How many times a gold plan appears anywhere in the log: header, metadata, events, store."""
     assert log.samples
-    sample = log.samples[0]
-    marker = '"found_pattern"'  # a key only the plan's steps have
-    in_store = json.dumps(sample.store).count(marker)
-    in_events = sum(
-        json.dumps(e.model_dump(exclude={"sample", "state"})).count(marker) for e in sample.events
+    marker = "found_pattern"  # a key only the plan's steps have
+    return (
+        log.samples[0].model_dump_json().count(marker)
+        + log.eval.model_dump_json().count(marker)
+        + json.dumps(log.plan.model_dump()).count(marker)
     )
-    return in_store + in_events
 
 
-def test_the_gold_plan_is_not_copied_into_the_store(tmp_path: Path) -> None:
+def test_the_gold_plan_is_not_logged(tmp_path: Path) -> None:
     log = _run(tmp_path, "stub/retry", fault="lost_reply")
     assert log.status == "success" and log.samples
-    assert "plan" not in log.samples[0].store[STUB_STORE_KEY]
+    sample = log.samples[0]
+    assert "plan" not in (sample.metadata or {}) and STUB_STORE_KEY not in sample.store
     assert _logged_plans(log) == 0
+    # the header names the plans, without their text
+    assert "<gold plans of" in json.dumps(log.plan.model_dump())
     # the stub still follows the plan: the lost reply's retry duplicates the refund
+    assert len(sample.store[LEDGER_STORE_KEY]["effects"]) == 2
+
+
+def test_the_callers_dataset_keeps_its_plans() -> None:
+    original = load_dataset(DATASET, "refund")
+    lean, plans = split_plans(original)
+    assert plans is not None and set(plans) == {s.id for s in original}
+    assert all("plan" not in (s.metadata or {}) for s in lean)
+    assert all(plans[s.id] == (s.metadata or {})["plan"] for s in original)
+    assert [s.id for s in lean] == [s.id for s in original] and lean.name == original.name
+
+
+def test_samples_without_ids_keep_their_plans_in_the_metadata(tmp_path: Path) -> None:
+    # a hand-built dataset without ids: the plan stays in the metadata and the stub reads it
+    source = load_dataset(DATASET, "refund")
+    bare = MemoryDataset([source[0].model_copy(update={"id": None})], name="refund")
+    lean, plans = split_plans(bare)
+    assert plans is None and lean is bare
+    task = twice_task(
+        name="refund-no-ids",
+        dataset=bare,
+        services=lambda state: services_from_state(state, PaymentsService),
+        tools=refund_tools,
+        fault="lost_reply",
+        protection="bare",
+        prompt="baseline",
+    )
+    log = eval(task, model="stub/retry", log_dir=str(tmp_path), display="none")[0]
+    assert log.status == "success" and log.samples
+    assert "plan" in (log.samples[0].metadata or {})
     assert len(log.samples[0].store[LEDGER_STORE_KEY]["effects"]) == 2
 
 
@@ -126,9 +161,8 @@ def test_without_the_sample_accessor_the_plan_goes_in_the_store(
 
     # what the setup and the stub do if a later inspect drops the private accessor
     monkeypatch.setattr(stub, "_sample_state", None)
-    monkeypatch.setattr(stub, "PLAN_FROM_METADATA", False)
     log = _run(tmp_path, "stub/retry", fault="lost_reply")
     assert log.status == "success" and log.samples
-    assert log.samples[0].store[STUB_STORE_KEY]["plan"] == log.samples[0].metadata["plan"]
-    assert _logged_plans(log) > 0
+    config = log.samples[0].store[STUB_STORE_KEY]
+    assert config["seed"] == "refund-001:1:baseline" and config["plan"][0]["found_pattern"]
     assert len(log.samples[0].store[LEDGER_STORE_KEY]["effects"]) == 2

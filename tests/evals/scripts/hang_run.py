@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from inspect_ai.model import GenerateConfig, ModelAPI, ModelOutput, ModelUsage, modelapi
-from inspect_ai.util import store
+from inspect_ai.solver._task_state import sample_state  # not public: the running sample
 from twice.evals.cli import main
-from twice.mocks import STUB_STORE_KEY
 
 MARK = Path(os.environ["MARK_DIR"])
 
@@ -32,8 +31,7 @@ class HangAPI(ModelAPI):
         super().__init__(model_name, base_url, api_key, [], config)
 
     async def generate(self, input: Any, tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
-        # twice's setup solver seeds each trial "<sample>:<epoch>:<prompt>" in the store.
-        sample = store().get(STUB_STORE_KEY)["seed"].split(":")[0]
+        sample = str(sample_state().sample_id)  # type: ignore[union-attr]
         if os.environ.get("HANG") and sample == os.environ["HANG_SAMPLE"]:
             (MARK / "hanging").touch()
             await asyncio.Event().wait()

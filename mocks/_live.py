@@ -1,0 +1,38 @@
+"""Values that live exactly as long as one running trial (an inspect sample × epoch).
+
+A trial's setup registers them; code that runs later in the same trial (a model provider, a
+scorer) finds them by the trial's inspect ``TaskState``. They stay out of the sample store on
+purpose: inspect copies the store at every span and logs each change (twice measured this as
+the largest part of its own cost per trial), while these are read, never logged.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class TrialScoped(Generic[T]):
+    """One value per running trial, keyed by its ``TaskState.uuid``."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, T] = {}
+
+    def keep(self, state: Any, value: T) -> None:
+        """Register ``value`` for the trial of ``state``; it is forgotten by :meth:`pop`, or
+        with the sample's store at the latest (a trial that never reaches its cleanup)."""
+        self._values[state.uuid] = value
+        weakref.finalize(state.store, self._values.pop, state.uuid, None)
+
+    def get(self, state: Any) -> T | None:
+        """The value registered for the trial of ``state``, if any."""
+        return self._values.get(state.uuid)
+
+    def pop(self, state: Any) -> T | None:
+        """Forget the trial's value and return it (None when there was none)."""
+        return self._values.pop(state.uuid, None)
+
+    def __len__(self) -> int:
+        return len(self._values)
