@@ -19,7 +19,7 @@ from inspect_ai.scorer import (
 )
 from inspect_ai.solver import TaskState
 from inspect_ai.util import store
-from twice.mocks import LEDGER_STORE_KEY, Ledger, live_ledger
+from twice.mocks import LEDGER_STORE_KEY, Ledger, live_ledger, trial_metadata
 
 from ._checks import Assertion, check_all, parse_assertions
 from ._metrics import METRICS, Intent, TrialMetrics, trial_metrics
@@ -93,6 +93,8 @@ def side_effects(end_state: EndStateCheck | None = None) -> Scorer:
     """Score a trial from its ledger: every per-trial metric of DESIGN.md.
 
     The sample's ``metadata["intents"]`` lists what should happen (see :class:`Intent`); the
+    end-state check gets the whole metadata, with what a twice task held back from the log
+    (:func:`twice.mocks.trial_metadata`). The
     ledger is the trial's own (a twice trial's, live) or the sample store's. The score's
     metadata keeps the verdict evidence (effect ids and the attempts behind them).
 
@@ -102,7 +104,7 @@ def side_effects(end_state: EndStateCheck | None = None) -> Scorer:
     """
 
     async def score(state: TaskState, target: Target) -> Score:
-        m = score_trial(_store_ledger(state), state.metadata, end_state)
+        m = score_trial(_store_ledger(state), trial_metadata(state), end_state)
         return Score(
             value=m.values(),
             answer=state.output.completion[:500] if state.output else None,

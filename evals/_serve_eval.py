@@ -27,7 +27,6 @@ from inspect_ai.util import sandbox, store
 from twice.assertions import side_effects
 from twice.mocks import LEDGER_STORE_KEY, get_fault
 from twice.tasks import (
-    GoldPlans,
     get_protection,
     load_prompt,
     prompt_metadata,
@@ -103,7 +102,6 @@ def served_trial_setup(
     prompt_name: str,
     prompt_text: str,
     lost_reply: str = "drop",
-    plans: GoldPlans | None = None,
 ) -> Solver:
     """Make this sample × epoch's trial on the server; set the prompt and the stubs' plan."""
 
@@ -124,7 +122,7 @@ def served_trial_setup(
         )
         await sync_ledger()
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
-        stub_setup(state, prompt_name, plans)
+        stub_setup(state, prompt_name)
         return state
 
     return solve
@@ -280,9 +278,7 @@ def served_task(
     return Task(
         name=task,
         dataset=parts.dataset,
-        setup=served_trial_setup(
-            server, task, fault, protection, p.name, p.text, lost_reply, parts.plans
-        ),
+        setup=served_trial_setup(server, task, fault, protection, p.name, p.text, lost_reply),
         solver=served_agent(solver or mcp_agent()),
         scorer=side_effects(parts.end_state),
         message_limit=message_limit,

@@ -34,6 +34,7 @@ from ._ledger import (
     live_ledger,
     outcome_of,
 )
+from ._live import forget_held_metadata, keep_held_metadata, trial_metadata
 from ._service import (
     BACKOFF_HEADER,
     CALL_HEADER,
@@ -111,8 +112,10 @@ __all__ = [
     "TravelService",
     "error_response",
     "flush_ledger",
+    "forget_held_metadata",
     "forget_stub_config",
     "get_fault",
+    "keep_held_metadata",
     "keep_ledger",
     "keep_stub_config",
     "ledger_of",
@@ -121,4 +124,5 @@ __all__ = [
     "noisy_retry_rate",
     "outcome_of",
     "services_from_state",
+    "trial_metadata",
 ]

@@ -9,6 +9,7 @@ the largest part of its own cost per trial), while these are read, never logged.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -36,3 +37,25 @@ class TrialScoped(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._values)
+
+
+_HELD: TrialScoped[Mapping[str, Any]] = TrialScoped()
+
+
+def keep_held_metadata(state: Any, held: Mapping[str, Any]) -> None:
+    """Register the sample metadata a task held back from the logged sample for one trial
+    (``twice.tasks.hold_metadata``: the stubs' plan, the services' starting state), so that
+    :func:`trial_metadata` gives scorers and end-state checks the whole of it."""
+    _HELD.keep(state, held)
+
+
+def forget_held_metadata(state: Any) -> None:
+    """Drop a finished trial's held metadata (it goes with the sample at the latest)."""
+    _HELD.pop(state)
+
+
+def trial_metadata(state: Any) -> dict[str, Any]:
+    """A running trial's whole sample metadata: what inspect logs, plus what was held back."""
+    held = _HELD.get(state)
+    metadata = dict(state.metadata or {})
+    return {**metadata, **held} if held else metadata

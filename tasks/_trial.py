@@ -17,8 +17,10 @@ from twice.mocks import (
     Service,
     Services,
     flush_ledger,
+    forget_held_metadata,
     forget_stub_config,
     get_fault,
+    keep_held_metadata,
     keep_ledger,
     keep_stub_config,
 )
@@ -54,52 +56,60 @@ class _PlanText(str):
         return f"<prompt text: {len(self)} characters, sha256 {self.digest}>"
 
 
-class GoldPlans(Mapping[str | int, list[dict[str, Any]]]):
-    """The stubs' gold plan of every sample, by sample id, kept out of the sample metadata.
+HELD_KEYS = ("plan", "state")
+"""Sample metadata a twice task keeps out of its logged samples (:func:`hold_metadata`): the
+stubs' gold plan and the services' starting state. Neither is shown to the model; the
+dataset record holds both. The intents, which the verdict is about, stay."""
 
-    Every copy of a sample's metadata is deep-copied and logged several times per trial by
-    inspect; the plan, a script only stub models read, was most of it (measured in
-    docs/BENCHMARKS.md). The trial's setup hands the plan to the stubs directly. A mapping,
-    not a dict, so that inspect logs the setup's parameter as a one-line summary.
+
+class HeldMetadata(Mapping[str | int, Mapping[str, Any]]):
+    """By sample id, the metadata :func:`hold_metadata` took out of the samples.
+
+    A mapping, not a dict, so that inspect logs the setup's parameter as a one-line summary.
     """
 
-    def __init__(self, plans: dict[str | int, list[dict[str, Any]]]) -> None:
-        self._plans = plans
+    def __init__(self, held: dict[str | int, Mapping[str, Any]]) -> None:
+        self._held = held
 
-    def __getitem__(self, sample_id: str | int) -> list[dict[str, Any]]:
-        return self._plans[sample_id]
+    def __getitem__(self, sample_id: str | int) -> Mapping[str, Any]:
+        return self._held[sample_id]
 
     def __iter__(self) -> Iterator[str | int]:
-        return iter(self._plans)
+        return iter(self._held)
 
     def __len__(self) -> int:
-        return len(self._plans)
+        return len(self._held)
 
     def _repr_params_(self) -> str:  # inspect's hook for logging a solver parameter
-        return f"<gold plans of {len(self)} samples>"
+        return f"<plans and starting states of {len(self)} samples>"
 
 
-def split_plans(dataset: Dataset) -> tuple[Dataset, GoldPlans | None]:
-    """The dataset without ``plan`` in its samples' metadata, and the plans by sample id.
+def hold_metadata(dataset: Dataset) -> tuple[Dataset, HeldMetadata | None]:
+    """The dataset without :data:`HELD_KEYS` in its samples' metadata, and those by sample id.
 
-    Samples are copied, never changed: the caller's dataset keeps its plans. A dataset with
-    a sample without an id, or two samples with one id, is returned as it is (None for the
-    plans): the setup then reads each trial's plan from its metadata.
+    Inspect deep-copies a sample's metadata twice when the sample starts, logs it three
+    times and walks it several more; the plan and the starting state were most of a twice
+    trial's extra cost over a bare inspect trial (measured in docs/BENCHMARKS.md). The
+    trial's setup gets them back (:func:`trial_setup`), and so do the scorer and end-state
+    checks (:func:`twice.mocks.trial_metadata`).
+
+    Samples are copied, never changed. A dataset with a sample without an id, or two samples
+    with one id, is returned as it is (None for the held metadata).
     """
     samples = list(dataset)
     ids = [s.id for s in samples]
     if any(i is None for i in ids) or len(set(ids)) != len(ids):
         return dataset, None
-    plans: dict[str | int, list[dict[str, Any]]] = {}
+    held: dict[str | int, Mapping[str, Any]] = {}
     lean = []
     for sample in samples:
         meta = dict(sample.metadata or {})
-        plans[sample.id] = meta.pop("plan", [])  # type: ignore[index]
+        held[sample.id] = {k: meta.pop(k) for k in HELD_KEYS if k in meta}  # type: ignore[index]
         lean.append(sample.model_copy(update={"metadata": meta}))
     out = MemoryDataset(
         lean, name=dataset.name, location=dataset.location, shuffled=dataset.shuffled
     )
-    return out, GoldPlans(plans)
+    return out, HeldMetadata(held)
 
 
 @dataclass(frozen=True)
@@ -115,8 +125,6 @@ class TaskParts:
     services: ServicesFactory
     tools: ToolsFactory
     end_state: EndStateCheck | None
-    plans: GoldPlans | None = None
-    """The samples' gold plans, when :func:`twice_task` took them out of the metadata."""
 
 
 TASK_PARTS: dict[str, TaskParts] = {}
@@ -133,7 +141,7 @@ def trial_setup(
     prompt_text: str,
     action_log: bool | None = None,
     contexts: TrialContexts | None = None,
-    plans: GoldPlans | None = None,
+    held: HeldMetadata | None = None,
 ) -> Solver:
     """Start a trial: fresh services with the fault, tools under the protection, the prompt.
 
@@ -148,7 +156,8 @@ def trial_setup(
         prompt_text: The system prompt.
         action_log: Keep a durable action log; None follows the protection.
         contexts: Where :func:`resumable_generate` finds the trial's context.
-        plans: The samples' gold plans for stub models (None: each sample's metadata ``plan``).
+        held: The metadata :func:`hold_metadata` took out of the samples (None: all of it is
+            in each sample's metadata).
 
     Raises:
         ValueError: for a tool that declares a compensation or verify tool not in the toolset.
@@ -158,7 +167,11 @@ def trial_setup(
     keep_log = protection_obj.action_log if action_log is None else action_log
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        trial_services = Services(services(state.metadata.get("state", {})), fault=fault_obj)
+        kept = held.get(state.sample_id) if held is not None else None
+        if kept:
+            keep_held_metadata(state, kept)
+        metadata = {**state.metadata, **kept} if kept else state.metadata
+        trial_services = Services(services(metadata.get("state", {})), fault=fault_obj)
         ctx = TrialContext(
             trial_services, protection_obj, action_log=ActionLog() if keep_log else None
         )
@@ -167,7 +180,7 @@ def trial_setup(
         if contexts is not None:
             contexts[(state.sample_id, state.epoch)] = ctx
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
-        stub_setup(state, prompt_name, plans)
+        stub_setup(state, prompt_name, metadata)
         keep_ledger(state, trial_services.ledger, ctx.sync)
         ledger_changes_once()
         return state
@@ -175,14 +188,13 @@ def trial_setup(
     return solve
 
 
-def stub_setup(state: TaskState, prompt_name: str, plans: GoldPlans | None = None) -> None:
-    """Give a trial's stub models their script: the sample's gold plan (from ``plans``, else
-    the sample metadata's ``plan``), the prompt's name and the trial's seed
+def stub_setup(
+    state: TaskState, prompt_name: str, metadata: Mapping[str, Any] | None = None
+) -> None:
+    """Give a trial's stub models their script: the sample's gold plan (from ``metadata``,
+    default the sample's), the prompt's name and the trial's seed
     (``"<sample id>:<epoch>:<prompt>"``, so reruns repeat)."""
-    if plans is not None and state.sample_id in plans:
-        plan = plans[state.sample_id]
-    else:
-        plan = state.metadata.get("plan", [])
+    plan = (state.metadata if metadata is None else metadata).get("plan", [])
     keep_stub_config(state, plan, prompt_name, f"{state.sample_id}:{state.epoch}:{prompt_name}")
 
 
@@ -294,8 +306,8 @@ def twice_task(
     Args:
         name: Task name (the folder name).
         dataset: Samples whose metadata carries ``state``, ``intents`` and ``plan``. The task
-            keeps the plans out of the metadata it logs (:func:`split_plans`); the setup
-            hands each trial's plan to the stub models.
+            keeps the plan and the state out of the samples it logs (:func:`hold_metadata`);
+            the setup, the scorer and the end-state check still get them.
         services: Builds the trial's services from the sample's ``state``.
         tools: Builds the trial's tools from its context.
         fault: A fault name (``twice list``).
@@ -323,8 +335,8 @@ def twice_task(
     if action_log is not None and not isinstance(action_log, bool):
         raise ValueError(f"action_log must be true or false, got {action_log!r}")
     p = load_prompt(prompt)
-    dataset, plans = split_plans(dataset)
-    TASK_PARTS[name] = TaskParts(name, dataset, services, tools, end_state, plans)
+    TASK_PARTS[name] = TaskParts(name, dataset, services, tools, end_state)
+    lean, held = hold_metadata(dataset)
     contexts: TrialContexts = {}
     loop = (
         resumable_generate(contexts)
@@ -333,9 +345,9 @@ def twice_task(
     )
     return Task(
         name=name,
-        dataset=dataset,
+        dataset=lean,
         setup=trial_setup(
-            services, tools, fault, protection, p.name, _PlanText(p), action_log, contexts, plans
+            services, tools, fault, protection, p.name, _PlanText(p), action_log, contexts, held
         ),
         solver=loop,
         scorer=side_effects(end_state),
@@ -362,6 +374,7 @@ async def _store_the_ledger(state: TaskState) -> None:
     before scoring, so the ledger reaches the log either way."""
     flush_ledger(state)
     forget_stub_config(state)
+    forget_held_metadata(state)
 
 
 def prompt_metadata(p: Prompt) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from inspect_ai import eval
@@ -20,8 +21,14 @@ from inspect_ai.dataset import MemoryDataset
 from inspect_ai.event import StoreEvent
 from inspect_ai.log import EvalLog
 from inspect_ai.model import ModelOutput, ModelUsage, get_model
-from twice.mocks import LEDGER_STORE_KEY, STUB_STORE_KEY, PaymentsService, services_from_state
-from twice.tasks import load_dataset, refund, split_plans, twice_task
+from twice.mocks import (
+    LEDGER_STORE_KEY,
+    STUB_STORE_KEY,
+    Ledger,
+    PaymentsService,
+    services_from_state,
+)
+from twice.tasks import hold_metadata, load_dataset, refund, twice_task
 from twice.tasks.refund.refund import DATASET, refund_tools
 
 
@@ -112,33 +119,61 @@ def _logged_plans(log: EvalLog) -> int:
     )
 
 
-def test_the_gold_plan_is_not_logged(tmp_path: Path) -> None:
+def test_the_gold_plan_and_the_starting_state_are_not_logged(tmp_path: Path) -> None:
     log = _run(tmp_path, "stub/retry", fault="lost_reply")
     assert log.status == "success" and log.samples
     sample = log.samples[0]
-    assert "plan" not in (sample.metadata or {}) and STUB_STORE_KEY not in sample.store
+    assert set(sample.metadata or {}) == {"intents"} and STUB_STORE_KEY not in sample.store
     assert _logged_plans(log) == 0
-    # the header names the plans, without their text
-    assert "<gold plans of" in json.dumps(log.plan.model_dump())
+    assert "other items" not in sample.model_dump_json()  # an item only the state names
+    # the header names the held metadata, without its text
+    assert "<plans and starting states of" in json.dumps(log.plan.model_dump())
     # the stub still follows the plan: the lost reply's retry duplicates the refund
     assert len(sample.store[LEDGER_STORE_KEY]["effects"]) == 2
 
 
-def test_the_callers_dataset_keeps_its_plans() -> None:
+def test_the_callers_dataset_keeps_its_metadata() -> None:
     original = load_dataset(DATASET, "refund")
-    lean, plans = split_plans(original)
-    assert plans is not None and set(plans) == {s.id for s in original}
-    assert all("plan" not in (s.metadata or {}) for s in lean)
-    assert all(plans[s.id] == (s.metadata or {})["plan"] for s in original)
+    lean, held = hold_metadata(original)
+    assert held is not None and set(held) == {s.id for s in original}
+    assert all(set(s.metadata or {}) == {"intents"} for s in lean)
+    for s in original:
+        meta = s.metadata or {}
+        assert held[s.id] == {"plan": meta["plan"], "state": meta["state"]}
     assert [s.id for s in lean] == [s.id for s in original] and lean.name == original.name
+
+
+def test_end_state_checks_get_the_whole_metadata(tmp_path: Path) -> None:
+    seen: list[set[str]] = []
+
+    def end_state(ledger: Ledger, metadata: dict[str, Any]) -> str | None:
+        seen.append(set(metadata))
+        return None if metadata["state"]["orders"][0]["customer"] == "Dana Ortiz" else "no state"
+
+    task = twice_task(
+        name="refund-end-state",
+        dataset=load_dataset(DATASET, "refund"),
+        services=lambda state: services_from_state(state, PaymentsService),
+        tools=refund_tools,
+        fault="none",
+        protection="bare",
+        prompt="baseline",
+        end_state=end_state,
+    )
+    log = eval(
+        task, model="stub/retry", sample_id=["refund-001"], log_dir=str(tmp_path), display="none"
+    )[0]
+    assert log.status == "success" and log.samples
+    assert seen == [{"intents", "plan", "state"}]
+    assert log.samples[0].scores["side_effects"].value["safe_success"] == 1.0  # type: ignore
 
 
 def test_samples_without_ids_keep_their_plans_in_the_metadata(tmp_path: Path) -> None:
     # a hand-built dataset without ids: the plan stays in the metadata and the stub reads it
     source = load_dataset(DATASET, "refund")
     bare = MemoryDataset([source[0].model_copy(update={"id": None})], name="refund")
-    lean, plans = split_plans(bare)
-    assert plans is None and lean is bare
+    lean, held = hold_metadata(bare)
+    assert held is None and lean is bare
     task = twice_task(
         name="refund-no-ids",
         dataset=bare,
