@@ -88,7 +88,11 @@ def make_tool(
                 text = f"{text} To undo it: {undo.describe()}."
         except ToolError as err:
             ctx.observe(err.message)
-            raise
+            # A ToolError is the message the model gets, not a bug report. Inspect formats
+            # the traceback of every failed tool call into its trace log, one source line
+            # parsed per frame; the send path's frames were most of a lost reply's extra
+            # cost (docs/BENCHMARKS.md). The error keeps its message, cause and context.
+            raise err.with_traceback(None)  # noqa: B904 (re-raising the same error)
         else:
             ctx.observe(text)
             return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import traceback
 from typing import Any
 
 import pytest
@@ -315,3 +316,27 @@ def test_declared_refuses_a_mutation_outside_any_tool() -> None:
 def test_other_protections_still_allow_an_undeclared_mutation() -> None:
     ctx = _ctx("bare")
     assert _call(_tool(ctx, None)) == "re_1"
+
+
+def test_a_tool_error_carries_only_the_tools_own_frame() -> None:
+    # inspect formats every failed tool call's traceback into its trace log; a lost reply's
+    # ToolError used to carry every frame of the send path down to where it was raised
+    ctx = TrialContext(Services([PaymentsService()]), get_protection("bare"))
+
+    async def deep(order_id: str) -> str:
+        raise ToolError(f"The payments API timed out on {order_id}.")
+
+    async def issue_refund(order_id: str) -> str:
+        """Refund an order.
+
+        Args:
+            order_id: The order.
+        """
+        return await deep(order_id)
+
+    tool = make_tool(ctx, issue_refund, idempotency="keyed")
+    with pytest.raises(ToolError, match="timed out on o1") as caught:
+        asyncio.run(tool(order_id="o1"))
+    names = [f.name for f in traceback.extract_tb(caught.value.__traceback__)]
+    assert "deep" not in names and "issue_refund" not in names, names
+    assert ctx.services.ledger.observations[-1] == "The payments API timed out on o1."
