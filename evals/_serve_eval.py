@@ -26,13 +26,7 @@ from inspect_ai.tool import mcp_connection, mcp_server_http
 from inspect_ai.util import sandbox, store
 from twice.assertions import side_effects
 from twice.mocks import LEDGER_STORE_KEY, get_fault
-from twice.tasks import (
-    get_protection,
-    load_prompt,
-    prompt_metadata,
-    stub_setup,
-    task_parts,
-)
+from twice.tasks import get_protection, load_prompt, prompt_metadata, stub_setup, task_parts
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
