@@ -7,6 +7,8 @@ Run with ``make bench`` (or ``python bench/run.py``); ``--quick`` runs everythin
 Ratios are measured side by side in this process (interleaved repetitions, median of the
 per-repetition ratios, on process CPU time so that other work on a shared machine disturbs
 them less). Absolute seconds are wall-clock and move with the machine's load.
+``bench/instructions.py`` counts instructions for the two per-trial ratios instead, which do
+not move with the machine.
 """
 
 from __future__ import annotations
@@ -277,7 +279,7 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
 
 def _spread(p: Any) -> str:
     ratios = p.pair_ratios()
-    return f"{min(ratios):.2f}-{max(ratios):.2f}"
+    return f"{min(ratios):.2f}-{max(ratios):.2f}, sums {p.total_ratio():.3f}"
 
 
 def table(results: dict[str, Any]) -> str:

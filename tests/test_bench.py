@@ -128,3 +128,20 @@ def test_overhead_parts_runs_and_finds_every_part(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert any(line.startswith("condense and write the sample") for line in lines)
     assert lines[-1].startswith("ratio ")
+
+
+def test_paired_ratio_is_the_median_pair_and_ignores_one_slow_stretch() -> None:
+    # bench/_common.py is loaded by path like run.py (bench/ is scripts, not a package).
+    spec = importlib.util.spec_from_file_location("bench_common", ROOT / "bench" / "_common.py")
+    assert spec is not None and spec.loader is not None
+    common = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = common
+    spec.loader.exec_module(common)
+    p = common.Paired()
+    # Four pairs at 1.05; in the fifth a slow stretch of the machine hit the subject (x3).
+    for base, subject in [(1.0, 1.05), (2.0, 2.1), (1.0, 1.05), (1.0, 1.05), (1.0, 3.0)]:
+        p.baseline.append(common.Sample(wall=base, cpu=base))
+        p.subject.append(common.Sample(wall=subject, cpu=subject))
+    assert round(p.ratio(), 6) == 1.05
+    assert round(p.ratio("wall"), 6) == 1.05
+    assert round(p.total_ratio(), 3) == round(8.25 / 6.0, 3)  # the sum weighs the outlier
