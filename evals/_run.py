@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 from inspect_ai import Task, eval_set, task_with
-from inspect_ai.log import EvalLog, read_eval_log
+from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
 from twice.reports import (
     Location,
@@ -431,14 +431,15 @@ def _finished_cells(
     files = []
     cancelled = False
     for entry in logs.current:
+        # read_log_dir read each header once and kept its twice record: not read again here
+        # (every run reads the directory at its start and at its end).
+        meta = entry.twice
         try:
-            header = read_eval_log(str(entry.path), header_only=True).eval
-            meta = (header.metadata or {}).get("twice", {})
             key = (
-                header.model, meta.get("agent", REACT), meta["task"], meta["fault"],
+                entry.model, meta.get("agent", REACT), meta["task"], meta["fault"],
                 meta["protection"], meta["prompt"], meta["prompt_sha256"],
             )  # fmt: skip
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except KeyError:
             continue  # not a twice log of this suite
         match = by_key.get(key)
         if match is not None:

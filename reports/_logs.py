@@ -15,7 +15,9 @@ written is deleted).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from inspect_ai.log import read_eval_log
 
@@ -71,6 +73,9 @@ class LogEntry:
     created: str
     error: str
     """The eval-level error message, empty when none."""
+    twice: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    """The header's ``metadata["twice"]`` (the cell a twice log belongs to), empty when
+    none: readers that match logs to cells need not read the header again."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,13 @@ def _entry(path: Location) -> LogEntry:
         task_id=log.eval.task_id or str(path),
         created=str(log.eval.created),
         error=log.error.message if log.error else "",
+        twice=_twice_record(log.eval.metadata),
     )
+
+
+def _twice_record(metadata: Any) -> Mapping[str, Any]:
+    record = metadata.get("twice") if isinstance(metadata, Mapping) else None
+    return record if isinstance(record, Mapping) else {}
 
 
 def _planned(root: Location) -> dict[str, str] | None:

@@ -212,3 +212,33 @@ def test_resume_trials_frame_counts_what_summary_counts(tmp_path: Path) -> None:
     # An explicit list of files is read as given: the earlier run is still on disk.
     everything = trials_frame([e.path for e in (*logs.current, *logs.superseded)])
     assert len(everything) == 4
+
+
+def test_finished_cells_read_each_log_header_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run reads its directory at its start and at its end; each read used to open every
+    # header twice (read_log_dir, then again for the cell's twice record): on S3, a GET each.
+    import twice.evals._run as run_module
+    import twice.reports._logs as logs_module
+
+    log_dir = tmp_path / "logs"
+    suite = suite_from_flags(
+        config=None, models=["stub/retry", "stub/verify"], prompts=["baseline"],
+        tasks=["refund"], faults=["none"], protections=[], epochs=None, limit=1,
+    )  # fmt: skip
+    run_suite(suite, log_dir, display="none", report=False)  # type: ignore[arg-type]
+    (log_dir / "stray.eval").write_bytes((next(log_dir.glob("*.eval"))).read_bytes())
+    reads: list[str] = []
+
+    def counting(path: str, *args: object, **kwargs: object) -> object:
+        reads.append(path)
+        return read_eval_log(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(logs_module, "read_eval_log", counting)
+    monkeypatch.setattr(run_module, "read_eval_log", counting, raising=False)
+    planned = list(suite.cells())  # type: ignore[attr-defined]
+    finished, files, cancelled = run_module._finished_cells(log_dir, planned)
+    assert finished == set(planned) and not cancelled
+    assert len(files) == 2  # the copy is the same task's log: one of the two counts
+    assert sorted(reads) == sorted(str(p) for p in log_dir.glob("*.eval"))  # once each
