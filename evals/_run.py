@@ -34,6 +34,7 @@ from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
 from twice.reports import (
     Location,
+    LogDir,
     LogReadError,
     Shard,
     as_location,
@@ -422,6 +423,11 @@ def _finished_cells(
         logs = read_log_dir(log_dir)
     except LogReadError:
         return set(), [], False
+    return finished_in(logs, planned)
+
+
+def finished_in(logs: LogDir, planned: list[Cell]) -> tuple[set[Cell], list[Location], bool]:
+    """:func:`_finished_cells` of a directory already read."""
     by_key: dict[tuple[str, ...], Cell] = {}
     for cell in planned:
         p = load_prompt(cell.prompt)
@@ -613,9 +619,15 @@ def ran_trials(
         if save_records_to:
             save_records(save_records_to, records)
         frame = frame_of(files, records) if files else pd.DataFrame()
-    if interrupted and not frame.empty:
-        frame = frame[~frame["error"].str.startswith("CancelledError")]
-    return frame
+    return without_cut_short(frame) if interrupted else frame
+
+
+def without_cut_short(frame: pd.DataFrame) -> pd.DataFrame:
+    """The trials of an interrupted run without those the interrupt cut short: inspect logs
+    them as errors (``CancelledError``), but they did not run (the rerun runs them)."""
+    if frame.empty:
+        return frame
+    return frame[~frame["error"].str.startswith("CancelledError")]
 
 
 def incomplete_fields(

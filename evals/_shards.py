@@ -29,7 +29,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import FrameType
 from typing import Any
 
 from twice.reports import Location, LogRecords, Shard, ShardSet, is_remote, join
@@ -123,6 +124,9 @@ class WorkerExit:
     stderr_tail: str
     records: LogRecords = field(default_factory=dict)
     """What the worker read of its logs, still current (:func:`load_records`)."""
+    interrupted: str | None = None
+    """``SIGINT`` or ``SIGTERM`` when the parent received it while the workers ran (and passed
+    it on to each worker still running)."""
 
 
 RECORDS_ENV = "TWICE_WORKER_RECORDS"
@@ -178,13 +182,29 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
     started yet) each is a fork of this process, which has already imported inspect and
     twice: a fresh interpreter would spend seconds importing them again before its first
     trial, all on the run's critical path. Elsewhere each is ``python -m twice.evals.cli``.
-    On Ctrl-C each gets SIGINT (so it stops like an interrupted run, keeping its finished
-    samples), then this re-raises.
+
+    Each worker has its own process group, so a terminal's Ctrl-C reaches this process only.
+    A SIGINT or SIGTERM this process receives while the workers run is passed on to each of
+    them once: each stops like an interrupted run (its finished samples kept, its shard's
+    summary marked incomplete) and the caller learns it from :attr:`WorkerExit.interrupted`.
+    A second signal stops waiting: each worker still running gets SIGINT again, then
+    SIGKILL after 30 s, and this raises ``KeyboardInterrupt``.
     """
     procs: list[tuple[Shard, subprocess.Popen[bytes] | _ForkedWorker, float, Any, str]] = []
     base = ["run", *args, "--log-dir", str(log_dir)]
     fork = _can_fork()
     private = tempfile.mkdtemp(prefix="twice-workers-")
+    received: list[int] = []
+
+    def pass_on(signum: int, frame: FrameType | None) -> None:
+        if received:
+            raise KeyboardInterrupt  # a second signal: the user means it
+        received.append(signum)
+        for _, proc, *_ in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    saved = _handle_stop_signals(pass_on)
     try:
         for i in range(1, count + 1):
             shard = Shard(i, count)
@@ -194,8 +214,15 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
             hand_off = os.path.join(private, f"records-{i}.pickle")
             # stderr to a file, not a pipe: a worker blocked on a full pipe would never end.
             err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finally)
-            proc = (_fork_worker if fork else _spawn_worker)(argv, err, hand_off)
+            if fork:
+                proc: subprocess.Popen[bytes] | _ForkedWorker = _fork_worker(
+                    argv, err, hand_off, saved
+                )
+            else:
+                proc = _spawn_worker(argv, err, hand_off)
             procs.append((shard, proc, time.perf_counter(), err, hand_off))
+            if received:  # a signal came while this worker was being started
+                proc.send_signal(received[0])
         out = []
         for shard, proc, t0, err, hand_off in procs:
             code = proc.wait()
@@ -203,7 +230,10 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
             err.seek(0)
             tail = err.read().decode("utf-8", "replace").strip().splitlines()[-5:]
             out.append(WorkerExit(shard, code, seconds, "\n".join(tail), load_records(hand_off)))
-        return out
+        if not received:
+            return out
+        name = signal.Signals(received[0]).name
+        return [replace(w, interrupted=name) for w in out]
     except BaseException:
         for _, proc, *_ in procs:
             if proc.poll() is None:
@@ -216,9 +246,34 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
                 proc.wait()
         raise
     finally:
+        _restore_signals(saved)
         for _, _, _, err, _ in procs:
             err.close()
         shutil.rmtree(private, ignore_errors=True)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _handle_stop_signals(handler: Any) -> dict[int, Any]:
+    """Install ``handler`` for SIGINT and SIGTERM (main thread only; a SIGINT a shell set to
+    be ignored stays ignored); returns the handlers it replaced, for the workers and for
+    :func:`_restore_signals`."""
+    saved: dict[int, Any] = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    if threading.current_thread() is not threading.main_thread():
+        return saved
+    for sig in _STOP_SIGNALS:
+        if saved[sig] is not signal.SIG_IGN:
+            signal.signal(sig, handler)
+    return saved
+
+
+def _restore_signals(saved: dict[int, Any]) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig, old in saved.items():
+        if old is not None:
+            signal.signal(sig, old)
 
 
 class _ForkedWorker:
@@ -277,10 +332,13 @@ def _can_fork() -> bool:
 def _spawn_worker(argv: list[str], err: Any, records: str) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "twice.evals.cli", *argv]
     env = {**os.environ, RECORDS_ENV: records}
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    # Its own process group: a terminal's Ctrl-C goes to the parent, which passes it on once.
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, process_group=0)
 
 
-def _fork_worker(argv: list[str], err: Any, records: str) -> _ForkedWorker:
+def _fork_worker(
+    argv: list[str], err: Any, records: str, handlers: dict[int, Any] | None = None
+) -> _ForkedWorker:
     sys.stdout.flush()
     sys.stderr.flush()
     # What the worker inherits stays out of its collector's reach: its collections neither walk
@@ -294,6 +352,11 @@ def _fork_worker(argv: list[str], err: Any, records: str) -> _ForkedWorker:
         return _ForkedWorker(pid)
     code = 1
     try:  # the worker: `twice run ARGV` in this copy of the process, then exit
+        # Its own process group (a terminal's Ctrl-C goes to the parent, which passes it on
+        # once: a second SIGINT would cut short the worker's orderly stop), and the signal
+        # handlers the parent had before it took them over to pass signals on.
+        os.setpgid(0, 0)
+        _restore_signals(handlers or {})
         os.environ[RECORDS_ENV] = records
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)

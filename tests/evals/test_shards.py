@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -376,3 +378,76 @@ def test_merge_takes_the_workers_records_and_reads_the_rest(
     assert (merged["total_tokens"] == 999_999).sum() == 1
     assert len(merged) == len(read) - (len(records[first]) - 1)
     assert len(trials_frame(files)) == len(read)
+
+
+STOPPABLE = [
+    "run", "--model", "stub/retry", "-M", "delay=0.2", "--task", "refund",
+    "--fault", "lost_reply", "--prompt", "baseline", "--prompt", "cautious",
+    "--limit", "8", "--epochs", "4", "--max-connections", "2", "--workers", "2",
+    "--display", "none", "--no-report",
+]  # fmt: skip
+"""Two cells of 32 trials at 0.2 s a turn and 2 connections: seconds per worker, time to stop."""
+
+
+def _processes_of(log_dir: Path) -> list[int]:
+    """Live processes whose command line names ``log_dir`` (a forked worker keeps the run's)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except OSError:
+            continue
+        if str(log_dir) in cmdline and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; workers are forks on Linux")
+@pytest.mark.parametrize(
+    ("sig", "whole_group", "code"),
+    [(signal.SIGTERM, False, 143), (signal.SIGINT, True, 130), (signal.SIGINT, False, 130)],
+    ids=["sigterm-to-the-run", "ctrl-c-to-the-group", "sigint-to-the-run"],
+)
+def test_a_workers_run_stopped_by_a_signal_stops_its_workers_and_marks_its_summary(
+    tmp_path: Path, sig: signal.Signals, whole_group: bool, code: int
+) -> None:
+    # SIGTERM to the parent alone (Kubernetes, `timeout`, a CI runner) used to kill it at once
+    # and leave both workers running into the log directory, with no summary; Ctrl-C gave
+    # each worker two SIGINTs, which cut its orderly stop short.
+    log_dir = tmp_path / "logs"
+    cmd = [sys.executable, "-m", "twice.evals.cli", *STOPPABLE, "--log-dir", str(log_dir)]
+    env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,  # its own group, as a shell's foreground job
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    while len(list(log_dir.glob("shard-*-of-2/*.eval"))) < 2:  # both workers under way
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the workers never both started:\n{proc.communicate()[0]}")
+        time.sleep(0.1)
+    (os.killpg if whole_group else os.kill)(proc.pid, sig)
+    out = proc.communicate(timeout=180)[0]
+    assert proc.returncode == code, out
+    assert f"interrupted by {sig.name}" in out and "Traceback" not in out
+    assert _processes_of(log_dir) == [], "a worker outlived the run"
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["complete"] is False and summary["interrupted"] == sig.name
+    assert len(summary["missing"]) == 2
+    assert all(c["errors"] == 0 for c in summary["cells"]), "cut-short trials are not crashes"
+    for i in (1, 2):
+        shard = json.loads((log_dir / f"shard-{i}-of-2" / "summary.json").read_text())
+        assert shard["complete"] is False and shard["interrupted"] == sig.name
+    if sig is not signal.SIGTERM:
+        return
+    rerun = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["complete"] is True and summary["status"] == "complete"
+    assert "missing" not in summary and "interrupted" not in summary
+    assert sorted(c["trials"] for c in summary["cells"]) == [32, 32]
