@@ -15,6 +15,7 @@ differ by at most one cell.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import hashlib
 import json
@@ -253,6 +254,20 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _stop_with(parent: int) -> None:
+    """Have the kernel send this worker SIGTERM when ``parent`` dies (Linux), so a run killed
+    outright (SIGKILL, the OOM killer) stops its workers as a SIGTERM would, instead of
+    leaving them running into its log directory. Best effort: elsewhere, nothing."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the request was in place
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _handle_stop_signals(handler: Any) -> dict[int, Any]:
@@ -346,6 +361,7 @@ def _fork_worker(
     # (the gc module's advice for fork without exec). The parent, which may live on (a notebook
     # calling run_parallel), thaws its own copy at once.
     gc.freeze()
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         gc.unfreeze()
@@ -357,6 +373,7 @@ def _fork_worker(
         # handlers the parent had before it took them over to pass signals on.
         os.setpgid(0, 0)
         _restore_signals(handlers or {})
+        _stop_with(parent)
         os.environ[RECORDS_ENV] = records
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)

@@ -451,3 +451,32 @@ def test_a_workers_run_stopped_by_a_signal_stops_its_workers_and_marks_its_summa
     assert summary["complete"] is True and summary["status"] == "complete"
     assert "missing" not in summary and "interrupted" not in summary
     assert sorted(c["trials"] for c in summary["cells"]) == [32, 32]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_workers_of_a_run_killed_outright_stop_as_if_sent_sigterm(tmp_path: Path) -> None:
+    # SIGKILL (or the OOM killer) gives the run no chance to pass anything on: the kernel
+    # sends each forked worker SIGTERM instead, so none keeps running into the directory.
+    log_dir = tmp_path / "logs"
+    cmd = [sys.executable, "-m", "twice.evals.cli", *STOPPABLE, "--log-dir", str(log_dir)]
+    env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    while len(list(log_dir.glob("shard-*-of-2/*.eval"))) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "workers never started"
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 120
+    while _processes_of(log_dir):
+        assert time.monotonic() < deadline, "a worker outlived its killed run"
+        time.sleep(0.2)
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["complete"] is False and summary["status"] == "running"  # never merged
+    for i in (1, 2):
+        shard = json.loads((log_dir / f"shard-{i}-of-2" / "summary.json").read_text())
+        assert shard["complete"] is False and shard["interrupted"] == "SIGTERM"
