@@ -184,7 +184,9 @@ def run_parallel(
         try:
             merged = merge(log_dir, run, known, planned=planned, interrupted=interrupted)
         except LogReadError as ex:
-            if interrupted:  # stopped before every shard had begun: its logs are the record
+            if interrupted:  # stopped before every shard had begun: nothing to merge yet
+                extra = incomplete_fields(planned, prompt_names(planned), interrupted)
+                write_summary(pd.DataFrame(), summary_path, run=run, **extra)
                 return RunResult(log_dir, [], pd.DataFrame(), summary_path, None, [],
                                  missing=planned, interrupted=interrupted)  # fmt: skip
             raise SuiteError(f"could not merge the workers' logs: {ex}") from None

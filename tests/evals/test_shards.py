@@ -480,3 +480,21 @@ def test_workers_of_a_run_killed_outright_stop_as_if_sent_sigterm(tmp_path: Path
     for i in (1, 2):
         shard = json.loads((log_dir / f"shard-{i}-of-2" / "summary.json").read_text())
         assert shard["complete"] is False and shard["interrupted"] == "SIGTERM"
+
+
+def test_a_workers_run_stopped_before_any_shard_began_marks_its_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fresh-interpreter workers spend seconds importing: a signal then finds no log to merge.
+    from twice.evals import _workers
+
+    monkeypatch.setattr(_workers, "run_with_workers", lambda *a: ([], {}, "SIGTERM"))
+    suite = suite_from_flags(
+        config=None, models=["stub/retry", "stub/verify"], prompts=["baseline"],
+        tasks=["refund"], faults=["none"], protections=[], epochs=None, limit=1,
+    )  # fmt: skip
+    result = _workers.run_parallel(suite, tmp_path, [], 2, report=False)
+    assert result.interrupted == "SIGTERM" and result.exit_code == 143
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["complete"] is False and summary["status"] == "incomplete"
+    assert summary["interrupted"] == "SIGTERM" and len(summary["missing"]) == 2
