@@ -24,7 +24,6 @@ from twice.reports import (
     is_file,
     join,
     log_records,
-    make_dirs,
     read_log_dir,
     read_text,
     write_summary,
@@ -33,7 +32,6 @@ from twice.reports import (
 from ._run import (
     EXIT_INTERRUPTED,
     RunResult,
-    _cell_dict,
     _failures,
     finished_in,
     gc_for_trials,
@@ -41,7 +39,6 @@ from ._run import (
     prompt_names,
     run_metadata,
     without_cut_short,
-    write_running,
 )
 from ._shards import merged_run, run_workers
 from ._suite import Cell, Suite, SuiteError
@@ -175,10 +172,8 @@ def run_parallel(
     planned = list(suite.cells())
     run = run_metadata(suite, model_args)
     summary_path = join(log_dir, "summary.json")
-    # As a one-process run: until the merge, summary.json says the run is under way, so an
-    # interrupted run never leaves an older complete summary standing.
-    make_dirs(log_dir)
-    write_running(summary_path, run, [_cell_dict(c, prompt_names(planned)) for c in planned])
+    # Nothing is written here before the workers have checked their arguments: bad input
+    # leaves no directory behind. An interrupt is marked in the summary at the end.
     failed, known, interrupted = run_with_workers(args, log_dir, count)
     with gc_for_trials():  # reading every log back allocates like a run
         try:

@@ -475,8 +475,7 @@ def test_workers_of_a_run_killed_outright_stop_as_if_sent_sigterm(tmp_path: Path
     while _processes_of(log_dir):
         assert time.monotonic() < deadline, "a worker outlived its killed run"
         time.sleep(0.2)
-    summary = json.loads((log_dir / "summary.json").read_text())
-    assert summary["complete"] is False and summary["status"] == "running"  # never merged
+    assert not (log_dir / "summary.json").exists()  # never merged: the shards say it all
     for i in (1, 2):
         shard = json.loads((log_dir / f"shard-{i}-of-2" / "summary.json").read_text())
         assert shard["complete"] is False and shard["interrupted"] == "SIGTERM"
