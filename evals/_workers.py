@@ -164,10 +164,11 @@ def run_parallel(
     """``twice run ARGS --workers count``: the shards as local processes, then the merge.
 
     ``args`` are the ``twice run`` arguments that select the suite (each worker rebuilds the
-    same suite from them and runs its share); the merged summary records the whole suite.
+    same suite from them and runs its share); the merged summary records the whole suite. A
+    run stopped by SIGINT or SIGTERM returns with ``interrupted`` set and its summary marked.
 
     Raises:
-        SuiteError: when a worker refused its arguments or was interrupted.
+        SuiteError: when a worker refused its arguments or ended unexpectedly.
     """
     planned = list(suite.cells())
     run = run_metadata(suite, model_args)
