@@ -233,12 +233,21 @@ def fault_cost(work: Path, epochs: int, reps: int) -> tuple[float, Paired]:
     stub/no-retry makes the same turns under both (one call, then an answer), so the ratio
     prices the fault itself; a retrying model does more turns under a fault by design.
     """
-    model = get_model("stub/no-retry")
     with scratch_dir(work, "fault") as logs, gc_for_trials(), no_results_table("none"):
-        none = _runner(lambda: refund(fault="none"), model, epochs, logs)
-        lost = _runner(lambda: refund(fault="lost_reply"), model, epochs, logs)
+        none, lost = fault_runners(epochs, logs)
         result = paired(none, lost, reps)
     return result.ratio(), result
+
+
+def fault_runners(
+    epochs: int, log_dir: Path
+) -> tuple[Callable[[], EvalLog], Callable[[], EvalLog]]:
+    """The two evals ``fault_ratio`` compares: the refund task under ``none``, then under
+    ``lost_reply``, both with ``stub/no-retry``."""
+    model = get_model("stub/no-retry")
+    none = _runner(lambda: refund(fault="none"), model, epochs, log_dir)
+    lost = _runner(lambda: refund(fault="lost_reply"), model, epochs, log_dir)
+    return none, lost
 
 
 def _sleepy(delay: float) -> Callable[..., Awaitable[ModelOutput]]:

@@ -39,21 +39,17 @@ def _child(variant: str, evals: int, work: Path) -> None:
     """Run ``evals`` evals of ``variant`` after two warm-ups (inside cachegrind)."""
     sys.path.insert(0, str(HERE))
     import _trials
-    from inspect_ai.model import get_model
     from twice.evals._run import gc_for_trials, no_results_table
-    from twice.tasks import refund
 
     with (
         _trials.scratch_dir(work, f"instr-{variant}") as logs,
         gc_for_trials(),
         no_results_table("none"),
     ):
-        if variant in ("bare", "twice"):
-            bare, twice = _trials.overhead_runners(1, logs)
-            run = bare if variant == "bare" else twice
-        else:
-            fault = "none" if variant == "none" else "lost_reply"
-            run = _trials._runner(lambda: refund(fault=fault), get_model("stub/no-retry"), 1, logs)
+        # The very evals bench/run.py times for the two figures, one epoch each.
+        bare, twice = _trials.overhead_runners(1, logs)
+        none, lost = _trials.fault_runners(1, logs)
+        run = {"bare": bare, "twice": twice, "none": none, "lost": lost}[variant]
         for _ in range(2 + evals):
             run()
             gc.collect()
