@@ -135,6 +135,9 @@ RECORDS_ENV = "TWICE_WORKER_RECORDS"
 merges from these instead of reading every log again (about a second of the default suite's
 serial end). A file in the parent's private temporary directory."""
 
+PARENT_ENV = "TWICE_WORKER_PARENT"
+"""The pid of the run that started a worker as a fresh interpreter (:func:`stop_with_parent`)."""
+
 
 def save_records(path: str, records: LogRecords) -> None:
     """Write a worker's log records, each with its log's size and modification time.
@@ -258,16 +261,38 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _stop_with(parent: int) -> None:
-    """Have the kernel send this worker SIGTERM when ``parent`` dies (Linux), so a run killed
-    outright (SIGKILL, the OOM killer) stops its workers as a SIGTERM would, instead of
-    leaving them running into its log directory. Best effort: elsewhere, nothing."""
+    """Stop this worker as a SIGTERM would when ``parent`` (the run) dies, so a run killed
+    outright (SIGKILL, the OOM killer) does not leave it running into its log directory.
+
+    On Linux the kernel sends the signal (``prctl(PR_SET_PDEATHSIG)``); elsewhere on POSIX a
+    daemon thread notices the worker was re-parented (macOS has no parent-death signal).
+    Windows does not re-parent, so there it does nothing."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
+        if os.name == "posix":
+            watcher = threading.Thread(target=_watch, args=(parent,), daemon=True)
+            watcher.start()
         return
     if os.getppid() != parent:  # it died before the request was in place
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _watch(parent: int, every: float = 1.0) -> None:
+    while os.getppid() == parent:
+        time.sleep(every)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def stop_with_parent() -> None:
+    """In a worker started as a fresh interpreter (:data:`PARENT_ENV` set by the run): stop as
+    a SIGTERM would when the run dies (:func:`_stop_with`). A forked worker arranges this
+    itself. The variable is taken out of the environment, so no process this one starts
+    mistakes the run for its own parent."""
+    parent = os.environ.pop(PARENT_ENV, "")
+    if parent.isdigit():
+        _stop_with(int(parent))
 
 
 def _handle_stop_signals(handler: Any) -> dict[int, Any]:
@@ -346,7 +371,7 @@ def _can_fork() -> bool:
 
 def _spawn_worker(argv: list[str], err: Any, records: str) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "twice.evals.cli", *argv]
-    env = {**os.environ, RECORDS_ENV: records}
+    env = {**os.environ, RECORDS_ENV: records, PARENT_ENV: str(os.getpid())}
     # Its own process group: a terminal's Ctrl-C goes to the parent, which passes it on once.
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, process_group=0)
 

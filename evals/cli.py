@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from ._run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, GC_THRESHOLDS
+from ._shards import stop_with_parent
 from ._suite import SuiteError, suite_from_flags
 
 
@@ -736,6 +737,7 @@ def serve(host: str, port: int, db: str, token: str | None) -> None:
 def main() -> None:
     """Console-script entry point."""
     batch_gc()
+    stop_with_parent()  # a --workers worker started as a fresh interpreter
     try:
         cli()
     finally:

@@ -455,12 +455,16 @@ def test_a_workers_run_stopped_by_a_signal_stops_its_workers_and_marks_its_summa
 
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
-def test_workers_of_a_run_killed_outright_stop_as_if_sent_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked", "fresh-interpreters"])
+def test_workers_of_a_run_killed_outright_stop_as_if_sent_sigterm(
+    tmp_path: Path, fork: str
+) -> None:
     # SIGKILL (or the OOM killer) gives the run no chance to pass anything on: the kernel
-    # sends each forked worker SIGTERM instead, so none keeps running into the directory.
+    # sends each worker SIGTERM instead, so none keeps running into the directory. Workers
+    # started as fresh interpreters used to finish their shards as orphans.
     log_dir = tmp_path / "logs"
     cmd = [sys.executable, "-m", "twice.evals.cli", *STOPPABLE, "--log-dir", str(log_dir)]
-    env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
+    env = {**os.environ, FORK_ENV: fork}
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
         start_new_session=True,
@@ -479,6 +483,40 @@ def test_workers_of_a_run_killed_outright_stop_as_if_sent_sigterm(tmp_path: Path
     for i in (1, 2):
         shard = json.loads((log_dir / f"shard-{i}-of-2" / "summary.json").read_text())
         assert shard["complete"] is False and shard["interrupted"] == "SIGTERM"
+
+
+_ORPHAN = """
+import os, signal, sys, time
+from twice.evals import _shards
+
+def no_prctl(*args, **kwargs):
+    raise OSError("no prctl here")
+
+_shards.ctypes.CDLL = no_prctl  # what a POSIX system without Linux's prctl (macOS) has
+if os.fork():
+    time.sleep(0.5)
+    os._exit(0)  # the run dies without passing anything on
+signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], "w").write("SIGTERM"), os._exit(0)))
+os.environ[_shards.PARENT_ENV] = str(os.getppid())
+_shards.stop_with_parent()
+assert _shards.PARENT_ENV not in os.environ
+time.sleep(30)
+os._exit(1)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX re-parents an orphan; Windows does not")
+def test_a_worker_without_a_parent_death_signal_notices_its_run_died(tmp_path: Path) -> None:
+    # macOS has no PR_SET_PDEATHSIG: a worker watches for being re-parented instead.
+    told = tmp_path / "told"
+    script = tmp_path / "orphan.py"
+    script.write_text(_ORPHAN)
+    subprocess.run([sys.executable, str(script), str(told)], check=True, timeout=30)
+    deadline = time.monotonic() + 10
+    while not told.exists():
+        assert time.monotonic() < deadline, "the orphaned worker never got SIGTERM"
+        time.sleep(0.1)
+    assert told.read_text() == "SIGTERM"
 
 
 def test_a_workers_run_stopped_before_any_shard_began_marks_its_summary(
