@@ -91,16 +91,34 @@ class Suite:
     None: twice's own agent loop."""
 
     def cells(self) -> Iterator[Cell]:
-        """Every distinct cell, in suite order."""
+        """Every distinct cell, in suite order.
+
+        A prompt given twice under different spellings (``p/my.md`` and ``./p/my.md``: the
+        same name and text) is one prompt, named by its first spelling: two cells of it would
+        run the same trials twice and count them both.
+        """
         seen: set[Cell] = set()
+        canon = self._prompt_spellings()
         for m in self.matrices:
             for model, agent in itertools.product(m.models, m.agents):
-                for prompt, task in itertools.product(m.prompts, m.tasks):
+                for prompt, task in itertools.product((canon[p] for p in m.prompts), m.tasks):
                     for fault, protection in itertools.product(m.faults, m.protections):
                         cell = Cell(model, prompt, task, fault, protection, agent)
                         if cell not in seen:
                             seen.add(cell)
                             yield cell
+
+    def _prompt_spellings(self) -> dict[str, str]:
+        first: dict[tuple[str, str], str] = {}
+        canon: dict[str, str] = {}
+        for spec in dict.fromkeys(p for m in self.matrices for p in m.prompts):
+            try:
+                p = load_prompt(spec)
+            except ValueError:  # refused by validate(); here it stands for itself
+                canon[spec] = spec
+                continue
+            canon[spec] = first.setdefault((p.name, p.sha256), spec)
+        return canon
 
     def models(self) -> list[str]:
         """Distinct models, in order."""

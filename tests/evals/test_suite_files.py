@@ -26,3 +26,29 @@ def test_full_suite_covers_every_task_fault_and_protection() -> None:
     assert {c.task for c in cells} == set(TASKS)
     assert {c.fault for c in cells} == set(FAULTS)
     assert {c.protection for c in cells} == set(PROTECTIONS)
+
+
+def test_one_prompt_file_under_two_spellings_is_one_prompt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--prompt p/my.md --prompt ./p/my.md` planned two cells of one prompt: the same trials
+    # ran twice, counted twice (narrower intervals), and the run never finished resuming.
+    from twice.evals import suite_from_flags
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "my.md").write_text("You are careful.\n")
+    spellings = ["p/my.md", "./p/my.md", str(tmp_path / "p/my.md")]
+    suite = suite_from_flags(
+        config=None, models=["stub/retry"], prompts=spellings,
+        tasks=["refund"], faults=["none"], protections=[], epochs=None, limit=1,
+    )  # fmt: skip
+    assert [c.prompt for c in suite.cells()] == ["p/my.md"]
+    other = tmp_path / "q" / "my.md"  # the same name, another text: still refused
+    other.parent.mkdir()
+    other.write_text("Another text.\n")
+    with pytest.raises(evals.SuiteError, match="two different prompts are both named 'my'"):
+        suite_from_flags(
+            config=None, models=["stub/retry"], prompts=["p/my.md", str(other)],
+            tasks=["refund"], faults=["none"], protections=[], epochs=None, limit=1,
+        )  # fmt: skip
