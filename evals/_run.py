@@ -16,6 +16,7 @@ import datetime as dt
 import gc
 import hashlib
 import importlib
+import json
 import os
 import signal
 import tempfile
@@ -41,11 +42,13 @@ from twice.reports import (
     cells,
     check_log_dir,
     frame_of,
+    is_file,
     is_remote,
     join,
     log_records,
     make_dirs,
     read_log_dir,
+    read_text,
     write_summary,
     write_text,
 )
@@ -56,7 +59,7 @@ from ._endpoint import EndpointState, guard_model
 from ._gate import temp_beside
 from ._lock import lock_log_dir
 from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args, scrub, secret_values
-from ._shards import RECORDS_ENV, save_records, shard_cells, shard_dir
+from ._shards import RECORDS_ENV, save_records, shard_cells, shard_dir, suite_digest
 from ._suite import Cell, Suite, SuiteError
 
 DEFAULT_TIMEOUT = 300
@@ -388,7 +391,8 @@ def write_atomic(path: Location, write: Callable[[Path], object]) -> Location:
     return path
 
 
-def _cell_dict(cell: Cell, names: dict[str, str]) -> dict[str, str]:
+def cell_dict(cell: Cell, names: dict[str, str]) -> dict[str, str]:
+    """A cell as summary.json lists it (``missing``), its prompt by name (``names``)."""
     return {
         "model": cell.model,
         "agent": cell.agent,
@@ -562,6 +566,21 @@ def prepared_run(
         yield PreparedRun(log_dir, planned, tasks, guards)
 
 
+def _forget_earlier_tasks(log_dir: Location) -> None:
+    """Leave ``log_dir``'s ``eval-set.json`` listing no tasks: a shard dealt no cells this time
+    runs no ``eval_set`` to rewrite it, and the logs of the tasks an earlier run dealt it would
+    otherwise still count in the merge (``read_log_dir`` counts the tasks it lists)."""
+    path = join(log_dir, "eval-set.json")
+    if not is_file(path):
+        return
+    try:
+        info = json.loads(read_text(path))
+    except ValueError:
+        info = None
+    if isinstance(info, dict) and info.get("tasks"):
+        write_text(path, json.dumps({**info, "tasks": []}))
+
+
 def evaluate(
     run: PreparedRun,
     settings: EvalSettings,
@@ -580,7 +599,9 @@ def evaluate(
     logs: list[EvalLog] = []
     with gc_for_trials(), _stop_on_sigterm(state), no_results_table(settings.display):
         try:
-            if run.tasks:  # a shard dealt no cells (more shards than cells) runs nothing
+            if not run.tasks:  # a shard dealt no cells (more shards than cells) runs nothing
+                _forget_earlier_tasks(run.log_dir)
+            else:
                 _, logs = eval_set(
                     run.tasks,
                     log_dir=str(run.log_dir),
@@ -639,7 +660,7 @@ def incomplete_fields(
         "status": "complete" if not missing else "incomplete",
     }
     if missing:
-        extra["missing"] = [_cell_dict(c, names) for c in missing]
+        extra["missing"] = [cell_dict(c, names) for c in missing]
     if interrupted:
         extra["interrupted"] = interrupted
     return extra
@@ -720,11 +741,12 @@ def _run_locked(
     log_dir, planned = prepared.log_dir, prepared.planned
     run = run_metadata(suite, model_args, None if shard is None else planned)
     if shard is not None:
-        run["shard"] = {"index": shard.index, "count": shard.count}
+        whole = suite_digest(list(suite.cells()), suite.epochs, suite.limit, run["model_args"])
+        run["shard"] = {"index": shard.index, "count": shard.count, "suite": whole}
     names = prompt_names(planned)
     reused = _finished_cells(log_dir, planned)[0]
     summary_path = join(log_dir, "summary.json")
-    write_running(summary_path, run, [_cell_dict(c, names) for c in planned])
+    write_running(summary_path, run, [cell_dict(c, names) for c in planned])
     state = LAST_INTERRUPT
     state.signal = None
     logs = evaluate(prepared, settings, state, epochs=suite.epochs, limit=suite.limit)

@@ -15,6 +15,7 @@ differ by at most one cell.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import hashlib
@@ -64,6 +65,20 @@ def cell_digest(cell: Cell) -> str:
     if cell.agent != "react":  # react cells keep the digests they had before the agent axis
         axes.append(cell.agent)
     return hashlib.sha256(json.dumps(axes).encode("utf-8")).hexdigest()
+
+
+def suite_digest(cells: Sequence[Cell], epochs: int, limit: int | None, model_args: Any) -> str:
+    """A stable hex digest of what a sharded run runs: every cell of the whole suite, its epochs,
+    limit and recorded model args. Each shard records it in its summary (``run.shard.suite``);
+    ``twice report``/``gate`` refuse to merge shards that ran different suites, whose cells would
+    otherwise be counted twice or lost (``twice.reports.read_log_dir``)."""
+    what = {
+        "cells": sorted(cell_digest(c) for c in cells),
+        "epochs": epochs,
+        "limit": limit,
+        "model_args": model_args,
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def shard_cells(cells: Sequence[Cell], shard: Shard) -> list[Cell]:
@@ -192,7 +207,7 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
     them once: each stops like an interrupted run (its finished samples kept, its shard's
     summary marked incomplete) and the caller learns it from :attr:`WorkerExit.interrupted`.
     A second signal stops waiting: each worker still running gets SIGINT again, then
-    SIGKILL after 30 s, and this raises ``KeyboardInterrupt``.
+    SIGKILL after 30 s (at once on a third signal), and this raises ``KeyboardInterrupt``.
     """
     procs: list[tuple[Shard, subprocess.Popen[bytes] | _ForkedWorker, float, Any, str]] = []
     base = ["run", *args, "--log-dir", str(log_dir)]
@@ -239,6 +254,13 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
         name = signal.Signals(received[0]).name
         return [replace(w, interrupted=name) for w in out]
     except BaseException:
+
+        def kill_now(signum: int, frame: FrameType | None) -> None:
+            for _, proc, *_ in procs:  # yet another signal: the user will not wait 30 s
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+
+        _handle_stop_signals(kill_now)
         for _, proc, *_ in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -387,8 +409,12 @@ def _fork_worker(
     # calling run_parallel), thaws its own copy at once.
     gc.freeze()
     parent = os.getpid()
+    # A stop signal that reaches the worker before it has its own handlers back would run the
+    # parent's (which waits on the worker's siblings): held until then, in both processes.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     pid = os.fork()
     if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         gc.unfreeze()
         return _ForkedWorker(pid)
     code = 1
@@ -398,6 +424,7 @@ def _fork_worker(
         # handlers the parent had before it took them over to pass signals on.
         os.setpgid(0, 0)
         _restore_signals(handlers or {})
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         _stop_with(parent)
         os.environ[RECORDS_ENV] = records
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -33,10 +33,10 @@ from ._run import (
     Interrupts,
     PreparedRun,
     RunResult,
-    _cell_dict,
     _failures,
     _finished_cells,
     _stop_on_sigterm,
+    cell_dict,
     evaluate,
     incomplete_fields,
     prepared_run,
@@ -284,7 +284,7 @@ class _Rounds:
             if st.stopped_round is None:
                 st.epochs += epr  # the next round
         running = {"complete": False, "status": "running"}
-        self._summary(frame, **running, missing=[_cell_dict(c, names) for c in self._unsettled()])
+        self._summary(frame, **running, missing=[cell_dict(c, names) for c in self._unsettled()])
         state = LAST_INTERRUPT
         state.signal = None
         logs: list[EvalLog] = []
@@ -359,7 +359,7 @@ class _Rounds:
                     grew = True
             # After every round, so an interrupted run's directory already says it is
             # sequential and how far each cell got.
-            missing = [_cell_dict(c, names) for c in self._unsettled()]
+            missing = [cell_dict(c, names) for c in self._unsettled()]
             self._summary(frame, complete=False, status="running", missing=missing)
             if not grew:
                 return logs, frame

@@ -7,10 +7,11 @@ merges the shards of a cluster run.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -21,24 +22,32 @@ from twice.reports import (
     LogRecords,
     cells,
     frame_of,
+    is_dir,
     is_file,
+    is_remote,
     join,
     log_records,
     read_log_dir,
+    read_summary,
     read_text,
     write_summary,
+    write_text,
 )
 
+from ._lock import lock_log_dir
 from ._run import (
     EXIT_INTERRUPTED,
     RunResult,
     _failures,
+    cell_dict,
     finished_in,
     gc_for_trials,
     incomplete_fields,
     prompt_names,
     run_metadata,
     without_cut_short,
+    write_atomic,
+    write_running,
 )
 from ._shards import merged_run, run_workers
 from ._suite import Cell, Suite, SuiteError
@@ -58,17 +67,30 @@ class Merged:
 
 
 def read_run(log_dir: Location, warn: Callable[[str], None] | None = None) -> dict[str, Any] | None:
-    """The ``run`` record of ``LOG_DIR/summary.json``; None (after ``warn``) when unreadable."""
-    path = join(log_dir, "summary.json")
-    if not is_file(path):
-        return None
-    try:
-        run = json.loads(read_text(path)).get("run")
-    except (ValueError, AttributeError) as ex:
-        if warn:
-            warn(f"ignoring unreadable {path}: {ex}")
-        return None
+    """The ``run`` record of ``LOG_DIR/summary.json``; None when missing or unreadable."""
+    run = read_summary(log_dir, warn).get("run")
     return run if isinstance(run, dict) else None
+
+
+def shards_status(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The merged ``complete``/``status``/``missing``/``interrupted`` of a sharded run, from
+    its shards' own summaries: complete when every shard is; a shard still ``running`` makes
+    the run running. Empty when a shard's summary does not say (an older twice)."""
+    if not summaries or any("complete" not in s for s in summaries):
+        return {}
+    complete = all(s["complete"] is True for s in summaries)
+    running = any(s.get("status") == "running" for s in summaries)
+    out: dict[str, Any] = {
+        "complete": complete,
+        "status": "complete" if complete else "running" if running else "incomplete",
+    }
+    missing = [m for s in summaries for m in s.get("missing") or []]
+    if missing:
+        out["missing"] = missing
+    interrupted = next((s["interrupted"] for s in summaries if s.get("interrupted")), None)
+    if interrupted:
+        out["interrupted"] = interrupted
+    return out
 
 
 def merge(
@@ -77,6 +99,8 @@ def merge(
     known: LogRecords | None = None,
     planned: list[Cell] | None = None,
     interrupted: str | None = None,
+    partial: bool = False,
+    write: bool = True,
 ) -> Merged:
     """Read ``log_dir`` (merging its shards) and, when sharded, write its merged summary.json.
 
@@ -85,33 +109,50 @@ def merge(
     already read (by the workers), by ``str(path)``; the others are read here. With
     ``planned`` (a ``--workers`` run's cells) the summary says, as a one-process run's does,
     whether every planned cell finished (``complete``, ``status``, ``missing``) and which
-    signal, if any, ``interrupted`` the run.
+    signal, if any, ``interrupted`` the run; without it (``twice report``/``gate``) the
+    shards' own summaries say (:func:`shards_status`). ``partial``: the run ended early (a
+    worker died or was stopped); a shard it never began is read as empty, its cells missing.
+    ``write=False`` reads only (a gate's ``--baseline``).
 
     Raises:
-        LogReadError: for unreadable logs or a missing shard (naming it).
+        LogReadError: for unreadable logs, a missing shard (naming it) or shards of different
+            suites.
     """
-    logs = read_log_dir(log_dir)
-    known = known or {}
-    unread = [p for p in logs.files if str(p) not in known]
-    frame = frame_of(logs.files, {**known, **log_records(unread)})
-    if interrupted:
-        frame = without_cut_short(frame)
-    table = cells(frame)
-    if logs.shards is None:
-        return Merged(logs, frame, table, run or read_run(log_dir), None)
-    if run is None:
-        # Each shard recorded its own share of the axes: the union is the run.
-        own = (read_run(logs.shards.dirs[i]) for i in sorted(logs.shards.dirs))
-        run = merged_run([r for r in own if r is not None], logs.shards)
-    else:
-        run = {**run, "shards": logs.shards.record()}
+    logs = read_log_dir(log_dir, partial=partial)
+    shards = logs.shards
+    summaries = [dict(s) for _, s in sorted(logs.shard_summaries.items())]
     extra: dict[str, Any] = {}
     missing: list[Cell] = []
     if planned is not None:
         finished = finished_in(logs, planned)[0]
         missing = [c for c in planned if c not in finished]
         extra = incomplete_fields(missing, prompt_names(planned), interrupted)
-    path = write_summary(table, join(log_dir, "summary.json"), run=run, **extra)
+    elif shards is not None:
+        extra = shards_status(summaries)
+    else:  # one process's directory: its own summary says whether an interrupt stopped it
+        top = read_summary(log_dir)
+        if top.get("complete") is False and top.get("interrupted"):
+            extra = {"interrupted": top["interrupted"]}
+    known = known or {}
+    unread = [p for p in logs.files if str(p) not in known]
+    frame = frame_of(logs.files, {**known, **log_records(unread)})
+    if extra.get("interrupted"):  # an interrupt's cut-short trials are not crashes
+        frame = without_cut_short(frame)
+    table = cells(frame)
+    if shards is None:
+        return Merged(logs, frame, table, run or read_run(log_dir), None)
+    if run is None:
+        # Each shard recorded its own share of the axes: the union is the run.
+        own = [s["run"] for s in summaries if isinstance(s.get("run"), dict)]
+        run = merged_run(own, shards)
+    else:
+        run = {**run, "shards": shards.record()}
+    if not write:
+        return Merged(logs, frame, table, run, None, missing)
+    path = write_atomic(
+        join(log_dir, "summary.json"),
+        lambda tmp: write_summary(table, tmp, run=run, **extra),
+    )
     return Merged(logs, frame, table, run, path, missing)
 
 
@@ -128,13 +169,14 @@ def run_with_workers(
     """Run ``count`` local shard processes of ``twice run ARGS`` into ``log_dir``.
 
     Returns:
-        One line per worker that ended with exit code 1 (an eval errored or a trial crashed;
-        its logs are still merged), what the workers read of their logs, and the signal that
-        stopped the run (passed on by this process, or received by a worker), if any.
+        One line per worker that failed (exit 1: an eval errored or a trial crashed; or killed
+        by a signal other than SIGINT/SIGTERM, e.g. the OOM killer) quoting its last lines of
+        output (every shard's logs are still merged), what the workers read of their logs,
+        and the signal that stopped the run (passed on by this process, or received by a
+        worker), if any.
 
     Raises:
-        SuiteError: when a worker refused its arguments (exit 2) or ended otherwise
-            unexpectedly, quoting its last lines of output.
+        SuiteError: when a worker refused its arguments (exit 2).
     """
     failed = []
     exits = run_workers(args, log_dir, count)
@@ -145,10 +187,13 @@ def run_with_workers(
         detail = f": {w.stderr_tail}" if w.stderr_tail else ""
         if w.returncode in _STOPPED:
             interrupted = interrupted or _STOPPED[w.returncode]
-        elif w.returncode == 1:
-            failed.append(f"worker {w.shard} exited 1{detail}")
+        elif w.returncode == 2:  # a usage error: every worker has the same arguments
+            raise SuiteError(f"worker {w.shard} exited 2{detail}")
+        elif w.returncode < 0:  # the OOM killer, a kill -9: what the others finished counts
+            name = signal.Signals(-w.returncode).name
+            failed.append(f"worker {w.shard} was killed by {name}{detail}")
         else:
-            raise SuiteError(f"worker {w.shard} exited {w.returncode}{detail}")
+            failed.append(f"worker {w.shard} exited {w.returncode}{detail}")
     return failed, {key: recs for w in exits for key, recs in w.records.items()}, interrupted
 
 
@@ -173,26 +218,73 @@ def run_parallel(
     planned = list(suite.cells())
     run = run_metadata(suite, model_args)
     summary_path = join(log_dir, "summary.json")
-    # Nothing is written here before the workers have checked their arguments: bad input
-    # leaves no directory behind. An interrupt is marked in the summary at the end.
-    failed, known, interrupted = run_with_workers(args, log_dir, count)
+    with contextlib.ExitStack() as stack:
+        if not is_remote(log_dir) and is_dir(log_dir):
+            # The lock a one-process run takes: the two never run into one directory at once.
+            # A new directory is left to the workers to create (bad input leaves none behind),
+            # and their shard locks keep two runs of the same split apart.
+            stack.enter_context(lock_log_dir(Path(log_dir)))
+        previous = _mark_running(summary_path, run, planned)
+        try:
+            failed, known, interrupted = run_with_workers(args, log_dir, count)
+        except SuiteError:  # the workers refused the arguments: nothing ran, nothing is lost
+            if previous is not None:
+                write_text(summary_path, previous)
+            raise
+        return _merge_workers(log_dir, run, known, planned, failed, interrupted, report=report)
+
+
+def _mark_running(summary_path: Location, run: dict[str, Any], planned: list[Cell]) -> str | None:
+    """Mark an earlier run's summary.json ``running`` (a run killed outright leaves no stale
+    ``complete`` behind) and return its text, to put back if the workers refuse to start.
+    No summary yet: nothing is written (the workers check the arguments first)."""
+    if not is_file(summary_path):
+        return None
+    previous = read_text(summary_path)
+    names = prompt_names(planned)
+    write_running(summary_path, run, [cell_dict(c, names) for c in planned])
+    return previous
+
+
+def _merge_workers(
+    log_dir: Location,
+    run: dict[str, Any],
+    known: LogRecords,
+    planned: list[Cell],
+    failed: list[str],
+    interrupted: str | None,
+    *,
+    report: bool,
+) -> RunResult:
+    summary_path = join(log_dir, "summary.json")
     with gc_for_trials():  # reading every log back allocates like a run
         try:
-            merged = merge(log_dir, run, known, planned=planned, interrupted=interrupted)
+            merged = merge(
+                log_dir, run, known, planned=planned, interrupted=interrupted,
+                partial=bool(failed or interrupted),
+            )  # fmt: skip
         except LogReadError as ex:
-            if interrupted:  # stopped before every shard had begun: nothing to merge yet
-                extra = incomplete_fields(planned, prompt_names(planned), interrupted)
-                write_summary(pd.DataFrame(), summary_path, run=run, **extra)
-                return RunResult(log_dir, [], pd.DataFrame(), summary_path, None, [],
-                                 missing=planned, interrupted=interrupted)  # fmt: skip
-            raise SuiteError(f"could not merge the workers' logs: {ex}") from None
+            if not (interrupted or failed):
+                raise SuiteError(f"could not merge the workers' logs: {ex}") from None
+            # Stopped, or a worker died, before there was anything to merge: the summary says
+            # so (every cell missing); the logs written so far stay for the rerun to resume.
+            extra = incomplete_fields(planned, prompt_names(planned), interrupted)
+            empty = pd.DataFrame()
+            write_atomic(summary_path, lambda tmp: write_summary(empty, tmp, run=run, **extra))
+            if failed:
+                failed.append(f"nothing was merged: {ex}")
+            return RunResult(log_dir, [], empty, summary_path, None, failed,
+                             missing=planned, interrupted=interrupted)  # fmt: skip
         if not interrupted:  # an interrupt's cut-short trials are not crashes
             failed += merged.logs.problems() + _failures([], merged.table)
         report_path = None
         if report and not merged.frame.empty:
             from twice.reports import write_report
 
-            report_path = write_report(merged.frame, join(log_dir, "report.html"), run=merged.run)
+            report_path = write_atomic(
+                join(log_dir, "report.html"),
+                lambda tmp: write_report(merged.frame, tmp, run=merged.run),
+            )
     assert merged.summary_path is not None  # the workers wrote shard directories
     return RunResult(
         log_dir, [], merged.table, merged.summary_path, report_path, failed,

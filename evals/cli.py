@@ -26,6 +26,31 @@ from ._shards import stop_with_parent
 from ._suite import SuiteError, suite_from_flags
 
 
+def _existing_split(log_dir: str) -> int | None:
+    from twice.reports import LogReadError, run_split
+
+    try:
+        return run_split(log_dir)
+    except LogReadError as ex:
+        raise SuiteError(f"cannot resume into {log_dir!r}: {ex}") from None
+
+
+def _split_conflict(log_dir: str, split: int, asked: int) -> str:
+    """Why a run split ``asked`` ways cannot go into a directory already split ``split`` ways:
+    each layout's logs are invisible to the other (``twice.reports.read_log_dir``)."""
+    held = (
+        "a one-process run"
+        if split == 1
+        else f"a run split into {split} shards (shard-i-of-{split})"
+    )
+    ways = "one process" if asked == 1 else f"{asked} shards"
+    fix = "--workers 1" if split == 1 else f"--workers {split} (or --shard i/{split})"
+    return (
+        f"log directory {log_dir!r} holds {held}; this run would be split into {ways}, and "
+        f"neither split counts the other's logs: resume it with {fix}, or pass another --log-dir"
+    )
+
+
 def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
     import yaml
 
@@ -229,9 +254,10 @@ def run(
     """
     from ._run import LAST_INTERRUPT, default_log_dir, format_table, run_suite
     from ._secrets import scrub
-    from ._shards import default_workers, parse_shard
+    from ._shards import default_workers, parse_shard, shard_cells
     from ._workers import run_parallel
 
+    rerun = "rerun the same command"
     if until_decided is None and (batch is not None or max_trials is not None):
         raise click.UsageError("--batch and --max-trials only apply with --until-decided GATE.toml")
     if until_decided is not None and agent_cmd is not None:
@@ -274,11 +300,19 @@ def run(
         local = suite.local_model
         default = 1 if part or local or gate is not None else default_workers(n_cells)
         n_workers = min(workers or default, n_cells)
+        split = _existing_split(out)
+        if split is not None and part is None and workers is None and not (local or gate):
+            n_workers = split  # a rerun resumes split as the run already in the directory
+        asked = part.count if part else n_workers
+        if split is not None and asked != split:
+            raise SuiteError(_split_conflict(out, split, asked))
         if local is not None and n_workers > 1:
             raise SuiteError(
                 "a suite with a [local_model] runs in one process (one model server): "
                 "drop --workers or set it to 1"
             )
+        # Without --log-dir each run gets a new directory: the same command would start over.
+        rerun = "rerun the same command" if log_dir else f"rerun it with --log-dir {out}"
         shown = display or default_display()  # the display this run uses
         where = f", shard {part}" if part else f", {n_workers} workers" if n_workers > 1 else ""
         if gate is None:  # a sequential run announces itself, naming its gate
@@ -343,7 +377,7 @@ def run(
         # Stopped outside the trials (while loading or summarising): nothing to resume from
         # but the logs, which the same command picks up.
         name = LAST_INTERRUPT.signal or "SIGINT"
-        click.echo(f"twice: interrupted by {name}; rerun the same command to resume", err=True)
+        click.echo(f"twice: interrupted by {name}; {rerun} to resume", err=True)
         sys.exit(EXIT_INTERRUPTED.get(name, 130))
     if gate is None:  # a sequential run printed its table and decisions already
         if result.reused:
@@ -369,9 +403,10 @@ def run(
             for c in result.missing[:5]
         )
         more = f" and {len(result.missing) - 5} more" if len(result.missing) > 5 else ""
+        of = len(shard_cells(list(suite.cells()), part)) if part else n_cells
         click.echo(
-            f"twice: incomplete: {len(result.missing)} of {n_cells} cell(s) did not finish "
-            f"({shown}{more}); summary.json is marked incomplete. Rerun the same command "
+            f"twice: incomplete: {len(result.missing)} of {of} cell(s) did not finish "
+            f"({shown}{more}); summary.json is marked incomplete. {rerun.capitalize()} "
             "to resume.",
             err=True,
         )
@@ -520,20 +555,32 @@ def list_() -> None:
     )
 
 
-def _trials(log_dir: str, what: str) -> tuple[Any, Any]:
+def _trials(log_dir: str, what: str, *, write: bool = True) -> tuple[Any, Any]:
     """Read a log directory for gate/report: (LogDir, trial frame); LogReadError → exit 2.
 
-    A directory of shards is merged, and its merged ``summary.json`` written (recording them).
+    A directory of shards is merged, and (unless ``write`` is False: a baseline is only read)
+    its merged ``summary.json`` written, recording them and the shards' status.
     """
     from twice.reports import LogReadError
 
     from ._workers import merge
 
     try:
-        merged = merge(log_dir)
+        merged = merge(log_dir, write=write)
         return merged.logs, merged.frame
     except LogReadError as ex:
         raise click.BadParameter(str(ex), param_hint=what) from None
+
+
+SHOWN_PROBLEMS = 20
+"""Problems a gate lists one by one; an interrupted run's hundreds of trials are counted."""
+
+
+def _echo_some(problems: list[str], label: str) -> None:
+    for line in problems[:SHOWN_PROBLEMS]:
+        click.echo(f"{label}: {line}", err=True)
+    if len(problems) > SHOWN_PROBLEMS:
+        click.echo(f"{label}: ... and {len(problems) - SHOWN_PROBLEMS} more", err=True)
 
 
 def _errored(logs: Any, frame: Any) -> list[str]:
@@ -602,13 +649,19 @@ def gate(
     base_frame = None
     problems = _errored(logs, frame)
     if baseline_dir is not None:
-        base_logs, base_frame = _trials(baseline_dir, "--baseline")
+        base_logs, base_frame = _trials(baseline_dir, "--baseline", write=False)
         problems += [f"baseline: {p}" for p in _errored(base_logs, base_frame)]
+    if problems and allow_errors:
+        _echo_some(problems, "excluded")
+        click.echo(
+            f"twice gate: --allow-errors: gating without {len(problems)} errored or missing "
+            "log(s)/trial(s)/cell(s) listed above",
+            err=True,
+        )
     if problems and not allow_errors:
         if junit:
             write_junit([], junit, errors=problems)
-        for line in problems:
-            click.echo(f"error: {line}", err=True)
+        _echo_some(problems, "error")
         click.echo(
             f"twice gate: {len(problems)} errored log(s)/trial(s); a gate on partial results "
             "could pass by accident. Rerun `twice run` with the same --log-dir to resume, or "
@@ -657,7 +710,7 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     _, frame = _trials(log_dir, "LOG_DIR")
     extra: dict[str, Any] = {}
     if baseline_dir is not None:
-        extra["baseline"] = _trials(baseline_dir, "--baseline")[1]
+        extra["baseline"] = _trials(baseline_dir, "--baseline", write=False)[1]
     # The run record: the merged one when LOG_DIR holds shards (just written), else the run's.
     run = read_run(log_dir, warn=lambda m: click.echo(f"warning: {m}", err=True))
     out = output or str(join(log_dir, "report.html"))

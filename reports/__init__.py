@@ -29,7 +29,7 @@ from ._frame import (
     trials_frame,
 )
 from ._html import render_report, report_data, write_report
-from ._logs import LogDir, LogEntry, check_log_dir, log_files, read_log_dir
+from ._logs import LogDir, LogEntry, check_log_dir, log_files, read_log_dir, run_split
 from ._metrics import (
     AGENT_CRASHED,
     CATALOGUE,
@@ -41,7 +41,14 @@ from ._metrics import (
     metric_names,
 )
 from ._passk import no_dup_k
-from ._shards import SHARD_DIR, Shard, ShardSet, find_shards, require_complete
+from ._shards import (
+    SHARD_DIR,
+    Shard,
+    ShardSet,
+    find_shards,
+    read_summary,
+    require_complete,
+)
 from ._storage import (
     Location,
     LogReadError,
@@ -112,10 +119,12 @@ __all__ = [
     "parse_counts",
     "prompt_comparison",
     "read_log_dir",
+    "read_summary",
     "read_text",
     "render_report",
     "report_data",
     "require_complete",
+    "run_split",
     "severity",
     "summary",
     "tidy",

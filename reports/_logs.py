@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from inspect_ai.log import read_eval_log
 
-from ._shards import ShardSet, find_shards, require_complete
+from ._shards import (
+    ShardSet,
+    find_shards,
+    require_complete,
+    require_one_suite,
+    shard_summaries,
+)
 from ._storage import (
     Location,
     LogReadError,
@@ -30,6 +36,7 @@ from ._storage import (
     is_dir,
     is_file,
     join,
+    list_dir,
     name_of,
     read_text,
 )
@@ -45,19 +52,42 @@ def log_files(log_dir: Location) -> list[Location]:
     """
     root = as_location(log_dir)
     if not is_dir(root):
+        if is_file(root):
+            raise LogReadError(
+                f"{str(root)!r} is a file, not a log directory; pass the directory of a run "
+                "(its --log-dir)"
+            )
         raise LogReadError(f"log directory {str(root)!r} does not exist")
-    files = [
-        p
-        for p in find_files(root)
-        if name_of(p).endswith((".eval", ".json"))
-        and not name_of(p).startswith(("logs", "summary", "eval-set", "."))
-    ]
+    files = [p for p in find_files(root) if _is_log(p)]
     if not files:
         raise LogReadError(
             f"log directory {str(root)!r} holds no inspect logs (*.eval or *.json); "
             "run `twice run --log-dir DIR` first"
         )
     return files
+
+
+def _is_log(path: Location) -> bool:
+    name = name_of(path)
+    return name.endswith((".eval", ".json")) and not name.startswith(
+        ("logs", "summary", "eval-set", ".")
+    )
+
+
+def run_split(log_dir: Location) -> int | None:
+    """How the run already in ``log_dir`` is split: ``n`` for its ``shard-i-of-n``
+    directories, 1 for the logs of a one-process run (at its top level), None for a directory
+    that does not exist or holds neither. A run resumed into it must be split the same way:
+    the other layout's logs would not count (:func:`read_log_dir`).
+
+    Raises:
+        LogReadError: when the directory mixes shard counts.
+    """
+    root = as_location(log_dir)
+    shards = find_shards(root)
+    if shards is not None:
+        return shards.count
+    return 1 if any(_is_log(p) for p in list_dir(root) if is_file(p)) else None
 
 
 @dataclass(frozen=True)
@@ -90,6 +120,10 @@ class LogDir:
     """Tasks the last run planned (``eval-set.json``) that have no log at all."""
     shards: ShardSet | None = None
     """The shard directories merged into this one, when the run was sharded."""
+    shard_summaries: Mapping[int, Mapping[str, Any]] = field(
+        default_factory=dict, hash=False, compare=False
+    )
+    """Each shard's own ``summary.json`` by index, as read with the logs."""
 
     @property
     def files(self) -> list[Location]:
@@ -105,7 +139,10 @@ class LogDir:
                 lines.append(
                     f"{name_of(e.path)} ({e.task} on {e.model}) has status {e.status!r}{why}"
                 )
-        lines += [f"{m} has no log: the run stopped before it started" for m in self.missing]
+        lines += [
+            f"{m} has no log: the run stopped before it started, or has not reached it yet"
+            for m in self.missing
+        ]
         return lines
 
 
@@ -152,7 +189,7 @@ def _planned(root: Location) -> dict[str, str] | None:
         ) from None
 
 
-def read_log_dir(log_dir: Location) -> LogDir:
+def read_log_dir(log_dir: Location, *, partial: bool = False) -> LogDir:
     """Read the headers of every log in ``log_dir`` and pick the ones that count.
 
     Those are the newest log of each task, restricted to the tasks of the last run when the
@@ -161,16 +198,30 @@ def read_log_dir(log_dir: Location) -> LogDir:
     own ``eval-set.json``; logs beside the shard directories do not count. ``log_dir`` may be
     an fsspec URI (``s3://bucket/run``).
 
+    Args:
+        log_dir: The directory (a path or an fsspec URI).
+        partial: Read what there is of a run known to have ended early (a ``--workers`` run
+            whose worker died): a missing shard is read as empty instead of refused, and the
+            caller reports its cells as missing.
+
     Raises:
         LogReadError: when the directory is missing, holds no logs, holds a log that cannot be
-            read (naming it), or lacks one of its shards (naming it).
+            read (naming it), lacks one of its shards (naming it) or holds shards of different
+            suites.
     """
     root = as_location(log_dir)
     shards = find_shards(root)
     if shards is None:
         return _read_one(root, allow_empty=False)
-    require_complete(shards, root)
-    parts = [_read_one(shards.dirs[i], allow_empty=True) for i in sorted(shards.dirs)]
+    summaries = shard_summaries(shards)
+    if not partial:
+        require_complete(shards, root, summaries)
+    require_one_suite(shards, root, summaries)
+    parts = [
+        _with_unfinished(_read_one(shards.dirs[i], allow_empty=True), summaries[i])
+        for i in sorted(shards.dirs)
+    ]
+    _require_disjoint(parts, root)
     current = tuple(e for p in parts for e in p.current)
     counted = set(shards.dirs.values())
     beside = (
@@ -193,7 +244,60 @@ def read_log_dir(log_dir: Location) -> LogDir:
         tuple(e for p in parts for e in p.superseded) + beside,
         tuple(m for p in parts for m in p.missing),
         shards,
+        summaries,
     )
+
+
+def _cell_of(e: LogEntry) -> tuple[str, ...] | None:
+    """The cell a twice log belongs to (model, agent, task, fault, protection, prompt name)."""
+    t = e.twice
+    if not all(k in t for k in ("task", "fault", "protection", "prompt")):
+        return None
+    return (e.model, str(t.get("agent", "react")), *(str(t[k]) for k in _AXES))
+
+
+_AXES = ("task", "fault", "protection", "prompt")
+
+
+def _with_unfinished(part: LogDir, summary: Mapping[str, Any]) -> LogDir:
+    """A shard as read, plus the cells its own summary says did not finish that have no log
+    of theirs in it (a shard stopped or killed before their eval began, or still running):
+    they are the merged run's missing cells, so a gate does not pass on part of the run."""
+    status = summary.get("status")
+    unfinished = summary.get("missing")
+    if status == "complete" or not isinstance(unfinished, list):
+        return part
+    logged = {_cell_of(e) for e in part.current}
+    extra = []
+    for m in unfinished:
+        if not isinstance(m, Mapping):
+            continue
+        key = (str(m.get("model")), str(m.get("agent", "react")), *(str(m.get(k)) for k in _AXES))
+        if key not in logged:
+            cell = " / ".join(
+                str(m.get(k)) for k in ("model", "prompt", "task", "fault", "protection")
+            )
+            extra.append(f"cell {cell} of {name_of(part.root)} ({status})")
+    return replace(part, missing=part.missing + tuple(extra))
+
+
+def _require_disjoint(parts: list[LogDir], root: Location) -> None:
+    """Refuse shards that both hold a log of one cell (shards of different suites, one of
+    them written by a twice that did not record its suite): the cell would count twice."""
+    seen: dict[tuple[str, ...], Location] = {}
+    for part in parts:
+        for e in part.current:
+            cell = _cell_of(e)
+            if cell is None:
+                continue
+            if cell in seen and seen[cell] != part.root:
+                raise LogReadError(
+                    f"log directory {str(root)!r} holds cell {' / '.join(cell)} in two shards "
+                    f"({name_of(seen[cell])}, {name_of(part.root)}): the shards come from "
+                    "different suites. Rerun the stale shards with the same suite, or move "
+                    "them elsewhere"
+                )
+            seen[cell] = part.root
 
 
 def _has_logs(root: Location) -> bool:

@@ -7,11 +7,23 @@ directory listing lives here (reports reads logs); how cells are dealt to shards
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._storage import Location, LogReadError, as_location, is_dir, list_dir, name_of
+from ._storage import (
+    Location,
+    LogReadError,
+    as_location,
+    is_dir,
+    is_file,
+    join,
+    list_dir,
+    name_of,
+    read_text,
+)
 
 SHARD_DIR = re.compile(r"^shard-(\d+)-of-(\d+)$")
 """Name of a shard's log directory inside ``LOG_DIR``."""
@@ -77,13 +89,41 @@ def find_shards(log_dir: Location) -> ShardSet | None:
     return ShardSet(count, dirs)
 
 
-def require_complete(shards: ShardSet, log_dir: Location) -> None:
-    """Refuse a merge with a shard missing (its cells would silently be absent).
+def read_summary(log_dir: Location, warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``LOG_DIR/summary.json``; empty (after ``warn``) when missing or unreadable."""
+    path = join(log_dir, "summary.json")
+    if not is_file(path):
+        return {}
+    try:
+        summary = json.loads(read_text(path))
+    except ValueError as ex:
+        if warn:
+            warn(f"ignoring unreadable {path}: {ex}")
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def shard_summaries(shards: ShardSet) -> dict[int, dict[str, Any]]:
+    """Each present shard's own ``summary.json`` (empty when it has none or it is unreadable).
+    Every shard run writes one as it starts, even a shard dealt no cells."""
+    return {i: read_summary(d) for i, d in sorted(shards.dirs.items())}
+
+
+def require_complete(
+    shards: ShardSet, log_dir: Location, summaries: dict[int, dict[str, Any]] | None = None
+) -> None:
+    """Refuse a merge with a shard missing (its cells would silently be absent): no directory,
+    or a directory that holds nothing of a run (no summary, no ``eval-set.json``, no log: a
+    shard job that failed before it began, leaving an empty artifact).
 
     Raises:
         LogReadError: naming every missing shard and the command that produces it.
     """
-    missing = shards.missing
+    summaries = shard_summaries(shards) if summaries is None else summaries
+    empty = [i for i, d in shards.dirs.items() if not summaries.get(i) and not _began(d)]
+    missing = sorted(
+        [*shards.missing, *(Shard(i, shards.count) for i in empty)], key=lambda m: m.index
+    )
     if missing:
         names = ", ".join(m.name for m in missing)
         raise LogReadError(
@@ -91,3 +131,45 @@ def require_complete(shards: ShardSet, log_dir: Location) -> None:
             f"shard(s): {names}; run `twice run --shard {missing[0]} --log-dir {log_dir}` "
             "(same suite) for each, then report or gate again"
         )
+
+
+def _began(shard_dir: Location) -> bool:
+    return any(
+        name_of(p) == "eval-set.json" or name_of(p).endswith(".eval") for p in list_dir(shard_dir)
+    )
+
+
+def require_one_suite(
+    shards: ShardSet, log_dir: Location, summaries: dict[int, dict[str, Any]] | None = None
+) -> None:
+    """Refuse a merge of shards that ran different suites (another suite, epochs, limit or
+    model args, e.g. a cluster shard rerun with changed flags): cells dealt differently
+    would be counted twice or lost. Each shard's ``summary.json`` names its suite
+    (``run.shard.suite``); a shard without one (not started yet, or an older twice) is not
+    checked here (a cell found in two shards still is: ``read_log_dir``).
+
+    Raises:
+        LogReadError: naming the shards of each suite.
+    """
+    summaries = shard_summaries(shards) if summaries is None else summaries
+    suites: dict[str, list[str]] = {}
+    for i, summary in sorted(summaries.items()):
+        digest = _suite_of(summary)
+        if digest is not None:
+            suites.setdefault(digest, []).append(name_of(shards.dirs[i]))
+    if len(suites) > 1:
+        groups = "; ".join(f"{', '.join(names)} ran suite {d[:12]}" for d, names in suites.items())
+        raise LogReadError(
+            f"log directory {str(log_dir)!r} holds shards of different suites ({groups}): "
+            "their cells would be counted twice or lost. Rerun the stale shards with the same "
+            f"suite (`twice run --shard i/{shards.count} --log-dir {log_dir}` with the same "
+            "flags), or move them elsewhere"
+        )
+
+
+def _suite_of(summary: dict[str, Any]) -> str | None:
+    try:
+        digest = summary["run"]["shard"]["suite"]
+    except (KeyError, TypeError):
+        return None
+    return digest if isinstance(digest, str) else None

@@ -85,6 +85,12 @@ def test_gate_cli_exit_2_on_missing_log_dir(twice: Twice, tmp_path: Path) -> Non
     result = twice("gate", tmp_path / "nope", "--config", gate_file(tmp_path))
     assert result.exit_code == 2
     assert "nope' does not exist" in result.stderr
+    (tmp_path / "afile.txt").write_text("not logs")
+    for args in (("gate", tmp_path / "afile.txt", "--config", gate_file(tmp_path)),
+                 ("report", tmp_path / "afile.txt")):  # fmt: skip
+        result = twice(*args)
+        assert result.exit_code == 2
+        assert "afile.txt' is a file, not a log directory" in result.stderr
 
 
 def test_gate_cli_exit_2_on_empty_log_dir(twice: Twice, tmp_path: Path) -> None:

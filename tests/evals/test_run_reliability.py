@@ -128,6 +128,16 @@ def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
     missing = {(c["model"], c["task"], c["fault"]) for c in summary["missing"]}
     assert ("hang/slow", "refund", "lost_reply") in missing
     assert all(c["errors"] == 0 for c in summary["cells"]), "cut-short trials are not crashes"
+    # A gate on the stopped run refuses it for its cancelled log, not for each cut-short
+    # trial as if it had crashed (an interrupted suite listed hundreds of CancelledErrors).
+    gate_file = tmp_path / "gate.toml"
+    gate_file.write_text('[[rule]]\nmetric = "completion_rate"\nmin = 0.0\n')
+    gate = subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "gate", str(log_dir), "--config", str(gate_file)],
+        capture_output=True, text=True, timeout=DEADLINE_S,
+    )  # fmt: skip
+    assert gate.returncode == 2, gate.stderr
+    assert "has status 'cancelled'" in gate.stderr and "CancelledError" not in gate.stderr
 
     rerun = subprocess.run(
         _hang_run(log_dir, marks), env=env, capture_output=True, text=True, timeout=DEADLINE_S

@@ -242,3 +242,38 @@ def test_finished_cells_read_each_log_header_once(
     assert finished == set(planned) and not cancelled
     assert len(files) == 2  # the copy is the same task's log: one of the two counts
     assert sorted(reads) == sorted(str(p) for p in log_dir.glob("*.eval"))  # once each
+
+
+@pytest.mark.parametrize("shard", [None, "1/2"])
+def test_an_incomplete_run_says_how_to_resume_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shard: str | None
+) -> None:
+    # Without --log-dir every run gets a new directory, so "rerun the same command" started
+    # over; and a shard's count of unfinished cells was given out of the whole suite's.
+    import pandas as pd
+    from click.testing import CliRunner
+    from twice.evals import _run
+    from twice.evals.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+
+    def stopped(suite: object, log_dir: object, **kwargs: object) -> _run.RunResult:
+        planned = list(suite.cells())  # type: ignore[attr-defined]
+        return _run.RunResult(
+            log_dir, [], pd.DataFrame(), tmp_path / "summary.json", None, [],
+            missing=planned[:1], interrupted="SIGTERM",
+        )  # fmt: skip
+
+    monkeypatch.setattr(_run, "run_suite", stopped)
+    args = ["run", "--model", "stub/retry", "--task", "refund", "--fault", "none",
+            "--fault", "lost_reply", "--protection", "bare", "--display", "none"]  # fmt: skip
+    if shard:
+        args += ["--shard", shard, "--log-dir", "kept"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 143, result.output
+    if shard:
+        assert "1 of 1 cell(s) did not finish" in result.stderr
+        assert "Rerun the same command to resume" in result.stderr
+    else:
+        assert "1 of 2 cell(s) did not finish" in result.stderr
+        assert "Rerun it with --log-dir logs/run-" in result.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -196,14 +197,18 @@ def test_sharded_run_merges_to_the_unsharded_summary(
     twice: Twice, tmp_path: Path, unsharded: Path, n: int
 ) -> None:
     log_dir = tmp_path / "logs"
+    suites: set[str] = set()
     for i in range(1, n + 1):
         result = twice("run", *SUITE, "--shard", f"{i}/{n}", "--log-dir", log_dir)
         assert result.exit_code == 0, result.output
         assert (log_dir / f"shard-{i}-of-{n}" / "eval-set.json").is_file()
         shard_summary = json.loads((log_dir / f"shard-{i}-of-{n}" / "summary.json").read_text())
-        assert shard_summary["run"]["shard"] == {"index": i, "count": n}
+        record = shard_summary["run"]["shard"]
+        assert (record["index"], record["count"]) == (i, n)
+        suites.add(record["suite"])
         assert len(shard_summary["cells"]) in (6 // n, 6 // n + 1)
     assert not (log_dir / "summary.json").exists()  # nothing merged yet
+    assert len(suites) == 1, "every shard names the same whole suite"
 
     (tmp_path / "gate.toml").write_text(GATE)
     gate = twice("gate", log_dir, "--config", tmp_path / "gate.toml")
@@ -268,6 +273,237 @@ def test_missing_or_mixed_shards_exit_2(twice: Twice, tmp_path: Path) -> None:
     assert "mixes shard counts (-of-2, -of-3)" in result.output
 
 
+ONE_CELL = ["--model", "stub/retry", "--task", "refund", "--limit", "1", "--display", "none",
+            "--no-report"]  # fmt: skip
+FOUR_FAULTS = ["--fault", "none", "--fault", "lost_reply", "--fault", "error_before_commit",
+               "--fault", "timeout_before_commit"]  # fmt: skip
+
+
+def test_shards_of_different_suites_are_not_merged(twice: Twice, tmp_path: Path) -> None:
+    # A cluster shard rerun with other flags: the deal differs, so cells were counted twice
+    # (with intervals as if there were twice the trials) or silently lost.
+    log_dir = tmp_path / "logs"
+    (tmp_path / "gate.toml").write_text(GATE)
+    faults = ["--fault", "none", "--fault", "lost_reply"]
+    assert twice("run", *ONE_CELL, *faults, "--shard", "1/2", "--log-dir", log_dir).exit_code == 0
+    more = [*faults, "--fault", "error_before_commit"]
+    assert twice("run", *ONE_CELL, *more, "--shard", "2/2", "--log-dir", log_dir).exit_code == 0
+    for args in (("report", log_dir), ("gate", log_dir, "--config", tmp_path / "gate.toml")):
+        result = twice(*args)
+        assert result.exit_code == 2, result.output
+        assert "holds shards of different suites (shard-1-of-2 ran suite" in result.output
+        assert "shard-2-of-2 ran suite" in result.output
+    assert not (log_dir / "summary.json").exists()
+    assert twice("run", *ONE_CELL, *more, "--shard", "1/2", "--log-dir", log_dir).exit_code == 0
+    assert twice("report", log_dir).exit_code == 0
+    merged = json.loads((log_dir / "summary.json").read_text())
+    assert sorted(c["fault"] for c in merged["cells"]) == sorted(more[1::2])
+    assert {c["trials"] for c in merged["cells"]} == {1}
+
+
+def test_an_empty_shard_directory_is_a_missing_shard(twice: Twice, tmp_path: Path) -> None:
+    # A shard job that failed before it began can leave an empty artifact directory: the
+    # gate passed on the other shard's cells alone.
+    log_dir = tmp_path / "logs"
+    (tmp_path / "gate.toml").write_text(GATE)
+    for i in (1, 2):
+        result = twice("run", *ONE_CELL, *FOUR_FAULTS, "--shard", f"{i}/2", "--log-dir", log_dir)
+        assert result.exit_code == 0, result.output
+    for p in (log_dir / "shard-1-of-2").iterdir():
+        p.unlink()
+    (log_dir / "shard-1-of-2" / ".twice.lock").write_text("")
+    for args in (("report", log_dir), ("gate", log_dir, "--config", tmp_path / "gate.toml")):
+        result = twice(*args)
+        assert result.exit_code == 2, result.output
+        assert "missing 1 of 2 shard(s): shard-1-of-2" in result.output
+
+
+def test_a_cell_in_two_shards_is_not_counted_twice(twice: Twice, tmp_path: Path) -> None:
+    # Shards whose summaries name no suite (an older twice) can still be of different suites.
+    log_dir = tmp_path / "logs"
+    result = twice("run", *ONE_CELL, *FOUR_FAULTS, "--shard", "1/2", "--log-dir", log_dir)
+    assert result.exit_code == 0, result.output
+    shutil.copytree(log_dir / "shard-1-of-2", log_dir / "shard-2-of-2")
+    for i in (1, 2):
+        path = log_dir / f"shard-{i}-of-2" / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["run"]["shard"].pop("suite")
+        path.write_text(json.dumps(summary))
+    result = twice("report", log_dir)
+    assert result.exit_code == 2, result.output
+    assert "in two shards (shard-1-of-2, shard-2-of-2)" in result.output
+
+
+def test_a_shard_dealt_no_cells_forgets_the_cells_it_ran_before(
+    twice: Twice, tmp_path: Path
+) -> None:
+    # An empty shard runs no eval_set, which would have rewritten its eval-set.json: the
+    # logs an earlier suite dealt it still counted in the merge.
+    log_dir = tmp_path / "logs"
+    two = ["--fault", "none", "--fault", "lost_reply"]
+    for i in (1, 2):
+        assert (
+            twice("run", *ONE_CELL, *two, "--shard", f"{i}/2", "--log-dir", log_dir).exit_code == 0
+        )
+    one = ["--fault", "error_before_commit"]
+    for i in (1, 2):
+        assert (
+            twice("run", *ONE_CELL, *one, "--shard", f"{i}/2", "--log-dir", log_dir).exit_code == 0
+        )
+    assert twice("report", log_dir).exit_code == 0
+    merged = json.loads((log_dir / "summary.json").read_text())
+    assert [c["fault"] for c in merged["cells"]] == ["error_before_commit"]
+
+
+def test_a_rerun_is_split_as_the_run_already_in_its_directory(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A one-process run into a directory of shards used to run every cell, then find none of
+    # its logs (logs beside shard directories do not count) and exit 1, forever; a different
+    # shard count re-ran everything, then could not merge.
+    from twice.evals import _workers
+
+    sharded, single = tmp_path / "sharded", tmp_path / "single"
+    for i in (1, 2):
+        assert twice("run", *ONE_CELL, "--shard", f"{i}/2", "--log-dir", sharded).exit_code == 0
+    assert twice("run", *ONE_CELL, "--log-dir", single).exit_code == 0
+    before = sorted(p.name for p in sharded.rglob("*"))
+    refused = [
+        (sharded, ["--workers", "1"], "a run split into 2 shards (shard-i-of-2)", "--workers 2"),
+        (sharded, ["--workers", "3"], "a run split into 2 shards", "--workers 2 (or --shard i/2)"),
+        (sharded, ["--shard", "1/3"], "this run would be split into 3 shards", "--workers 2"),
+        (single, ["--workers", "2"], "holds a one-process run", "--workers 1"),
+        (single, ["--shard", "1/2"], "holds a one-process run", "--workers 1"),
+    ]
+    for log_dir, flags, held, fix in refused:  # four cells: enough for three workers
+        result = twice("run", *ONE_CELL, *FOUR_FAULTS, *flags, "--log-dir", log_dir)
+        assert result.exit_code == 2, (flags, result.output)
+        assert held in result.output and f"resume it with {fix}" in result.output
+    assert sorted(p.name for p in sharded.rglob("*")) == before, "a refused run wrote nothing"
+    assert not list(single.glob("shard-*"))
+
+    counts: list[int] = []
+
+    def parallel(suite: Any, log_dir: Any, args: Any, count: int, **kwargs: Any) -> Any:
+        counts.append(count)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(_workers, "run_parallel", parallel)
+    twice("run", *ONE_CELL, "--fault", "none", "--fault", "lost_reply", "--log-dir", sharded)
+    assert counts == [2], "a rerun without --workers resumes the directory's split"
+
+
+def test_report_and_gate_keep_the_shards_status_and_leave_a_baseline_as_it_is(
+    twice: Twice, tmp_path: Path
+) -> None:
+    # `twice report` rewrote a stopped run's merged summary as if it were whole, and a gate
+    # rewrote its --baseline directory (which may be read-only) the same way.
+    log_dir, base = tmp_path / "logs", tmp_path / "base"
+    two = ["--fault", "none", "--fault", "lost_reply"]
+    for d in (log_dir, base):
+        for i in (1, 2):
+            assert twice("run", *ONE_CELL, *two, "--shard", f"{i}/2", "--log-dir", d).exit_code == 0
+    stopped = log_dir / "shard-2-of-2" / "summary.json"
+    shard = json.loads(stopped.read_text())
+    missing = [{**shard["cells"][0], "fault": "timeout_before_commit"}]
+    shard.update(complete=False, status="incomplete", interrupted="SIGTERM", missing=missing)
+    stopped.write_text(json.dumps(shard))
+    assert twice("report", log_dir).exit_code == 0
+    merged = json.loads((log_dir / "summary.json").read_text())
+    assert merged["complete"] is False and merged["status"] == "incomplete"
+    assert merged["interrupted"] == "SIGTERM" and merged["missing"] == missing
+    (tmp_path / "gate.toml").write_text(GATE)
+    # the stopped shard's unfinished cell is part of the run: no gate passes without it
+    gate = twice("gate", log_dir, "--config", tmp_path / "gate.toml", "--baseline", base)
+    assert gate.exit_code == 2, gate.output
+    unfinished = "timeout_before_commit / bare of shard-2-of-2 (incomplete) has no log"
+    assert unfinished in gate.output
+    gate = twice("gate", log_dir, "--config", tmp_path / "gate.toml", "--baseline", base,
+                 "--allow-errors")  # fmt: skip
+    assert gate.exit_code == 0, gate.output
+    assert f"excluded: cell stub/retry / baseline / refund / {unfinished}" in gate.output
+    assert "--allow-errors: gating without 1 errored or missing" in gate.output
+    assert not (base / "summary.json").exists(), "a baseline is read, not written"
+    assert twice("report", base).exit_code == 0
+    whole = json.loads((base / "summary.json").read_text())
+    assert whole["complete"] is True and whole["status"] == "complete"
+    assert "missing" not in whole and "interrupted" not in whole
+
+
+ONE_WORKER_DIES = """
+import os, signal, sys
+from twice.evals import _run, cli
+
+evaluate = _run.evaluate
+
+def dies_in_shard_1(run, *args, **kwargs):  # as the OOM killer would, before any log
+    if str(run.log_dir).endswith("shard-1-of-2"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return evaluate(run, *args, **kwargs)
+
+_run.evaluate = dies_in_shard_1
+sys.argv = ["twice", "run", *sys.argv[1:]]
+cli.main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forks on Linux only")
+def test_a_worker_killed_by_another_signal_fails_the_run_and_the_rest_is_merged(
+    tmp_path: Path,
+) -> None:
+    # A worker killed outright (the OOM killer) made the run exit 2 ("Usage") with no summary
+    # at all, although the other shard had finished.
+    log_dir = tmp_path / "logs"
+    env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_WORKER_DIES, *ONE_CELL, *FOUR_FAULTS, "--workers", "2",
+         "--log-dir", str(log_dir)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "worker 1/2 was killed by SIGKILL" in done.stderr
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["complete"] is False and summary["status"] == "incomplete"
+    assert len(summary["missing"]) == 2 and len(summary["cells"]) == 2
+    faults = {c["fault"] for c in summary["cells"]} | {m["fault"] for m in summary["missing"]}
+    assert faults == set(FOUR_FAULTS[1::2])
+
+
+def test_a_workers_run_takes_the_directory_lock_and_marks_an_old_summary(
+    twice: Twice, tmp_path: Path
+) -> None:
+    # A workers run took no lock of LOG_DIR, so it ran beside a one-process run into it; and
+    # it left an earlier run's `complete` summary in place until its own merge, which a run
+    # killed outright never reaches.
+    from twice.evals._lock import lock_log_dir
+
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    old = '{"cells": [], "complete": true, "status": "complete"}'
+    (log_dir / "summary.json").write_text(old)
+    with lock_log_dir(log_dir):
+        result = twice("run", *ONE_CELL, *FOUR_FAULTS, "--workers", "2", "--log-dir", log_dir)
+    assert result.exit_code == 2, result.output
+    assert "in use by another twice run" in result.output
+    assert (log_dir / "summary.json").read_text() == old
+
+    seen: list[dict[str, Any]] = []
+
+    def refused(*args: Any) -> Any:  # what the workers do with bad arguments
+        seen.append(json.loads((log_dir / "summary.json").read_text()))
+        raise SuiteError("worker 1/2 exited 2: bad model argument")
+
+    with pytest.MonkeyPatch.context() as m:
+        from twice.evals import _workers
+
+        m.setattr(_workers, "run_with_workers", refused)
+        result = twice("run", *ONE_CELL, *FOUR_FAULTS, "--workers", "2", "--log-dir", log_dir)
+    assert result.exit_code == 2 and "bad model argument" in result.output
+    assert seen[0]["status"] == "running" and len(seen[0]["missing"]) == 4
+    assert (log_dir / "summary.json").read_text() == old, "put back: nothing ran"
+
+
 def test_more_shards_than_cells_leaves_an_empty_shard(twice: Twice, tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     one = ["--model", "stub/retry", "--task", "refund", "--fault", "none", "--limit", "1"]
@@ -312,19 +548,25 @@ print(json.dumps([[w.shard.index, w.returncode, w.stderr_tail, sorted(w.records)
 """
 
 
+def _script_result(source: str, tmp_path: Path) -> Any:
+    """Run ``source`` as a fresh process (like `twice run`: one thread, so workers are forks)
+    with ``tmp_path`` as its argument; the JSON of its last line of output."""
+    env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", source, str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="workers are forks on Linux only")
 def test_workers_are_forks_of_the_run_process_on_linux(tmp_path: Path) -> None:
     # A fresh interpreter spends seconds importing inspect before its first trial; a fork
     # has it already. The parent is a fresh process like `twice run` (this test process has
     # threads of its own by now), and starting any new interpreter there is an error.
-    env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
-    done = subprocess.run(
-        [sys.executable, "-c", FORKED_WORKERS, str(tmp_path)],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    exits = json.loads(done.stdout.strip().splitlines()[-1])
+    exits = _script_result(FORKED_WORKERS, tmp_path)
     assert [(i, code) for i, code, _, _ in exits] == [(1, 0), (2, 0)], exits
     for i, _, _, records in exits:
         summary = json.loads((tmp_path / f"shard-{i}-of-2" / "summary.json").read_text())
@@ -336,6 +578,84 @@ def test_workers_are_forks_of_the_run_process_on_linux(tmp_path: Path) -> None:
     # critical path the full collections that putting Python's defaults back would start
     seen = [json.loads(p.read_text()) for p in tmp_path.glob("gc-*")]
     assert seen == [list(GC_THRESHOLDS)] * 2, seen
+
+
+EARLY_SIGNAL = """
+import json, os, signal, sys
+from pathlib import Path
+from twice.evals._shards import run_workers
+
+real_setpgid = os.setpgid
+
+def setpgid_then_signalled(*args):  # a SIGTERM lands while the new worker is being set up
+    real_setpgid(*args)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+os.setpgid = setpgid_then_signalled
+args = ["--model", "stub/retry", "--task", "refund", "--fault", "none", "--limit", "1",
+        "--display", "none", "--no-report"]
+exits = run_workers(args, Path(sys.argv[1]), 1)
+print(json.dumps([w.returncode for w in exits]))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forks on Linux only")
+def test_a_signal_to_a_worker_before_it_has_its_handlers_stops_it(tmp_path: Path) -> None:
+    # The fork copies the parent's handler, which passes signals on to the workers: run in a
+    # worker before its own handlers were back, it swallowed the signal (the worker ran its
+    # whole shard) or failed on its siblings. Now the signal waits for the worker's handler.
+    assert _script_result(EARLY_SIGNAL, tmp_path) == [-signal.SIGTERM]
+    assert not list(tmp_path.glob("shard-1-of-1/*.eval")), "the signalled worker ran its shard"
+
+
+DEAF_WORKER = """
+import os, signal, sys, time
+from pathlib import Path
+from twice.evals import _run
+from twice.evals._shards import run_workers
+
+def deaf(*args, **kwargs):  # a worker that does not stop when asked (a hung tool, say)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    Path(sys.argv[1], "worker.pid").write_text(str(os.getpid()))
+    time.sleep(120)
+
+_run.evaluate = deaf
+args = ["--model", "stub/retry", "--task", "refund", "--fault", "none", "--limit", "1",
+        "--display", "none", "--no-report"]
+run_workers(args, Path(sys.argv[1]), 1)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forks on Linux only")
+def test_a_third_signal_kills_the_workers_at_once(tmp_path: Path) -> None:
+    # After the second signal the run gives its workers 30 s; a third one used to abort that
+    # wait and leave a worker that ignores signals running on its own.
+    env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DEAF_WORKER, str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    pid_file = tmp_path / "worker.pid"
+    deadline = time.monotonic() + 120
+    while not pid_file.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the worker never started"
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+    for _ in range(3):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+    proc.wait(timeout=15)  # not the 30 s grace
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            state = Path(f"/proc/{worker}/stat").read_text().split(") ", 1)[1][0]
+        except OSError:
+            break  # gone
+        if state == "Z":
+            break
+        assert time.monotonic() < deadline, "the worker outlived the run"
+        time.sleep(0.1)
 
 
 def test_a_worker_that_fails_reports_its_exit_code_and_last_lines(tmp_path: Path) -> None:
