@@ -399,6 +399,34 @@ def format_decisions(states: list[CellState], max_trials: int) -> str:
     return "\n".join(lines)
 
 
+def unmatched_rules(gate: GateConfig, suite: Suite) -> list[str]:
+    """One line per rule of ``gate`` that matches no cell of ``suite`` (a typo in a filter,
+    or a rule for cells this suite does not run): no round decides it, and ``twice gate``
+    fails it, so the sequential verdict fails it too."""
+    from twice.tasks import load_prompt
+
+    keys = [
+        {
+            "model": c.model,
+            "agent": c.agent,
+            "prompt": load_prompt(c.prompt).name,
+            "task": c.task,
+            "fault": c.fault,
+            "protection": c.protection,
+        }
+        for c in suite.cells()
+    ]
+    out = []
+    for rule in gate.rules:
+        if not any(rule.matches(k) for k in keys):
+            want = ", ".join(f"{axis}={list(p)}" for axis, p in rule.filters.items())
+            have = "; ".join(
+                f"{axis}: {', '.join(sorted({k[axis] for k in keys}))}" for axis in rule.filters
+            )
+            out.append(f"rule {rule.name!r}: no cell matches {want}; the suite has {have}")
+    return out
+
+
 def load_decision_gate(gate_path: Path) -> GateConfig:
     """The gate of ``--until-decided`` (read before anything else, as bad usage).
 
@@ -467,7 +495,11 @@ def run_sequential_cli(
             "command to resume)"
         )
     else:
-        verdict = "passed" if all(st.status == "pass" for st in states) else "FAILED"
+        unmatched = unmatched_rules(gate, suite)
+        for line in unmatched:
+            click.echo(f"FAIL {line}")
+        passed = not unmatched and all(st.status == "pass" for st in states)
+        verdict = "passed" if passed else "FAILED"
         click.echo(f"gate {verdict} (check again: twice gate {log_dir} --config {gate_path})")
     click.echo(f"\nsummary: {result.summary_path}")
     if result.report_path:

@@ -40,6 +40,30 @@ def test_until_decided_bad_usage_exits_2(args: list[str], message: str, tmp_path
     assert not (tmp_path / "logs" / "summary.json").exists()
 
 
+@pytest.mark.slow
+def test_a_rule_that_matches_no_cell_fails_the_sequential_verdict_as_it_fails_the_gate(
+    tmp_path: Path,
+) -> None:
+    # A typo in a filter: the run said "gate passed" without the rule, where `twice gate`
+    # fails a rule that matches nothing.
+    gate = tmp_path / "typo.toml"
+    gate.write_text(
+        '[[rule]]\nname = "dup"\nmetric = "duplication_rate"\nmax = 0.5\n'
+        '[[rule]]\nname = "typo"\nmetric = "completion_rate"\nmin = 0.5\n'
+        'model = "stub/verfy"\n',
+        encoding="utf-8",
+    )
+    logs = tmp_path / "logs"
+    code, out = invoke("run", "--until-decided", str(gate), "--model", "stub/verify", *COMMON,
+                       "--log-dir", str(logs), "--no-report")  # fmt: skip
+    assert code == 0, out
+    assert "PASS (settled)" in out  # the one cell passes its own rule
+    assert "FAIL rule 'typo': no cell matches model=['stub/verfy']; the suite has model: " in out
+    assert "gate FAILED" in out and "gate passed" not in out
+    code, out = invoke("gate", str(logs), "--config", str(gate))
+    assert code == 1, out
+
+
 def loose_gate(tmp_path: Path) -> Path:
     path = tmp_path / "loose.toml"
     path.write_text(
