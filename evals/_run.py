@@ -52,13 +52,13 @@ from twice.reports import (
     write_summary,
     write_text,
 )
-from twice.tasks import Prompt, get_task, load_prompt
+from twice.tasks import Prompt, get_task, load_prompt, scrub, secret_values
 from twice.tasks.agents import BUILTIN_AGENTS, REACT
 
 from ._endpoint import EndpointState, guard_model
 from ._gate import temp_beside
 from ._lock import lock_log_dir
-from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args, scrub, secret_values
+from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args
 from ._shards import RECORDS_ENV, save_records, shard_cells, shard_dir, suite_digest
 from ._suite import Cell, Suite, SuiteError
 

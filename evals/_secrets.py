@@ -9,11 +9,12 @@ or prints, because a gateway's 401 can echo the ``Authorization`` header into an
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from twice.tasks import REDACTED, scrub, secret_values
 
 from ._suite import SuiteError
 
@@ -26,17 +27,6 @@ CREDENTIAL_ARG = re.compile(
 ``client_secret``, ``default_headers``...). Inspect drops only ``api_key`` and ``aws_*`` from
 the model args it logs."""
 
-SECRET_ENV = re.compile(
-    r"(API[-_]?KEY|TOKEN|SECRET|PASSWORD|ACCESS[-_]KEY|CREDENTIALS?)($|_)|^AWS_SESSION", re.I
-)
-"""Environment variables whose values are credentials (``OPENAI_API_KEY``,
-``AZURE_OPENAI_AD_TOKEN``, ``AWS_SECRET_ACCESS_KEY``...)."""
-
-MIN_SECRET_CHARS = 8
-"""Shorter values are not scrubbed: replacing every "1" or "true" would garble the output."""
-
-REDACTED = "[redacted]"
-
 KEY_ENV_HINT = (
     "OPENAI_API_KEY for openai/, ANTHROPIC_API_KEY for anthropic/, "
     "<SERVICE>_API_KEY for openai-api/<service>/"
@@ -45,20 +35,6 @@ KEY_ENV_HINT = (
 
 class CredentialError(SuiteError):
     """A model arg that carries a credential (the message names where, never the value)."""
-
-
-def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The values of the environment's credential variables, longest first."""
-    env = os.environ if environ is None else environ
-    found = {v for k, v in env.items() if SECRET_ENV.search(k) and len(v) >= MIN_SECRET_CHARS}
-    return sorted(found, key=len, reverse=True)
-
-
-def scrub(text: str, secrets: list[str] | None = None) -> str:
-    """``text`` with every environment credential replaced by ``[redacted]``."""
-    for secret in secret_values() if secrets is None else secrets:
-        text = text.replace(secret, REDACTED)
-    return text
 
 
 def redact_url(url: str) -> str:

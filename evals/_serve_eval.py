@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from inspect_ai import Task
 from inspect_ai.agent import sandbox_agent_bridge
+from inspect_ai.event import SandboxEvent
 from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageSystem
 from inspect_ai.solver import Generate, Solver, TaskState, solver
@@ -26,7 +27,15 @@ from inspect_ai.tool import mcp_connection, mcp_server_http
 from inspect_ai.util import sandbox, store
 from twice.assertions import side_effects
 from twice.mocks import LEDGER_STORE_KEY, get_fault
-from twice.tasks import get_protection, load_prompt, prompt_metadata, stub_setup, task_parts
+from twice.tasks import (
+    get_protection,
+    load_prompt,
+    prompt_metadata,
+    scrub,
+    secret_values,
+    stub_setup,
+    task_parts,
+)
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
@@ -213,12 +222,17 @@ def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> S
                 cwd=where,
                 timeout=timeout,
             )
+        # What the command printed may carry the environment's credentials (a traceback
+        # with a header, an agent printing its settings): scrubbed here, and in the sandbox
+        # event inspect recorded for the call.
+        secrets = secret_values()
+        _scrub_last_sandbox_event(secrets)
         transcript().info(
             {
                 "agent_cmd": command,
                 "returncode": result.returncode,
-                "stdout": result.stdout[-OUTPUT_TAIL:],
-                "stderr": result.stderr[-OUTPUT_TAIL:],
+                "stdout": scrub(result.stdout[-OUTPUT_TAIL:], secrets),
+                "stderr": scrub(result.stderr[-OUTPUT_TAIL:], secrets),
             }
         )
         if result.returncode in (126, 127):
@@ -232,6 +246,20 @@ def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> S
         return state
 
     return solve
+
+
+def _scrub_last_sandbox_event(secrets: list[str]) -> None:
+    """Scrub ``secrets`` from the sandbox event inspect recorded for the agent command (its
+    output and input), before the sample is logged."""
+    if not secrets:
+        return
+    for event in reversed(transcript().events):
+        if isinstance(event, SandboxEvent):
+            for attr in ("output", "input", "cmd"):
+                value = getattr(event, attr, None)
+                if isinstance(value, str):
+                    setattr(event, attr, scrub(value, secrets))
+            return
 
 
 def served_task(

@@ -252,8 +252,9 @@ def run(
 
     With no flags, runs the default offline suite of stub models.
     """
+    from twice.tasks import scrub
+
     from ._run import LAST_INTERRUPT, default_log_dir, format_table, run_suite
-    from ._secrets import scrub
     from ._shards import default_workers, parse_shard, shard_cells
     from ._workers import run_parallel
 

@@ -7,6 +7,7 @@ from inspect_ai import Task
 from ._dataset import Record, load_dataset, load_records
 from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt
 from ._protections import PROTECTIONS, Protection, get_protection
+from ._redact import REDACTED, SECRET_ENV, scrub, secret_values
 from ._toolkit import (
     ACTION_LOG_STORE_KEY,
     COMPENSATIONS_STORE_KEY,
@@ -88,6 +89,8 @@ __all__ = [
     "IDEMPOTENCY_CLASSES",
     "PROMPTS_DIR",
     "PROTECTIONS",
+    "REDACTED",
+    "SECRET_ENV",
     "TASKS",
     "ActionLog",
     "ActionRecord",
@@ -122,6 +125,8 @@ __all__ = [
     "read",
     "refund",
     "resumable_generate",
+    "scrub",
+    "secret_values",
     "send_email",
     "stub_setup",
     "task_parts",

@@ -12,6 +12,7 @@ from inspect_ai.model import ChatMessageTool, ModelOutput
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import LimitExceededError, store
 
+from .._redact import scrub
 from ._context import AgentContext, AgentLimitError
 from ._hosts import parse_hosts, serve_trial
 from ._load import load_agent
@@ -108,7 +109,8 @@ def agent_solver(
             limit = _find_limit(ex)
             if limit is not None:
                 raise AgentLimitError(str(limit)) from None
-            record.update(crashed=True, error=_describe(ex))
+            # The agent's own exception text: it may carry the environment's credentials.
+            record.update(crashed=True, error=scrub(_describe(ex)))
             transcript().info(f"twice: agent {agent!r} crashed: {record['error']}")
         finally:
             if bridge is not None and bridge.state.messages:

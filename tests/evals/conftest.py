@@ -363,3 +363,15 @@ def fake_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLM]:
             side_effect=fake.anthropic
         )
         yield fake
+
+
+@pytest.fixture
+def logged_text() -> Callable[[Path], str]:
+    """Every log of a directory as JSON text, to search (a .eval is a zip of compressed
+    members, so its bytes cannot be searched)."""
+    from inspect_ai.log import read_eval_log
+
+    def read(log_dir: Path) -> str:
+        return "".join(read_eval_log(str(p)).model_dump_json() for p in log_dir.glob("*.eval"))
+
+    return read

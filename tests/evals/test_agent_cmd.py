@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,32 @@ def test_run_agent_cmd_scores_the_external_agents_ledger(tmp_path: Path) -> None
     assert dup == {"stub/retry": 1.0, "stub/no-retry": 0.0}
     assert all(c["errors"] == 0 and c["completion_rate"] == 1.0 for c in summary["cells"])
     assert summary["run"]["agent_cmd"].endswith("http_agent.py")
+
+
+@pytest.mark.slow
+def test_what_an_agent_command_prints_is_logged_scrubbed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_text: Callable[[Path], str]
+) -> None:
+    # The command's output tails (twice's info event) and inspect's sandbox event kept a
+    # credential the command printed.
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
+    script = tmp_path / "prints.py"
+    script.write_text(
+        "import os, sys\n"
+        "print('token is', os.environ['MY_SERVICE_TOKEN'])\n"
+        "print('and again', os.environ['MY_SERVICE_TOKEN'], file=sys.stderr)\n"
+    )
+    out = tmp_path / "logs"
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "none", "--limit",
+         "1", "--no-report", "--display", "none", "--log-dir", str(out),
+         "--agent-cmd", f"{sys.executable} {script}"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    logged = logged_text(out)
+    assert "token is [redacted]" in logged and "and again [redacted]" in logged
+    assert "tok-SECRET789" not in logged
 
 
 def test_agent_cmd_in_toml_and_its_bad_values(tmp_path: Path) -> None:

@@ -94,6 +94,34 @@ def test_twice_run_scores_a_crashing_agent_and_reports_it(
     assert "point of crashed_rate = 100.0% > max 0.0%" in result.stdout
 
 
+def test_an_agent_crash_that_quotes_a_credential_is_logged_scrubbed(
+    twice: Callable[..., Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    logged_text: Callable[[Path], str],
+) -> None:
+    # The report showed "[redacted]", but the log kept the agent's error text as raised (in
+    # the trial's store and in an info event), and CI uploads log directories.
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
+    agent = tmp_path / "leaky.py"
+    agent.write_text(
+        "import os\n\n\n"
+        "async def agent(request, ctx):\n"
+        "    raise RuntimeError('auth failed for ' + os.environ['MY_SERVICE_TOKEN'])\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "logs"
+    result = twice(
+        "run", "--agent", f"{agent}:agent", "--task", "refund", "--fault", "none",
+        "--model", "stub/retry", "--limit", "1", "--log-dir", out, "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    logged = logged_text(out)
+    assert "auth failed for [redacted]" in logged
+    assert "tok-SECRET789" not in logged
+    assert "tok-SECRET789" not in (out / "report.html").read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from twice.evals._endpoint import scrub_exception
-from twice.evals._secrets import REDACTED, redact_url, scrub, secret_values
+from twice.evals._secrets import redact_url
+from twice.tasks import REDACTED, scrub, secret_values
 
 SECRET = "sk-test-ECHOED-KEY-0123456789"
 Twice = Callable[..., Any]
