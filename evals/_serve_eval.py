@@ -36,6 +36,7 @@ from twice.tasks import (
     stub_setup,
     task_parts,
 )
+from twice.tasks.agents import AGENT_STORE_KEY
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
@@ -235,6 +236,12 @@ def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> S
                 "stderr": scrub(result.stderr[-OUTPUT_TAIL:], secrets),
             }
         )
+        # A command that fails is an agent that crashed, as an in-process agent's exception
+        # is: the trial is still scored from its ledger, and crashed_rate counts it.
+        failed = result.returncode != 0
+        last = (result.stderr.strip().splitlines() or [""])[-1]
+        error = scrub(f"exit {result.returncode}: {last}".rstrip(": "), secrets) if failed else ""
+        store().set(AGENT_STORE_KEY, {"agent": command, "crashed": failed, "error": error})
         if result.returncode in (126, 127):
             raise RuntimeError(
                 f"agent command {command!r} could not run (exit {result.returncode}): "

@@ -48,11 +48,12 @@ def test_run_agent_cmd_scores_the_external_agents_ledger(tmp_path: Path) -> None
     # The stub's retry reaches the agent's own tool code: the retry refunds again.
     assert dup == {"stub/retry": 1.0, "stub/no-retry": 0.0}
     assert all(c["errors"] == 0 and c["completion_rate"] == 1.0 for c in summary["cells"])
+    assert all(c["crashed_rate"] == 0.0 for c in summary["cells"])  # it exited 0
     assert summary["run"]["agent_cmd"].endswith("http_agent.py")
 
 
 @pytest.mark.slow
-def test_what_an_agent_command_prints_is_logged_scrubbed(
+def test_a_failed_agent_command_crashed_and_what_it_printed_is_logged_scrubbed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_text: Callable[[Path], str]
 ) -> None:
     # The command's output tails (twice's info event) and inspect's sandbox event kept a
@@ -63,6 +64,7 @@ def test_what_an_agent_command_prints_is_logged_scrubbed(
         "import os, sys\n"
         "print('token is', os.environ['MY_SERVICE_TOKEN'])\n"
         "print('and again', os.environ['MY_SERVICE_TOKEN'], file=sys.stderr)\n"
+        "sys.exit(3)\n"
     )
     out = tmp_path / "logs"
     result = CliRunner().invoke(
@@ -75,6 +77,10 @@ def test_what_an_agent_command_prints_is_logged_scrubbed(
     logged = logged_text(out)
     assert "token is [redacted]" in logged and "and again [redacted]" in logged
     assert "tok-SECRET789" not in logged
+    # A command that fails is an agent that crashed (it used to count as a clean run).
+    (cell,) = json.loads((out / "summary.json").read_text())["cells"]
+    assert cell["crashed_rate"] == 1.0 and cell["errors"] == 0
+    assert "exit 3: and again [redacted]" in logged
 
 
 def test_agent_cmd_in_toml_and_its_bad_values(tmp_path: Path) -> None:
