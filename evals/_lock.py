@@ -14,7 +14,7 @@ import fcntl
 import json
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,17 +42,31 @@ def lock_log_dir(log_dir: Path) -> Iterator[Path]:
     Raises:
         LogDirLockedError: another live process holds it, naming that process.
     """
-    path = log_dir / LOCK_NAME
+    with hold_lock(
+        log_dir / LOCK_NAME,
+        lambda holder: LogDirLockedError(
+            f"log directory {str(log_dir)!r} is in use by another twice run ({holder}); wait "
+            "for it to finish, stop it, or pass another --log-dir"
+        ),
+    ) as path:
+        yield path
+
+
+@contextmanager
+def hold_lock(path: Path, busy: Callable[[str], Exception]) -> Iterator[Path]:
+    """Hold an ``fcntl`` lock on the file ``path`` (created, and removed when released) for the
+    duration of the block, with this process named in it.
+
+    Raises:
+        Exception: ``busy(holder)`` when another live process holds it (``holder`` names it).
+    """
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise LogDirLockedError(
-                f"log directory {str(log_dir)!r} is in use by another twice run "
-                f"({_holder(path)}); wait for it to finish, stop it, or pass another --log-dir"
-            ) from None
+            raise busy(_holder(path)) from None
         # The file may have been removed (by a holder releasing it) between open and lock:
         # then this lock guards nothing, so start again on the current file.
         try:

@@ -17,12 +17,15 @@ written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ._lock import hold_lock
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS log (
@@ -61,19 +64,31 @@ class RequestLog:
 
     def __init__(self, path: str | Path, *, durable: bool = False) -> None:
         self.path = str(path)
+        self._lock = contextlib.ExitStack()
+        if self.path != ":memory:":
+            # Two servers on one file would each restore only their own trials, then merge
+            # them on the next restart: one server per log, as one run per log directory.
+            try:
+                self._lock.enter_context(hold_lock(Path(f"{self.path}.lock"), self._busy))
+            except OSError as ex:
+                raise ValueError(self._unopenable(ex)) from None
         # The server appends from its event loop thread only; autocommit makes every append
         # its own transaction, written to the WAL before the request is served.
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as ex:
+            self._lock.close()
+            raise ValueError(self._unopenable(ex)) from None
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self._db.execute(SCHEMA)
             cols = [r[1] for r in self._db.execute("PRAGMA table_info(log)")]
         except sqlite3.DatabaseError as ex:
-            self._db.close()
+            self.close()
             raise ValueError(f"{self.path} is not a twice serve database: {ex}") from None
         if cols != ["seq", "trial", "kind", "data"]:
-            self._db.close()
+            self.close()
             raise ValueError(
                 f"{self.path} has a 'log' table of another shape ({', '.join(cols)}); "
                 "it is not a twice serve database"
@@ -96,5 +111,21 @@ class RequestLog:
         return int(self._db.execute("SELECT COUNT(*) FROM log").fetchone()[0])
 
     def close(self) -> None:
-        """Close the database (a checkpoint folds the WAL into the main file)."""
-        self._db.close()
+        """Close the database (a checkpoint folds the WAL into the main file) and let go of
+        its lock."""
+        try:
+            self._db.close()
+        finally:
+            self._lock.close()
+
+    def _busy(self, holder: str) -> ValueError:
+        return ValueError(
+            f"{self.path} is in use by another twice serve ({holder}); stop it, or pass "
+            "another --db"
+        )
+
+    def _unopenable(self, ex: Exception) -> str:
+        return (
+            f"cannot open {self.path} as twice serve's request log ({ex}); pass --db a file "
+            "in an existing directory you can write to"
+        )

@@ -169,6 +169,34 @@ def test_serve_refuses_a_file_that_is_not_its_database(tmp_path: Path) -> None:
         _prepare("127.0.0.1", 0, junk, None)
 
 
+def test_serve_refuses_a_db_it_cannot_open_in_one_line(tmp_path: Path) -> None:
+    # A --db in a missing directory, or a directory, ended in sqlite3's traceback and exit 1.
+    from click.testing import CliRunner
+    from twice.evals.cli import cli
+
+    (tmp_path / "adir").mkdir()
+    for db in (tmp_path / "missing" / "x.sqlite", tmp_path / "adir"):
+        result = CliRunner().invoke(cli, ["serve", "--port", "0", "--db", str(db)])
+        assert result.exit_code == 2, result.output
+        assert f"cannot open {db} as twice serve's request log" in result.output
+        assert "Traceback" not in result.output
+
+
+def test_one_serve_per_db(tmp_path: Path) -> None:
+    # Two servers on one file each restored only their own trials, then merged both sets on
+    # the next restart.
+    from twice.evals import RequestLog
+
+    db = tmp_path / "one.sqlite"
+    first = RequestLog(db)
+    try:
+        with pytest.raises(ServeError, match=r"one\.sqlite is in use by another twice serve \(pid"):
+            _prepare("127.0.0.1", 0, db, None)
+    finally:
+        first.close()
+    RequestLog(db).close()  # released with the first server
+
+
 def test_serve_refuses_a_log_it_cannot_replay(tmp_path: Path) -> None:
     from twice.evals import RequestLog
 
