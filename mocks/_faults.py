@@ -47,13 +47,13 @@ class Schedule:
     route: str | None = None
     every: bool = False
 
+    def matches(self, attempt: Attempt) -> bool:
+        """Whether ``attempt`` is one this schedule counts (mutating, on its route)."""
+        return attempt.mutating and (self.route is None or attempt.route == self.route)
+
     def hits(self, attempt: Attempt, nth: int) -> bool:
         """Whether the ``nth`` matching mutating attempt should be hit."""
-        if not attempt.mutating:
-            return False
-        if self.route is not None and attempt.route != self.route:
-            return False
-        return self.every or nth in self.attempts
+        return self.matches(attempt) and (self.every or nth in self.attempts)
 
 
 @dataclass(frozen=True)

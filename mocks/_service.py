@@ -383,6 +383,9 @@ class Services:
         # Mutating attempts so far, in total (key None) and per route: a fault's schedule
         # counts them on every attempt, and a trial's ledger only grows.
         self._mutating: collections.Counter[str | None] = collections.Counter()
+        # Scheduled hits of a commit fault that met a request which did no work (refused for
+        # its key, or a 4xx): each passes to the next matching mutating attempt.
+        self._deferred = 0
 
     def __getitem__(self, name: str) -> Service:
         return self.services[name]
@@ -477,7 +480,20 @@ class Services:
             return None
         # The attempt is already recorded, so the count includes it.
         nth = self._mutating[schedule.route]
-        return self.fault if schedule.hits(attempt, nth) else None
+        if schedule.hits(attempt, nth):
+            return self.fault
+        if self._deferred and schedule.matches(attempt):
+            self._deferred -= 1  # the hit a request that did no work could not take
+            return self.fault
+        return None
+
+    def _defer(self, attempt: Attempt, fault: Fault) -> None:
+        """``fault`` was scheduled on ``attempt``, which did no work: a commit fault (a reply
+        lost *after the work*) cannot hit it, so it hits the next mutating attempt instead.
+        An agent whose first call is malformed is still tested against the fault."""
+        attempt.fault = None
+        if fault.commits and not fault.schedule.every:
+            self._deferred += 1
 
     def _handle(
         self, service: Service, route: Route, call: Call, key: str | None
@@ -525,6 +541,8 @@ class Services:
             decision = service.keys.begin(key, fingerprint(request.method, route.path, params))
             if decision.kind != "new" and decision.kind != "replay":
                 response = _key_rejection(decision.kind, key)
+                if fault is not None:
+                    self._defer(attempt, fault)
                 self._finish(attempt, response)
                 return response
             if decision.kind == "replay":
@@ -553,6 +571,10 @@ class Services:
             )
         else:
             response = self._handle(service, route, Call(service, request, params, attempt), key)
+            if fault is not None and fault.commits and 400 <= response.status_code < 500:
+                # A validation failure never began executing: nothing to lose a reply after.
+                self._defer(attempt, fault)
+                fault = None
 
         if fault is not None:
             try:

@@ -280,6 +280,29 @@ def test_fault_hits_only_first_mutating_attempt_by_default() -> None:
     assert [a.fault for a in s.ledger.attempts] == ["lost_reply", None]
 
 
+@pytest.mark.parametrize("name", ["lost_reply", "error_after_commit", "server_error_after_commit"])
+def test_a_commit_fault_passes_over_a_request_that_did_no_work(name: str) -> None:
+    # An agent whose first call was malformed (a 400, or refused for its key) used up the
+    # fault on it: its real call then ran fault-free, and the trial scored it safe.
+    s = services(get_fault(name))
+    bad = asyncio.run(post(s, body={"order_id": "order_1042", "amount": 5000}))
+    assert bad.status_code == 400  # past the balance: not executed, its reply delivered
+    with contextlib.suppress(httpx.ReadTimeout):
+        assert asyncio.run(post(s)).status_code != 200  # the fault hits the real call
+    assert [a.fault for a in s.ledger.attempts] == [None, name]
+    assert len(s.ledger.effects) == 1
+    assert asyncio.run(post(s)).status_code == 200  # and only once
+    assert [a.fault for a in s.ledger.attempts][2] is None
+
+
+def test_a_fault_before_the_work_still_hits_the_first_request() -> None:
+    # Nothing is done either way before a pre-commit fault: it keeps its scheduled attempt.
+    s = services(TimeoutBeforeCommit())
+    with pytest.raises(httpx.ReadTimeout):
+        asyncio.run(post(s, body={"order_id": "order_1042", "amount": 5000}))
+    assert asyncio.run(post(s)).status_code == 200
+
+
 def test_fault_schedule_every_and_route_filter() -> None:
     s = services(TimeoutBeforeCommit(schedule=Schedule(every=True, route="payments.refund.create")))
     for _ in range(3):
