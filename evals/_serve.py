@@ -458,7 +458,10 @@ class TwiceServer:
                 return
             await self._service(trial, match["service"], match["rest"] or "/", scope, receive, send)
         except ControlError as err:
-            await _send_json(send, err.status, _error(err.message, field=err.field))
+            # A 401 names the scheme it wants (RFC 9110 11.6.1).
+            extra = [(b"www-authenticate", b'Bearer realm="twice"')] if err.status == 401 else []
+            body = json.dumps(_error(err.message, field=err.field)).encode()
+            await _send(send, err.status, body, [(b"content-type", b"application/json"), *extra])
 
     async def _mcp(
         self, trial: ServedTrial, scope: dict[str, Any], receive: Any, send: Any
@@ -516,8 +519,12 @@ class TwiceServer:
     def _authorize(self, scope: dict[str, Any]) -> None:
         if self.token is None:
             return
-        given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+        given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1").strip()
+        scheme, _, credentials = given.partition(" ")
+        # The scheme is case-insensitive (RFC 9110 11.1); the token is compared in constant time.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            credentials.strip().encode(), self.token.encode()
+        ):
             raise ControlError(401, "the control API needs 'Authorization: Bearer <token>'")
 
     async def _control(self, scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -150,11 +150,15 @@ def test_serve_delete_forgets_the_trial(server: str, trial: Callable[..., Any]) 
 def test_serve_token_guards_the_control_api() -> None:
     with running_server(token="s3cret") as running:
         url = f"{running.url}/_twice/trials"
-        assert httpx.post(url, json={"task": "refund"}).status_code == 401
-        bad = {"Authorization": "Bearer nope"}
-        assert httpx.post(url, json={"task": "refund"}, headers=bad).status_code == 401
-        good = {"Authorization": "Bearer s3cret"}
-        assert httpx.post(url, json={"task": "refund"}, headers=good).status_code == 201
+        refused = httpx.post(url, json={"task": "refund"})
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"].startswith("Bearer")  # RFC 9110 11.6.1
+        for bad in ("Bearer nope", "Basic s3cret", "Bearer", "s3cret", "Bearer s3cret2"):
+            response = httpx.post(url, json={"task": "refund"}, headers={"Authorization": bad})
+            assert response.status_code == 401, bad
+        for good in ("Bearer s3cret", "bearer s3cret", "BEARER  s3cret"):  # scheme: any case
+            response = httpx.post(url, json={"task": "refund"}, headers={"Authorization": good})
+            assert response.status_code == 201, good
 
 
 def test_serve_refuses_non_loopback_without_token(tmp_path: Path) -> None:
