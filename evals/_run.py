@@ -36,6 +36,7 @@ from inspect_ai.model import Model, get_model
 from twice.reports import (
     Location,
     LogDir,
+    LogEntry,
     LogReadError,
     Shard,
     as_location,
@@ -59,7 +60,14 @@ from ._endpoint import EndpointState, guard_model
 from ._gate import temp_beside
 from ._lock import lock_log_dir
 from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args
-from ._shards import RECORDS_ENV, save_records, shard_cells, shard_dir, suite_digest
+from ._shards import (
+    RECORDS_ENV,
+    log_stamp,
+    save_records,
+    shard_cells,
+    shard_dir,
+    suite_digest,
+)
 from ._suite import Cell, Suite, SuiteError
 
 DEFAULT_TIMEOUT = 300
@@ -423,23 +431,26 @@ def _finished_cells(
     last run (``read_log_dir``). A log is a planned cell's when its header's twice record
     (model, task, fault, protection, prompt name and digest) is that cell's.
     """
-    try:
-        logs = read_log_dir(log_dir)
-    except LogReadError:
-        return set(), [], False
-    return finished_in(logs, planned)
+    logs = _read_or_none(log_dir)
+    return finished_in(logs, planned) if logs is not None else (set(), [], False)
 
 
 def finished_in(logs: LogDir, planned: list[Cell]) -> tuple[set[Cell], list[Location], bool]:
     """:func:`_finished_cells` of a directory already read."""
+    matched = matched_logs(logs, planned)
+    finished = {cell for cell, entry in matched if entry.status == "success"}
+    cancelled = any(entry.status == "cancelled" for _, entry in matched)
+    return finished, [entry.path for _, entry in matched], cancelled
+
+
+def matched_logs(logs: LogDir, planned: list[Cell]) -> list[tuple[Cell, LogEntry]]:
+    """Each counted log of ``logs`` that belongs to a planned cell, with its cell."""
     by_key: dict[tuple[str, ...], Cell] = {}
     for cell in planned:
         p = load_prompt(cell.prompt)
         key = (cell.model, cell.agent, cell.task, cell.fault, cell.protection, p.name, p.sha256)
         by_key[key] = cell
-    finished: set[Cell] = set()
-    files = []
-    cancelled = False
+    out = []
     for entry in logs.current:
         # read_log_dir read each header once and kept its twice record: not read again here
         # (every run reads the directory at its start and at its end).
@@ -453,11 +464,26 @@ def finished_in(logs: LogDir, planned: list[Cell]) -> tuple[set[Cell], list[Loca
             continue  # not a twice log of this suite
         match = by_key.get(key)
         if match is not None:
-            files.append(entry.path)
-            cancelled = cancelled or entry.status == "cancelled"
-            if entry.status == "success":
-                finished.add(match)
-    return finished, files, cancelled
+            out.append((match, entry))
+    return out
+
+
+def _read_or_none(log_dir: Location) -> LogDir | None:
+    try:
+        return read_log_dir(log_dir)
+    except LogReadError:
+        return None
+
+
+def _finished_logs(logs: LogDir | None, planned: list[Cell]) -> dict[Cell, tuple[str, Any]]:
+    """Each planned cell with a finished log: the log's path and size/mtime (None remote)."""
+    if logs is None:
+        return {}
+    return {
+        cell: (str(entry.path), log_stamp(str(entry.path)))
+        for cell, entry in matched_logs(logs, planned)
+        if entry.status == "success"
+    }
 
 
 @dataclass(frozen=True)
@@ -744,7 +770,9 @@ def _run_locked(
         whole = suite_digest(list(suite.cells()), suite.epochs, suite.limit, run["model_args"])
         run["shard"] = {"index": shard.index, "count": shard.count, "suite": whole}
     names = prompt_names(planned)
-    reused = _finished_cells(log_dir, planned)[0]
+    # A cell counts as reused when its finished log is still the one that counts at the end,
+    # unchanged (a log extended to more epochs, or run again, is not).
+    before = _finished_logs(_read_or_none(log_dir), planned)
     summary_path = join(log_dir, "summary.json")
     write_running(summary_path, run, [cell_dict(c, names) for c in planned])
     state = LAST_INTERRUPT
@@ -753,7 +781,8 @@ def _run_locked(
     # The trials' survivors make every full collection slow from here on; reading the logs
     # back allocates enough to trigger several (1.3 s of a worker's 1.5 s header reads).
     with gc_for_trials():
-        finished, files, cancelled = _finished_cells(log_dir, planned)
+        now = _read_or_none(log_dir)
+        finished, files, cancelled = finished_in(now, planned) if now else (set(), [], False)
         if cancelled:  # a cancelled log on disk: interrupted, whatever eval_set returned
             state.signal = state.signal or "SIGINT"
         hand_off = os.environ.get(RECORDS_ENV) if shard is not None else None
@@ -761,6 +790,10 @@ def _run_locked(
         table = cells(frame) if not frame.empty else pd.DataFrame()
         missing = [c for c in planned if c not in finished]
         extra = incomplete_fields(missing, names, state.signal)
+        after = _finished_logs(now, planned)
+        reused = sum(1 for cell, log in before.items() if after.get(cell) == log)
+        if shard is not None:  # the --workers parent adds up its shards' (summary "reused")
+            extra["reused"] = reused
         write_atomic(summary_path, lambda tmp: write_summary(table, tmp, run=run, **extra))
         report_path = None
         if report and not frame.empty:
@@ -774,7 +807,7 @@ def _run_locked(
     return RunResult(
         log_dir, logs, table, summary_path, report_path, failed,
         missing=missing, interrupted=state.signal, unreachable=prepared.unreachable(),
-        reused=len(reused & set(planned)),
+        reused=reused,
     )  # fmt: skip
 
 

@@ -160,7 +160,7 @@ def save_records(path: str, records: LogRecords) -> None:
     Best effort: the records only spare the parent a second read, so a file that cannot be
     written (the parent gone and its directory with it) is skipped, never the run's failure.
     """
-    stamped = {key: (_stamp(key), recs) for key, recs in records.items()}
+    stamped = {key: (log_stamp(key), recs) for key, recs in records.items()}
     try:
         with open(f"{path}.tmp", "wb") as f:
             pickle.dump(stamped, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -180,11 +180,13 @@ def load_records(path: str) -> LogRecords:
     return {
         key: recs
         for key, (stamp, recs) in stamped.items()
-        if stamp is not None and stamp == _stamp(key)
+        if stamp is not None and stamp == log_stamp(key)
     }
 
 
-def _stamp(key: str) -> tuple[int, int] | None:
+def log_stamp(key: str) -> tuple[int, int] | None:
+    """A local log's size and modification time (None for a remote or missing one): what
+    tells a log that was rewritten from one left as it was."""
     if is_remote(key):
         return None
     try:

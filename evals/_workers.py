@@ -286,7 +286,13 @@ def _merge_workers(
                 lambda tmp: write_report(merged.frame, tmp, run=merged.run),
             )
     assert merged.summary_path is not None  # the workers wrote shard directories
+    # Each worker's summary says how many of its cells it found finished and left as they were.
+    reused = sum(_count(s.get("reused")) for s in merged.logs.shard_summaries.values())
     return RunResult(
         log_dir, [], merged.table, merged.summary_path, report_path, failed,
-        missing=merged.missing, interrupted=interrupted,
+        missing=merged.missing, interrupted=interrupted, reused=reused,
     )  # fmt: skip
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

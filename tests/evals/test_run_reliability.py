@@ -171,6 +171,37 @@ def test_reliability_resuming_with_new_cells_runs_them_and_says_so(
     assert sorted(c["model"] for c in summary["cells"]) == ["stub/retry", "stub/verify"]
 
 
+def test_reliability_a_log_run_again_for_more_epochs_is_not_called_reused(
+    twice: Twice, tmp_path: Path
+) -> None:
+    # Raising --epochs reran the cell's trials, yet twice said "1 of 1 cell(s) were already
+    # finished and reused; 0 new or unfinished cell(s) run".
+    base = ["run", "--task", "refund", "--fault", "none", "--limit", "1", "--model",
+            "stub/verify", "--display", "none", "--log-dir", tmp_path / "logs"]  # fmt: skip
+    assert twice(*base, "--epochs", "1").exit_code == 0
+    more = twice(*base, "--epochs", "2")
+    assert more.exit_code == 0, more.output
+    assert "reused" not in more.stderr
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+    assert [c["trials"] for c in summary["cells"]] == [2]
+    again = twice(*base, "--epochs", "2")
+    assert "1 of 1 cell(s) were already finished and reused" in " ".join(again.stderr.split())
+
+
+@pytest.mark.slow
+def test_reliability_a_workers_rerun_says_what_it_reused(tmp_path: Path) -> None:
+    # Each worker knew; the merged run never said.
+    log_dir = str(tmp_path / "logs")
+    cmd = [sys.executable, "-m", "twice.evals.cli", "run", "--task", "refund", "--limit", "1",
+           "--model", "stub/verify", "--fault", "none", "--fault", "lost_reply", "--workers",
+           "2", "--display", "none", "--no-report", "--log-dir", log_dir]  # fmt: skip
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0 and "reused" not in first.stderr, first.stderr
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "2 of 2 cell(s) were already finished and reused" in " ".join(again.stderr.split())
+
+
 def test_reliability_resume_does_not_depend_on_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
