@@ -114,6 +114,14 @@ class TrialConfig:
     hang_seconds: float = 2.0
 
 
+def _json(value: Any) -> str:
+    """A request's value as the client wrote it (``null``, ``true``, ``"x"``), not Python's."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def parse_trial_config(body: Any) -> TrialConfig:
     """Validate a ``POST /_twice/trials`` body.
 
@@ -131,24 +139,33 @@ def parse_trial_config(body: Any) -> TrialConfig:
             unknown[0],
         )
 
+    def given(name: str, default: Any) -> Any:
+        # JSON null is "not given": the field's default, as when it is left out.
+        value = body.get(name)
+        return default if value is None else value
+
     def choice(name: str, allowed: Any, default: str | None) -> str:
-        value = body.get(name, default)
+        value = given(name, default)
+        if value is None:
+            raise ControlError(400, f"{name} is required; one of: {', '.join(allowed)}", name)
         if not isinstance(value, str) or value not in allowed:
-            raise ControlError(400, f"{name} {value!r} is not one of: {', '.join(allowed)}", name)
+            raise ControlError(
+                400, f"{name} {_json(value)} is not one of: {', '.join(allowed)}", name
+            )
         return value
 
     task = choice("task", TASKS, None)
     parts = task_parts(task)
     samples = [str(s.id) for s in parts.dataset]
-    sample = body.get("sample", samples[0])
+    sample = given("sample", samples[0])
     if not isinstance(sample, str) or sample not in samples:
         raise ControlError(
             400,
-            f"sample {sample!r} is not in task {task!r}; its samples are "
+            f"sample {_json(sample)} is not in task {task!r}; its samples are "
             f"{samples[0]} ... {samples[-1]} ({len(samples)})",
             "sample",
         )
-    hang = body.get("hang_seconds", 2.0)
+    hang = given("hang_seconds", 2.0)
     if (
         isinstance(hang, bool)
         or not isinstance(hang, int | float)
@@ -157,7 +174,7 @@ def parse_trial_config(body: Any) -> TrialConfig:
     ):
         raise ControlError(
             400,
-            f"hang_seconds {hang!r} must be a number in (0, {MAX_HANG_SECONDS:g}]",
+            f"hang_seconds {_json(hang)} must be a number in (0, {MAX_HANG_SECONDS:g}]",
             "hang_seconds",
         )
     return TrialConfig(

@@ -197,8 +197,14 @@ def services_from_state(state: Mapping[str, Any], *kinds: type[Service]) -> list
     return [kind(**{k: v for k, v in state.items() if owner[k] is kind}) for kind in kinds]
 
 
-def _params(request: httpx.Request, path_params: dict[str, str]) -> dict[str, Any]:
+def _params(
+    request: httpx.Request, path_params: dict[str, str]
+) -> tuple[dict[str, Any], str | None]:
+    """The request's parameters (query, then form or JSON body, then path), and why its body
+    could not be read as parameters (None when it could, or is empty): a handler given none
+    would answer as if a field were missing ("No such order: None")."""
     params: dict[str, Any] = dict(request.url.params)
+    problem = None
     if request.content and request.headers.get("content-type", "").startswith(FORM_TYPE):
         # Stripe's SDKs send form bodies; values stay strings, as on the wire.
         params.update(urllib.parse.parse_qsl(request.content.decode(), keep_blank_values=True))
@@ -207,10 +213,17 @@ def _params(request: httpx.Request, path_params: dict[str, str]) -> dict[str, An
             body = json.loads(request.content)
         except ValueError:
             body = None
+            problem = (
+                "the request body is neither JSON nor form data (application/x-www-form-urlencoded)"
+            )
         if isinstance(body, dict):
             params.update(body)
+        elif problem is None:
+            problem = (
+                f"the request body must be a JSON object of parameters, not {type(body).__name__}"
+            )
     params.update(path_params)
-    return params
+    return params, problem
 
 
 def _side_effect_signature(request: httpx.Request, **path_params: str) -> None:
@@ -524,7 +537,7 @@ class Services:
     def _pipeline(
         self, service: Service, route: Route, request: httpx.Request, path_params: dict[str, str]
     ) -> Generator[None, None, httpx.Response]:
-        params = _params(request, path_params)
+        params, problem = _params(request, path_params)
         attempt = self._record(
             request, service=service.name, route=route.name, mutating=route.mutating, params=params
         )
@@ -561,6 +574,15 @@ class Services:
                     service.keys.release(key)
                 self._finish(attempt, early)
                 return early
+
+        if problem is not None and saved is None:  # refused before it began, as any 400
+            if key is not None:
+                service.keys.release(key)
+            if fault is not None:
+                self._defer(attempt, fault)
+            response = error_response(400, problem)
+            self._finish(attempt, response)
+            return response
 
         yield  # in flight
 

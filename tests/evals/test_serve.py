@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ import requests
 import stripe
 from twice.evals._serve import (
     MAX_SERVICE_BODY,
+    ControlError,
     ServeError,
     _prepare,
     parse_trial_config,
@@ -220,6 +222,18 @@ def test_parse_trial_config_defaults() -> None:
         "bare",
         "drop",
     )
+    # JSON null is "not given" (it was refused), and errors quote JSON, not Python values
+    nulls = {k: None for k in ("sample", "fault", "protection", "lost_reply", "hang_seconds")}
+    assert parse_trial_config({"task": "send_email", **nulls}) == config
+    for body, said in [
+        ({}, "task is required; one of: "),
+        ({"task": None}, "task is required; one of: "),
+        ({"task": "refund", "fault": True}, "fault true is not one of"),
+        ({"task": "refund", "hang_seconds": True}, "hang_seconds true must be a number"),
+        ({"task": "refund", "sample": 7}, "sample 7 is not in task 'refund'"),
+    ]:
+        with pytest.raises(ControlError, match=re.escape(said)):
+            parse_trial_config(body)
 
 
 # -- lost replies over a socket ----------------------------------------------------------

@@ -295,6 +295,28 @@ def test_a_commit_fault_passes_over_a_request_that_did_no_work(name: str) -> Non
     assert [a.fault for a in s.ledger.attempts][2] is None
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [(b"{not json", "neither JSON nor form data"), (b"[1, 2]", "JSON object of parameters")],
+)
+def test_a_body_that_is_not_parameters_is_a_400_saying_so(content: bytes, said: str) -> None:
+    # It was read as no parameters at all: "No such order: None" (404), and a lost_reply
+    # scheduled on it was spent.
+    s = services(LostReply())
+
+    async def send() -> httpx.Response:
+        async with s.client() as client:
+            return await client.post(
+                URL, content=content, headers={"content-type": "application/json"}
+            )
+
+    r = asyncio.run(send())
+    assert r.status_code == 400 and said in r.json()["error"]["message"]
+    with pytest.raises(httpx.ReadTimeout):
+        asyncio.run(post(s))  # the fault waits for a request that does work
+    assert s.ledger.attempts[0].status == 400 and len(s.ledger.effects) == 1
+
+
 def test_a_fault_before_the_work_still_hits_the_first_request() -> None:
     # Nothing is done either way before a pre-commit fault: it keeps its scheduled attempt.
     s = services(TimeoutBeforeCommit())
