@@ -216,10 +216,14 @@ def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Mo
                     f"{', '.join(known)} (e.g. openai/gpt-5-mini, anthropic/claude-sonnet-4-5, "
                     "openai-api/<service>/<model>, ollama/llama3, vllm/<model>, stub/retry)"
                 ) from None
-            raise SuiteError(
-                f"could not load model {name!r}: {_plain(str(ex))}. API keys come from the "
-                f"environment ({KEY_ENV_HINT}); other model settings go in -M key=value."
-            ) from None
+            # Where keys come from matters for a provider; a stub takes none.
+            hint = (
+                ""
+                if provider == "stub"
+                else f" API keys come from the environment ({KEY_ENV_HINT}); other model "
+                "settings go in -M key=value."
+            )
+            raise SuiteError(f"could not load model {name!r}: {_plain(str(ex))}.{hint}") from None
     return cache[name]
 
 

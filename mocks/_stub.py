@@ -255,9 +255,10 @@ class StubAPI(ModelAPI):
                 + ", ".join(f"stub/{n}" for n in STUB_MODELS)
             )
         if model_args:
+            takes = "attempts, delay, p" if model_name == "noisy" else "attempts, delay"
             raise ValueError(
                 f"unknown model args for stub/{model_name}: {', '.join(model_args)}; "
-                "accepted: attempts, p, delay"
+                f"stub/{model_name} accepts {takes}"
             )
         self.behaviour = model_name
         self.attempts = int(_number(model_name, "attempts", attempts, 1, None, whole=True))

@@ -19,8 +19,11 @@ WHOLE = "attempts for stub/retry must be a whole number >= 1"
         ("retry", {"attempts": 2.5}, f"{WHOLE}, got 2.5"),
         ("retry", {"attempts": True}, f"{WHOLE}, got True"),
         ("retry", {"delay": -1}, "delay for stub/retry must be a number >= 0, got -1"),
+        # it listed p, which the next message refuses to stub/retry
         ("retry", {"temperature": 1}, "unknown model args for stub/retry: temperature; "
-         "accepted: attempts, p, delay"),
+         "stub/retry accepts attempts, delay"),
+        ("noisy", {"temperature": 1}, "unknown model args for stub/noisy: temperature; "
+         "stub/noisy accepts attempts, delay, p"),
     ],
 )  # fmt: skip
 def test_stub_rejects_a_bad_model_arg(model: str, args: dict[str, object], message: str) -> None:
