@@ -51,9 +51,11 @@ from twice.reports import (
     COMPARED,
     baseline_test,
     crashed,
+    is_remote,
     metric,
     metric_names,
     wilson,
+    write_text,
 )
 
 STATISTICS = ("point", "lower", "upper")
@@ -567,8 +569,13 @@ def write_junit(
     *,
     suite: str = "twice gate",
     errors: Sequence[str] = (),
-) -> Path:
-    """Write :func:`junit_xml` to ``path`` atomically and return it."""
+) -> str | Path:
+    """Write :func:`junit_xml` to ``path`` (a path, or an fsspec URI such as
+    ``s3://bucket/run/gate.xml``) whole, and return it."""
+    data = junit_xml(checks, suite=suite, errors=errors)
+    if is_remote(path):
+        write_text(str(path), data.decode("utf-8"))  # an object is replaced whole
+        return str(path)
     out = Path(path)
-    _atomic_write(out, junit_xml(checks, suite=suite, errors=errors))
+    _atomic_write(out, data)
     return out

@@ -614,8 +614,8 @@ def _errored(logs: Any, frame: Any) -> list[str]:
 )
 @click.option(
     "--junit",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write JUnit XML here (one test case per rule × cell).",
+    type=str,  # a path or an fsspec URI: kept a string (a Path would mangle s3://)
+    help="Write JUnit XML here (a path or URI; one test case per rule × cell).",
 )
 @click.option(
     "--allow-errors",
@@ -626,7 +626,7 @@ def gate(
     log_dir: str,
     config: Path,
     baseline_dir: str | None,
-    junit: Path | None,
+    junit: str | None,
     allow_errors: bool,
 ) -> None:
     """Decide a release from the rates in LOG_DIR.
@@ -634,10 +634,12 @@ def gate(
     Exits 0 when every rule passes, 1 when one fails, 2 on bad usage or when the logs are
     unreadable or hold errored evals/trials (unless --allow-errors).
     """
+    from twice.reports import is_remote
+
     from ._gate import GateError, evaluate_gate, format_gate, load_gate, write_junit
 
-    if junit is not None:
-        _writable_output(junit, "--junit")
+    if junit is not None and not is_remote(junit):
+        _writable_output(Path(junit), "--junit")
     try:
         cfg = load_gate(config)
     except GateError as ex:

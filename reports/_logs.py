@@ -37,13 +37,16 @@ from ._storage import (
     is_file,
     join,
     list_dir,
+    list_files,
     name_of,
     read_text,
 )
 
 
 def log_files(log_dir: Location) -> list[Location]:
-    """Every ``.eval``/``.json`` inspect log under ``log_dir`` (counted or superseded).
+    """Every ``.eval``/``.json`` inspect log in ``log_dir`` (counted or superseded), not in its
+    subdirectories: a directory is one run (``eval_set`` writes its logs at its top), and
+    a folder holding several runs' directories must not pool them into one.
 
     ``log_dir`` may be a path or an fsspec URI (``s3://bucket/run``).
 
@@ -58,13 +61,24 @@ def log_files(log_dir: Location) -> list[Location]:
                 "(its --log-dir)"
             )
         raise LogReadError(f"log directory {str(root)!r} does not exist")
-    files = [p for p in find_files(root) if _is_log(p)]
+    files = [p for p in list_files(root) if _is_log(p)]
     if not files:
+        runs = [name_of(d) for d in list_dir(root) if is_dir(d) and _holds_logs(d)]
+        if runs:
+            raise LogReadError(
+                f"log directory {str(root)!r} holds no inspect logs of its own, but its "
+                f"subdirectories {', '.join(runs[:5])}{' ...' if len(runs) > 5 else ''} do: "
+                "each is a run of its own; pass one of them (runs are not pooled)"
+            )
         raise LogReadError(
             f"log directory {str(root)!r} holds no inspect logs (*.eval or *.json); "
             "run `twice run --log-dir DIR` first"
         )
     return files
+
+
+def _holds_logs(directory: Location) -> bool:
+    return any(_is_log(p) for p in find_files(directory))
 
 
 def _is_log(path: Location) -> bool:
@@ -223,16 +237,7 @@ def read_log_dir(log_dir: Location, *, partial: bool = False) -> LogDir:
     ]
     _require_disjoint(parts, root)
     current = tuple(e for p in parts for e in p.current)
-    counted = set(shards.dirs.values())
-    beside = (
-        tuple(
-            _entry(p)
-            for p in log_files(root)
-            if not any(str(p).startswith(f"{d}/") for d in counted)
-        )
-        if _has_logs(root)
-        else ()
-    )
+    beside = tuple(_entry(p) for p in log_files(root)) if _has_logs(root) else ()
     if not current:
         raise LogReadError(
             f"log directory {str(root)!r} has all {shards.count} shard(s) but none holds a "
@@ -301,11 +306,7 @@ def _require_disjoint(parts: list[LogDir], root: Location) -> None:
 
 
 def _has_logs(root: Location) -> bool:
-    try:
-        log_files(root)
-    except LogReadError:
-        return False
-    return True
+    return any(_is_log(p) for p in list_files(root))
 
 
 def _read_one(root: Location, *, allow_empty: bool) -> LogDir:

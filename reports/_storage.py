@@ -7,14 +7,46 @@ A URI must stay a string: ``pathlib.Path("s3://b/run")`` collapses the double sl
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 
 class LogReadError(Exception):
     """A log directory that is missing, empty, or holds a log that cannot be read."""
+
+
+class StorageError(LogReadError, OSError):
+    """Object storage that cannot be reached or used (no such bucket, no endpoint, denied):
+    one line naming the location and the cause, where fsspec would give a deep traceback.
+    An ``OSError`` too, so code that handles a local write failure handles this one."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _remote_errors(fn: F) -> F:
+    """Turn any error of a remote operation on ``location`` into a :class:`StorageError`."""
+
+    @functools.wraps(fn)
+    def wrapper(location: Location, *args: Any, **kwargs: Any) -> Any:
+        if not is_remote(location):
+            return fn(location, *args, **kwargs)
+        try:
+            return fn(location, *args, **kwargs)
+        except LogReadError:
+            raise
+        except Exception as ex:  # fsspec, botocore and aiohttp raise many types
+            why = " ".join(str(ex).split()) or type(ex).__name__
+            raise StorageError(
+                f"object storage at {str(location)!r} cannot be used: {type(ex).__name__}: "
+                f"{why[:300]} (check the bucket, the credentials and AWS_ENDPOINT_URL)"
+            ) from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 Location = str | Path
@@ -76,6 +108,7 @@ def _protocol(location: str) -> str:
     return location.split("://", 1)[0]
 
 
+@_remote_errors
 def is_dir(location: Location) -> bool:
     """True when the directory (or, in object storage, the prefix) exists and is not a file."""
     if not is_remote(location):
@@ -84,6 +117,7 @@ def is_dir(location: Location) -> bool:
     return bool(fs.isdir(path))
 
 
+@_remote_errors
 def is_file(location: Location) -> bool:
     """True when ``location`` is an existing file (object)."""
     if not is_remote(location):
@@ -92,6 +126,7 @@ def is_file(location: Location) -> bool:
     return bool(fs.isfile(path))
 
 
+@_remote_errors
 def list_dir(location: Location) -> list[Location]:
     """The immediate children of a directory (empty when it does not exist)."""
     if not is_remote(location):
@@ -104,6 +139,22 @@ def list_dir(location: Location) -> list[Location]:
     return sorted(f"{proto}://{p.rstrip('/')}" for p in fs.ls(path, detail=False))
 
 
+@_remote_errors
+def list_files(location: Location) -> list[Location]:
+    """The files directly in a directory (not in its subdirectories), sorted; empty when it
+    does not exist."""
+    if not is_remote(location):
+        root = Path(location)
+        return sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else []
+    fs, path = _fs(str(location))
+    if not fs.isdir(path):
+        return []
+    proto = _protocol(str(location))
+    entries = fs.ls(path, detail=True)
+    return sorted(f"{proto}://{e['name'].rstrip('/')}" for e in entries if e.get("type") == "file")
+
+
+@_remote_errors
 def find_files(location: Location) -> list[Location]:
     """Every file under a directory, recursively, sorted (empty when it does not exist)."""
     if not is_remote(location):
@@ -114,6 +165,7 @@ def find_files(location: Location) -> list[Location]:
     return sorted(f"{proto}://{p}" for p in fs.find(path))
 
 
+@_remote_errors
 def open_binary(location: Location) -> IO[bytes]:
     """Open a file for reading bytes (seekable: a zip archive can be read in place)."""
     if not is_remote(location):
@@ -122,6 +174,7 @@ def open_binary(location: Location) -> IO[bytes]:
     return fs.open(path, "rb")  # type: ignore[no-any-return]
 
 
+@_remote_errors
 def read_text(location: Location) -> str:
     """A whole UTF-8 text file."""
     if not is_remote(location):
@@ -130,6 +183,7 @@ def read_text(location: Location) -> str:
         return f.read().decode("utf-8")
 
 
+@_remote_errors
 def write_text(location: Location, text: str) -> None:
     """Write a UTF-8 text file whole, replacing it only once written.
 
@@ -150,7 +204,23 @@ def write_text(location: Location, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+@_remote_errors
 def make_dirs(location: Location) -> None:
-    """Create a local directory and its parents; object stores have no directories to make."""
+    """Create a local directory and its parents. Object stores have no directories to make,
+    but their bucket must exist: found now, not in inspect's first log write.
+
+    Raises:
+        StorageError: for a bucket that does not exist or cannot be reached.
+    """
     if not is_remote(location):
         Path(location).mkdir(parents=True, exist_ok=True)
+        return
+    if _protocol(str(location)) in _BUCKETED:
+        fs, path = _fs(str(location))
+        bucket = path.strip("/").split("/", 1)[0]
+        if not fs.exists(bucket):
+            raise FileNotFoundError(f"bucket {bucket!r} does not exist")
+
+
+_BUCKETED = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"}
+"""Protocols whose first path component is a bucket (container) that must exist."""

@@ -81,6 +81,27 @@ def test_gate_cli_baseline_flags_a_regression(
     assert "0/24) vs baseline 50.0% (24/48): not significantly worse" in result.stdout
 
 
+def test_gate_and_report_on_a_folder_of_runs_do_not_pool_them(
+    twice: Twice, tmp_path: Path, stub_logs: Path
+) -> None:
+    # A folder holding a release run and a pilot run was read as one run: their trials were
+    # added together in each cell (and could reach a rule's min_trials together).
+    from twice.reports import LogReadError, trials_frame
+
+    runs = tmp_path / "runs"
+    for name in ("pilot", "release"):
+        shutil.copytree(stub_logs, runs / name)
+    for args in (("gate", runs, "--config", gate_file(tmp_path)), ("report", runs)):
+        result = twice(*args)
+        assert result.exit_code == 2, result.output
+        assert "holds no inspect logs of its own, but its subdirectories pilot, release" in (
+            " ".join(result.stderr.split())
+        )
+    with pytest.raises(LogReadError, match="runs are not pooled"):
+        trials_frame(runs)
+    assert twice("gate", runs / "pilot", "--config", gate_file(tmp_path)).exit_code in (0, 1)
+
+
 def test_gate_cli_exit_2_on_missing_log_dir(twice: Twice, tmp_path: Path) -> None:
     result = twice("gate", tmp_path / "nope", "--config", gate_file(tmp_path))
     assert result.exit_code == 2

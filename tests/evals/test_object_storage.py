@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -96,14 +97,47 @@ def test_run_report_gate_round_trip_through_s3(s3: Any, twice: Twice, tmp_path: 
     assert "stub/verify" in s3.cat("twice/runs/one/report.html").decode()
 
     (tmp_path / "gate.toml").write_text(GATE)
-    gate = twice("gate", uri, "--config", tmp_path / "gate.toml")
+    junit = f"{uri}/gate.xml"
+    gate = twice("gate", uri, "--config", tmp_path / "gate.toml", "--junit", junit)
     assert gate.exit_code == 1, gate.output  # stub/retry duplicates every time
     assert "2 log(s), 4 trial(s)" in gate.stdout
+    # --junit to the bucket, as report -o does (it wrote ./s3:/twice/... on local disk)
+    assert b"<testsuite" in s3.cat("twice/runs/one/gate.xml")
+    assert f"junit:  {junit}" in gate.stdout and not (tmp_path / "s3:").exists()
 
     # Resuming into the bucket reuses the finished logs instead of running them again.
     again = twice("run", *RUN, "--log-dir", uri, "--no-report")
     assert again.exit_code == 0, again.output
     assert sum(p.endswith(".eval") for p in s3.find("twice/runs/one")) == 2
+
+
+def test_storage_that_cannot_be_used_is_one_line_and_exit_2(
+    s3: Any, twice: Twice, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A missing bucket or a dead endpoint ended in a 60-160-line traceback with exit 1,
+    # which from `twice gate` reads as "the gate failed".
+    import s3fs
+
+    (tmp_path / "gate.toml").write_text(GATE)
+    result = twice("run", *RUN, "--log-dir", "s3://nobucket/run")
+    assert result.exit_code == 2, result.output
+    assert "bucket 'nobucket' does not exist" in result.stderr
+    assert "Traceback" not in result.output
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{dead}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    s3fs.S3FileSystem.clear_instance_cache()
+    for args in (
+        ("gate", "s3://twice/run", "--config", tmp_path / "gate.toml"),
+        ("report", "s3://twice/run"),
+        ("run", *RUN, "--log-dir", "s3://twice/run"),
+    ):
+        result = twice(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "s3://twice/run' cannot be used" in result.stderr, result.stderr
+        assert "Traceback" not in result.output
 
 
 @pytest.mark.slow
