@@ -4,7 +4,7 @@ An assertion is any object with ``check(ledger) -> Verdict`` (:class:`Assertion`
 :func:`exactly`, :func:`at_most`, :func:`at_least`, :func:`never`, :func:`compensated` and
 :func:`no_unseen_effects`, or your own. :func:`assert_side_effects` raises one AssertionError
 listing every failed verdict with the ledger lines behind it. The pytest plugin
-(``assertions.pytest_plugin``) is loaded explicitly, never from here.
+(``twice.assertions.pytest_plugin``) is loaded explicitly, never from here.
 """
 
 from ._checks import (

@@ -5,7 +5,7 @@ Load it explicitly; it is not auto-loaded into every pytest run::
     # conftest.py at the root of your tests
     pytest_plugins = ["twice.assertions.pytest_plugin"]
 
-or ``pytest -p assertions.pytest_plugin``.
+or ``pytest -p twice.assertions.pytest_plugin``.
 
 Fixtures:
 

@@ -316,8 +316,11 @@ def run(
         rerun = "rerun the same command" if log_dir else f"rerun it with --log-dir {out}"
         shown = display or default_display()  # the display this run uses
         where = f", shard {part}" if part else f", {n_workers} workers" if n_workers > 1 else ""
+        # A shard's counts are out of its own cells, not the suite's.
+        mine = len(shard_cells(list(suite.cells()), part)) if part else n_cells
         if gate is None:  # a sequential run announces itself, naming its gate
-            click.echo(f"twice: running {n_cells} cell(s){where}, logs in {out}", err=True)
+            shown_cells = f"{mine} of {n_cells}" if part else f"{n_cells}"
+            click.echo(f"twice: running {shown_cells} cell(s){where}, logs in {out}", err=True)
         if n_workers > 1:
             # Each worker rebuilds the same suite from the same flags and runs its share.
             args = [
@@ -382,9 +385,9 @@ def run(
         sys.exit(EXIT_INTERRUPTED.get(name, 130))
     if gate is None:  # a sequential run printed its table and decisions already
         if result.reused:
-            ran = n_cells - result.reused
+            ran = mine - result.reused
             click.echo(
-                f"twice: resumed {out}: {result.reused} of {n_cells} cell(s) were already "
+                f"twice: resumed {out}: {result.reused} of {mine} cell(s) were already "
                 f"finished and reused; {ran} new or unfinished cell(s) run",
                 err=True,
             )
@@ -404,9 +407,8 @@ def run(
             for c in result.missing[:5]
         )
         more = f" and {len(result.missing) - 5} more" if len(result.missing) > 5 else ""
-        of = len(shard_cells(list(suite.cells()), part)) if part else n_cells
         click.echo(
-            f"twice: incomplete: {len(result.missing)} of {of} cell(s) did not finish "
+            f"twice: incomplete: {len(result.missing)} of {mine} cell(s) did not finish "
             f"({shown}{more}); summary.json is marked incomplete. {rerun.capitalize()} "
             "to resume.",
             err=True,

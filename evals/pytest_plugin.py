@@ -1,8 +1,8 @@
 """Gate in pytest: run a twice eval inside a test and assert on its rates.
 
-Load it explicitly (``pytest_plugins = ["twice.evals.pytest_plugin"]`` in your root conftest.py, or
-``pytest -p evals.pytest_plugin``). It also loads ``assertions.pytest_plugin``, so one line
-gives the mock-service fixtures too.
+Load it explicitly (``pytest_plugins = ["twice.evals.pytest_plugin"]`` in your root
+conftest.py, or ``pytest -p twice.evals.pytest_plugin``). It also loads
+``twice.assertions.pytest_plugin``, so one line gives the mock-service fixtures too.
 
 Example::
 

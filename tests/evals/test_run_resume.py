@@ -272,6 +272,7 @@ def test_an_incomplete_run_says_how_to_resume_it(
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 143, result.output
     if shard:
+        assert "running 1 of 2 cell(s), shard 1/2" in result.stderr
         assert "1 of 1 cell(s) did not finish" in result.stderr
         assert "Rerun the same command to resume" in result.stderr
     else:
