@@ -58,6 +58,8 @@ from twice.reports import (
     write_text,
 )
 
+from ._suite import shipped_file
+
 STATISTICS = ("point", "lower", "upper")
 
 Statistic = Literal["point", "lower", "upper"]
@@ -262,7 +264,7 @@ def load_gate(path: str | Path) -> GateConfig:
         GateError: for a missing file, malformed TOML, or a bad key or value, naming it and
             what would be accepted.
     """
-    p = Path(path)
+    p = shipped_file(path)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -39,6 +39,18 @@ from ._local import ServerOptions, parse_options
 DEFAULT_SUITE = Path(__file__).parent / "default.toml"
 """The suite ``twice run`` runs with no flags: every stub model, offline."""
 
+
+def shipped_file(path: str | Path) -> Path:
+    """``path``, or, when no such file exists and it names a file twice ships as a repository
+    path (``evals/gate.toml``) or by name (``gate.toml``), the installed copy: the README's
+    commands and the cluster recipes then work outside a twice checkout too."""
+    p = Path(path)
+    if p.exists() or p.suffix != ".toml" or p.parent not in (Path("."), Path("evals")):
+        return p
+    installed = DEFAULT_SUITE.parent / p.name
+    return installed if installed.is_file() else p
+
+
 STUB_NAMES = [f"stub/{n}" for n in STUB_MODELS]
 DEFAULT_FAULTS = ["none", "lost_reply", "timeout_before_commit"]
 """Faults used when flags name models but no faults: the control and the twin faults."""
@@ -229,7 +241,7 @@ def load_suite(path: str | Path) -> Suite:
             waited on), text that is not UTF-8 TOML, unknown keys, or values of the wrong
             type (``epochs``/``limit`` must be positive integers), naming the problem.
     """
-    p = Path(path)
+    p = shipped_file(path)
     try:
         raw = read_regular_file(p, "suite file")
     except ValueError as ex:

@@ -228,7 +228,7 @@ def test_github_actions_recipe(s3: Any, tmp_path: Path) -> None:
     final = next(
         s["run"]
         for s in workflow["jobs"]["report-and-gate"]["steps"]
-        if "twice" in s.get("run", "")
+        if "twice report" in s.get("run", "")
     )
     assert _sh(final, env, tmp_path).returncode == 2
     for shard in range(1, shards + 1):

@@ -52,3 +52,21 @@ def test_one_prompt_file_under_two_spellings_is_one_prompt(
             config=None, models=["stub/retry"], prompts=["p/my.md", str(other)],
             tasks=["refund"], faults=["none"], protections=[], epochs=None, limit=1,
         )  # fmt: skip
+
+
+def test_shipped_files_are_found_by_their_repository_path_outside_a_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The README and the cluster recipes say `--config evals/default.toml` and
+    # `--config evals/gate.toml`: outside a twice checkout those paths named nothing.
+    from twice.evals import load_gate
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("evals/default.toml", "default.toml", "evals/full.toml"):
+        assert sum(1 for _ in load_suite(name).cells()) > 0, name
+    assert load_gate("evals/gate.toml").rules
+    with pytest.raises(evals.SuiteError, match=r"suite file 'evals/nope\.toml' does not exist"):
+        load_suite("evals/nope.toml")
+    (tmp_path / "evals").mkdir()  # a file of the user's own wins
+    (tmp_path / "evals" / "default.toml").write_text('[[matrix]]\nmodels = ["stub/retry"]\n')
+    assert {c.model for c in load_suite("evals/default.toml").cells()} == {"stub/retry"}
