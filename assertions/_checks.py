@@ -50,10 +50,17 @@ def _matching(ledger: Ledger, effect: str, where: Mapping[str, Any]) -> list[Eff
     """Effects called ``effect`` whose fields equal every ``where`` value.
 
     Raises:
-        ValueError: when effects of that name exist but none has a ``where`` field: the
-            filter is misspelt, and an assertion over a misspelt field would pass vacuously.
+        ValueError: when no service of a live trial makes effects of that name (a misspelt
+            name), or effects of that name exist but none has a ``where`` field (a misspelt
+            filter): an assertion over either would pass vacuously.
     """
     named = [e for e in ledger.effects if e.name == effect]
+    known = ledger.known_effects
+    if known is not None and not named and effect not in known:
+        raise ValueError(
+            f"no service of this trial makes {effect!r} effects, so a check of them would "
+            f"pass vacuously (a misspelt name?); their routes are: {', '.join(sorted(known))}"
+        )
     for key in where:
         if named and not any(key in e.fields for e in named):
             fields = sorted({k for e in named for k in e.fields})

@@ -87,6 +87,11 @@ class Ledger:
     effects: list[Effect] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     """Every tool result (or tool error) text handed to the agent, in order."""
+    known_effects: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    """The names of the trial's services' routes (an effect is named by the route that
+    commits it), when the ledger is a live trial's: an assertion on another name is a typo
+    that would pass vacuously. None (a ledger read back from a log, or built by hand): not
+    checked."""
 
     def effects_named(self, name: str, **where: Any) -> list[Effect]:
         """Effects called ``name`` whose fields equal every ``where`` value."""

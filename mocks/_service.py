@@ -387,6 +387,7 @@ class Services:
                 (service.name, service.base_url, tuple((r.method, r.path, r.name) for r in routes))
             )
         self._layout: Layout = tuple(layout)
+        self.ledger.known_effects = frozenset(self._routes)  # every route is an effect name
         # Re-entrant: the blocking path holds it for a whole request, and the unmatched route
         # (shared by both paths) takes it again.
         self._lock = threading.RLock()

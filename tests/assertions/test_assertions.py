@@ -268,6 +268,26 @@ def test_no_unseen_effects_passes_once_every_id_was_shown(duplicated: Ledger) ->
     assert no_unseen_effects(REFUND, order_id="order_1042").check(duplicated).ok
 
 
+@pytest.mark.parametrize(
+    "check",
+    [
+        never("payments.refund.creat", order_id="order_1042"),
+        at_most(1, "payments.refunds.create"),
+        exactly(1, "payment.refund.create"),
+        never("email.message.send"),  # no email service in this trial
+    ],
+    ids=lambda c: c.subject,
+)
+def test_an_effect_name_no_service_of_the_trial_makes_is_refused(
+    duplicated: Ledger, check: Any
+) -> None:
+    # "at most 1 refund" with a typo in the name held over any ledger: two refunds passed.
+    with pytest.raises(ValueError, match=r"no service of this trial makes .* pass vacuously"):
+        check.check(duplicated)
+    # A ledger read back from a log does not know its routes: nothing to check it against.
+    assert check.check(Ledger.from_dict(duplicated.to_dict())).ok == (check.bound != "exactly")
+
+
 def test_no_unseen_effects_filters_by_effect(duplicated: Ledger) -> None:
     verdict = no_unseen_effects(REFUND, order_id="order_1042").check(duplicated)
     assert verdict.subject == (
