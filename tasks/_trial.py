@@ -277,13 +277,23 @@ def resumable_generate(
 
 
 def _check_states(name: str, dataset: Dataset, services: ServicesFactory) -> None:
-    """Build every sample's services once, so a bad ``state`` fails the task, not a trial."""
+    """Build every sample's services once, so a bad ``state`` fails the task, not a trial;
+    and check each intent names an effect those services make: an intent on a misspelt or
+    foreign effect counts nothing, so a control that duplicates every time would score 0%."""
     for sample in dataset:
-        state = (sample.metadata or {}).get("state", {})
+        metadata = sample.metadata or {}
         try:
-            services(state)
+            built = list(services(metadata.get("state", {})))
         except (TypeError, ValueError) as ex:
             raise ValueError(f"task {name!r}, sample {sample.id!r}: {ex}") from None
+        made = {r.name for service in built for r in service.routes() if r.mutating}
+        for intent in metadata.get("intents") or []:
+            effect = intent.get("effect") if isinstance(intent, dict) else None
+            if effect not in made:
+                raise ValueError(
+                    f"task {name!r}, sample {sample.id!r}: intent effect {effect!r} is not an "
+                    f"effect its services make; they make: {', '.join(sorted(made)) or 'none'}"
+                )
 
 
 def twice_task(

@@ -166,3 +166,32 @@ def test_twice_task_rejects_a_sample_whose_state_has_a_misspelt_key() -> None:
             protection="bare",
             prompt="baseline",
         )
+
+
+@pytest.mark.parametrize("effect", ["payments.refund", "email.message.send"])
+def test_twice_task_rejects_an_intent_on_an_effect_its_services_do_not_make(effect: str) -> None:
+    # Such an intent counted nothing: stub/retry under lost_reply, which refunds twice every
+    # time, scored a duplication rate of 0 and a duplication-only gate passed it.
+    intents = [{"effect": effect, "identity": {"order_id": "order_1042"}, "expected": 1}]
+    dataset = MemoryDataset(
+        [
+            Sample(
+                input="refund it",
+                id="s1",
+                metadata={"state": {"orders": [ORDER]}, "intents": intents},
+            )
+        ]
+    )
+
+    def tools(ctx: TrialContext) -> list[Any]:
+        return []
+
+    with pytest.raises(
+        ValueError,
+        match=rf"sample 's1': intent effect '{effect}' is not an effect its services make; "
+        r"they make: payments\.refund\.create",
+    ):
+        twice_task(
+            name="refund", dataset=dataset, services=_services, tools=tools, fault="none",
+            protection="bare", prompt="baseline",
+        )  # fmt: skip
