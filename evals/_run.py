@@ -435,13 +435,12 @@ def _finished_cells(
     last run (``read_log_dir``). A log is a planned cell's when its header's twice record
     (model, task, fault, protection, prompt name and digest) is that cell's.
     """
-    logs = _read_or_none(log_dir)
-    return finished_in(logs, planned) if logs is not None else (set(), [], False)
+    return finished_in(_read_or_none(log_dir), planned)
 
 
-def finished_in(logs: LogDir, planned: list[Cell]) -> tuple[set[Cell], list[Location], bool]:
-    """:func:`_finished_cells` of a directory already read."""
-    matched = matched_logs(logs, planned)
+def finished_in(logs: LogDir | None, planned: list[Cell]) -> tuple[set[Cell], list[Location], bool]:
+    """:func:`_finished_cells` of a directory already read (None: none to read)."""
+    matched = matched_logs(logs, planned) if logs is not None else []
     finished = {cell for cell, entry in matched if entry.status == "success"}
     cancelled = any(entry.status == "cancelled" for _, entry in matched)
     return finished, [entry.path for _, entry in matched], cancelled
@@ -786,7 +785,7 @@ def _run_locked(
     # back allocates enough to trigger several (1.3 s of a worker's 1.5 s header reads).
     with gc_for_trials():
         now = _read_or_none(log_dir)
-        finished, files, cancelled = finished_in(now, planned) if now else (set(), [], False)
+        finished, files, cancelled = finished_in(now, planned)
         if cancelled:  # a cancelled log on disk: interrupted, whatever eval_set returned
             state.signal = state.signal or "SIGINT"
         hand_off = os.environ.get(RECORDS_ENV) if shard is not None else None
