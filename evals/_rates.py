@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,12 @@ class CellRates:
     """The rates of one cell (model, prompt, task, fault, protection).
 
     The named attributes are DESIGN.md's summary.json keys; ``row`` holds every column
-    ``reports.cells`` produced (``cell["divergence_rate"]`` reads any of them).
+    ``reports.cells`` produced (``cell["divergence_rate"]`` reads any of them). ``frame``
+    holds the cell's trials (one row per trial, the columns of ``reports.trials_frame``).
+
+    Its ``repr`` is the evidence a failing ``assert`` shows in pytest: the cell, its counts,
+    and which trials duplicated, crashed or did not complete (sample id and epoch), so the
+    trials to open in ``inspect view`` are named.
     """
 
     model: str
@@ -55,11 +60,20 @@ class CellRates:
     safe_success_rate: float
     excess_effects_mean: float
     row: Mapping[str, Any]
+    frame: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False, compare=False)
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> CellRates:
-        """Build from one row of ``reports.cells``."""
+    def from_row(cls, row: Mapping[str, Any], trials: pd.DataFrame | None = None) -> CellRates:
+        """Build from one row of ``reports.cells`` (and the trial frame it was computed from,
+        of which the cell keeps its own rows)."""
         r = {k: _plain(v) for k, v in row.items()}
+        mine = pd.DataFrame()
+        if trials is not None and not trials.empty:
+            axes = [a for a in (*_AXES, "agent") if a in r and a in trials.columns]
+            hit = pd.Series(True, index=trials.index)
+            for a in axes:
+                hit &= trials[a] == r[a]
+            mine = trials[hit].reset_index(drop=True)
         lo, hi = r.get("duplication_ci") or (math.nan, math.nan)
         return cls(
             model=r["model"],
@@ -76,6 +90,7 @@ class CellRates:
             safe_success_rate=float(r["safe_success_rate"]),
             excess_effects_mean=float(r["excess_effects_mean"]),
             row=r,
+            frame=mine,
         )
 
     def __getitem__(self, key: str) -> Any:
@@ -84,6 +99,70 @@ class CellRates:
     def label(self) -> str:
         """``stub/retry / baseline / refund / lost_reply / bare``."""
         return " / ".join(str(getattr(self, a)) for a in _AXES)
+
+    def trials_where(self, column: str) -> list[str]:
+        """The trials (``sample#epoch``) where a per-trial metric column is true
+        (``duplicated``, ``completed``...), in sample order; empty without a trial frame.
+
+        Raises:
+            KeyError: for a column the trial frame does not have, listing its metric columns.
+        """
+        if self.frame.empty:
+            return []
+        if column not in self.frame.columns:
+            from twice.reports import METRICS
+
+            raise KeyError(f"no trial column {column!r}; the metrics are: {', '.join(METRICS)}")
+        return _trials_of(self.frame[self.frame[column].fillna(0) > 0])
+
+    def __repr__(self) -> str:
+        """``CellRates(stub/retry / baseline / refund / lost_reply / bare: 4 trials, 0 errors;
+        duplicated 4 = 100% [51%-100%]: refund-001#1, ...; completed 100%, ...)``."""
+        lo, hi = self.duplication_ci
+        if self.frame.empty:  # built from a row alone: the count from the rate
+            scored = self.trials - self.errors
+            rate = self.duplication_rate
+            dup = round(rate * scored) if scored and rate == rate else 0  # NaN: none scored
+            which = ""
+        else:
+            shown = self.trials_where("duplicated")
+            dup, which = len(shown), _which(shown)
+        parts = [
+            f"{self.trials} trials, {self.errors} errors",
+            f"duplicated {dup} = {_pct(self.duplication_rate)} [{_pct(lo)}-{_pct(hi)}]{which}",
+            f"completed {_pct(self.completion_rate)}",
+            f"exactly once {_pct(self.exactly_once_rate)}",
+            f"safe success {_pct(self.safe_success_rate)}",
+        ]
+        if not self.frame.empty:
+            errored = self.frame["error"].astype(bool)
+            if errored.any():
+                parts.append("errors in" + _which(_trials_of(self.frame[errored])))
+            undone = self.frame[~errored & (self.frame["completed"].fillna(0) == 0)]
+            if not undone.empty:
+                parts.append("not completed" + _which(_trials_of(undone)))
+        return f"CellRates({self.label()}: {'; '.join(parts)})"
+
+
+SHOWN = 5
+"""Trials a repr names per list before it says how many more there are."""
+
+
+def _pct(rate: float) -> str:
+    return "n/a" if rate != rate else f"{rate:.0%}"  # NaN: no scored trial
+
+
+def _trials_of(trials: pd.DataFrame) -> list[str]:
+    """``sample#epoch`` of each row, sorted."""
+    pairs = sorted(zip(trials["sample"], trials["epoch"], strict=True))
+    return [f"{sample}#{int(epoch)}" for sample, epoch in pairs]
+
+
+def _which(trials: list[str]) -> str:
+    if not trials:
+        return ""
+    more = len(trials) - SHOWN
+    return ": " + ", ".join(trials[:SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
 @dataclass(frozen=True)
@@ -97,6 +176,14 @@ class EvalRates:
     table: pd.DataFrame
     """The ``reports.cells`` frame itself."""
     log_dir: Path
+
+    def __repr__(self) -> str:
+        """The log directory, then each cell's label and duplication rate."""
+        cells = "; ".join(
+            f"{c.label()}: duplicated {_pct(c.duplication_rate)} of {c.trials}" for c in self.cells
+        )
+        n = len(self.cells)
+        return f"EvalRates({n} cell{'' if n == 1 else 's'}, logs in {self.log_dir}: {cells})"
 
     def __iter__(self) -> Iterator[CellRates]:
         return iter(self.cells)
@@ -183,5 +270,5 @@ def eval_rates(
             "twice eval did not run cleanly (pass allow_errors=True to get the rates anyway):\n  "
             + "\n  ".join(result.failed)
         )
-    cells = tuple(CellRates.from_row(row) for row in result.table.to_dict("records"))
+    cells = tuple(CellRates.from_row(row, result.trials) for row in result.table.to_dict("records"))
     return EvalRates(cells=cells, table=result.table, log_dir=Path(log_dir))

@@ -99,6 +99,8 @@ class RunResult:
     """One line per model whose endpoint could not be reached."""
     reused: int = 0
     """Cells whose finished logs an earlier run left (resumed, not run again)."""
+    trials: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False, compare=False)
+    """The trial frame behind ``table`` (one row per trial), when the run read it."""
 
     @property
     def ok(self) -> bool:
@@ -810,7 +812,7 @@ def _run_locked(
     return RunResult(
         log_dir, logs, table, summary_path, report_path, failed,
         missing=missing, interrupted=state.signal, unreachable=prepared.unreachable(),
-        reused=reused,
+        reused=reused, trials=frame,
     )  # fmt: skip
 
 

@@ -18,7 +18,9 @@ runner, and ``assertions`` must not import them (``mocks`` â† ``assertions`` â†
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,57 @@ def twice_eval(tmp_path: Path) -> Callable[..., EvalRates]:
     def run(**kwargs: Any) -> EvalRates:
         if "log_dir" in kwargs:
             raise TypeError("twice_eval chooses log_dir itself (under tmp_path); call eval_rates()")
-        return eval_rates(log_dir=tmp_path / f"twice-eval-{next(counter)}", **kwargs)
+        with inspect_records_from(logging.WARNING):
+            return eval_rates(log_dir=tmp_path / f"twice-eval-{next(counter)}", **kwargs)
 
     return run
+
+
+INSPECT_LOGGER = "inspect_ai"
+
+
+class _InspectBelow(logging.Filter):
+    """Drops inspect's records below a level; every other logger's records pass."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        inspect = record.name == INSPECT_LOGGER or record.name.startswith(INSPECT_LOGGER + ".")
+        return record.levelno >= self.level or not inspect
+
+
+@contextmanager
+def inspect_records_from(level: int) -> Iterator[None]:
+    """While an eval runs, pytest's captured logs get inspect's records from ``level`` up.
+
+    Inspect keeps its logger at its TRACE level (for its own trace file) and stops it
+    propagating; pytest attaches its capture handlers to such loggers directly, at level
+    NOTSET unless ``log_level`` is configured. A failing test after the first eval of a session
+    then printed hundreds of inspect's TRACE lines (every model call and tool call, entered and
+    left) above the evidence. Handlers with a level of their own (the user's ``log_level``)
+    and inspect's own handler are left alone.
+    """
+    quiet = _InspectBelow(level)
+    handlers = [
+        h
+        for h in logging.getLogger(INSPECT_LOGGER).handlers
+        if h.level == logging.NOTSET and not type(h).__module__.startswith(INSPECT_LOGGER)
+    ]
+    for h in handlers:
+        h.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(quiet)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hide a deprecation warning inspect's own retry set-up raises on every model (from
+    tenacity); a test suite can do nothing about it."""
+    config.addinivalue_line(
+        "filterwarnings",
+        "ignore:The 'initial' parameter is deprecated:DeprecationWarning",
+    )

@@ -69,3 +69,69 @@ def test_eval_rates_cell_lookup_errors_list_the_cells(tmp_path: Path) -> None:
 def test_evals_plugin_also_loads_the_mock_fixtures(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_ledger(ledger):\n    assert ledger.effects == []\n")
     pytester.runpytest("-p", "twice.evals.pytest_plugin").assert_outcomes(passed=1)
+
+
+def test_failing_gate_names_the_duplicated_trials_without_inspects_trace(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest('pytest_plugins = ["twice.evals.pytest_plugin"]\n')
+    pytester.makepyfile(
+        test_gate="""
+def test_first(twice_eval):
+    assert twice_eval(task="refund", model="stub/verify", fault="lost_reply", limit=1)
+
+def test_retry_never_duplicates(twice_eval):
+    rates = twice_eval(task="refund", model="stub/retry", fault="lost_reply", limit=2)
+    assert rates.one().duplication_rate == 0
+"""
+    )
+    result = pytester.runpytest_subprocess()  # a subprocess: see the docs example's test
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    # The evidence: which cell, how many of how many, and which trials to open.
+    assert (
+        "CellRates(stub/retry / baseline / refund / lost_reply / bare: 2 trials, 0 errors; "
+        "duplicated 2 = 100% [34%-100%]: refund-001#1, refund-002#1;" in out
+    )
+    # Not inspect's own trace records (every model and tool call, entered and left), nor
+    # the deprecation warning its retry set-up raises for every model.
+    assert "TRACE" not in out and "Tool Call:" not in out
+    assert "'initial' parameter is deprecated" not in out
+
+
+def test_cell_repr_lists_the_trials_behind_each_rate(tmp_path: Path) -> None:
+    trials = pd.DataFrame(
+        {
+            "model": "stub/retry", "prompt": "baseline", "task": "refund",
+            "fault": "lost_reply", "protection": "bare",
+            "sample": [f"refund-{i:03d}" for i in (2, 1, 3, 4, 5, 6, 7, 8)],
+            "epoch": [1, 1, 1, 1, 1, 1, 1, 2],
+            "duplicated": [1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, None],
+            "completed": [1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, None],
+            "error": ["", "", "", "", "", "", "", "RuntimeError: boom"],
+        }
+    )  # fmt: skip
+    other = trials.assign(model="stub/verify", duplicated=0.0)
+    row = {**ROW, "trials": 8, "errors": 1, "duplication_rate": 6 / 7}
+    cell = CellRates.from_row(row, pd.concat([trials, other]))
+    assert len(cell.frame) == 8  # its own trials, not the other model's
+    assert cell.trials_where("duplicated") == [
+        "refund-001#1", "refund-002#1", "refund-004#1", "refund-005#1", "refund-006#1",
+        "refund-007#1",
+    ]  # fmt: skip
+    text = repr(cell)
+    assert text.startswith("CellRates(stub/retry / baseline / refund / lost_reply / bare: ")
+    assert (
+        "duplicated 6 = 86% [51%-100%]: refund-001#1, refund-002#1, refund-004#1, "
+        "refund-005#1, refund-006#1 and 1 more;" in text
+    )
+    assert "errors in: refund-008#2" in text and "not completed: refund-003#1" in text
+    with pytest.raises(KeyError, match=r"no trial column 'dup'; the metrics are: completed"):
+        cell.trials_where("dup")
+    # Without a trial frame (a row alone), the count comes from the rate and nothing is named.
+    assert "duplicated 6 = 86% [51%-100%]; completed" in repr(CellRates.from_row(row))
+    rates = EvalRates(cells=(cell,), table=pd.DataFrame([row]), log_dir=tmp_path)
+    assert repr(rates) == (
+        f"EvalRates(1 cell, logs in {tmp_path}: stub/retry / baseline / refund / lost_reply / "
+        "bare: duplicated 86% of 8)"
+    )
