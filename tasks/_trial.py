@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +13,7 @@ from inspect_ai.dataset import Dataset, MemoryDataset
 from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem
 from inspect_ai.solver import Generate, Solver, TaskState, solver
-from inspect_ai.tool import Tool
+from inspect_ai.tool import Tool, ToolDef
 from twice.assertions import EndStateCheck, side_effects
 from twice.mocks import (
     Service,
@@ -276,10 +278,27 @@ def resumable_generate(
     return solve
 
 
-def _check_states(name: str, dataset: Dataset, services: ServicesFactory) -> None:
-    """Build every sample's services once, so a bad ``state`` fails the task, not a trial;
-    and check each intent names an effect those services make: an intent on a misspelt or
-    foreign effect counts nothing, so a control that duplicates every time would score 0%."""
+_CHECKED: set[tuple[Any, ...]] = set()
+"""Datasets :func:`_check_samples` passed (with their factories): every cell of a suite builds
+its task again, and a dataset that passed once passes again."""
+
+
+def _check_samples(
+    name: str, dataset: Dataset, services: ServicesFactory, tools: ToolsFactory, protection: str
+) -> None:
+    """Check every sample against what its trial will have, once, so a bad sample fails the
+    task when built, naming it, instead of every trial quietly.
+
+    A sample's ``state`` must build its services (no misspelt key); each intent must name an
+    effect those services make (an intent on a foreign effect counts nothing, so a control
+    that duplicates every time would score 0%); each step of the gold plan must call a tool
+    the trial has, with arguments it takes (a stub following a misspelt plan fails every
+    turn, and stub/retry would never duplicate).
+    """
+    content = json.dumps([(s.id, s.metadata) for s in dataset], sort_keys=True, default=str)
+    key = (name, services, tools, protection, hashlib.sha256(content.encode()).hexdigest())
+    if key in _CHECKED:
+        return
     for sample in dataset:
         metadata = sample.metadata or {}
         try:
@@ -294,6 +313,63 @@ def _check_states(name: str, dataset: Dataset, services: ServicesFactory) -> Non
                     f"task {name!r}, sample {sample.id!r}: intent effect {effect!r} is not an "
                     f"effect its services make; they make: {', '.join(sorted(made)) or 'none'}"
                 )
+        plan = metadata.get("plan") or []
+        if plan:
+            ctx = TrialContext(Services(built), get_protection(protection))
+            problem = plan_problem(plan, _signatures(tools(ctx)))
+            if problem:
+                raise ValueError(f"task {name!r}, sample {sample.id!r}: {problem}")
+    _CHECKED.add(key)
+
+
+def _signatures(tools: list[Tool]) -> dict[str, tuple[set[str], set[str]]]:
+    """Each tool's name: (the arguments it takes, the ones it requires)."""
+    found = {}
+    for t in tools:
+        tdef = ToolDef(t)
+        found[tdef.name] = (set(tdef.parameters.properties), set(tdef.parameters.required))
+    return found
+
+
+def plan_problem(plan: list[Any], tools: Mapping[str, tuple[set[str], set[str]]]) -> str | None:
+    """What is wrong with a gold plan for these tools (name: (takes, requires)), or None.
+
+    Checks every call a stub makes from it (``call``, ``verify``, ``compensate``) and the
+    arguments ``drift`` overrides. Steps are numbered from 0, as the dataset's own errors do.
+    """
+    names = ", ".join(sorted(tools)) or "none"
+    for i, step in enumerate(plan):
+        if not isinstance(step, Mapping):
+            continue  # the dataset's own validation names malformed steps
+        for part in ("call", "verify", "compensate"):
+            call = step.get(part)
+            if not isinstance(call, Mapping):
+                continue
+            tool, args = str(call.get("tool")), call.get("args") or {}
+            where = f"plan step {i} {part!r} calls {tool!r}"
+            if tool not in tools:
+                return f"{where}, which is not a tool of the task; its tools are: {names}"
+            takes, requires = tools[tool]
+            extra = sorted(set(args) - takes)
+            if extra:
+                return (
+                    f"{where} with argument {extra[0]!r}, which it does not take; it takes: "
+                    f"{', '.join(sorted(takes)) or 'nothing'}"
+                )
+            missing = sorted(requires - set(args))
+            if missing:
+                return f"{where} without its required argument {missing[0]!r}"
+        call = step.get("call")
+        drift = step.get("drift") or {}
+        if isinstance(call, Mapping) and call.get("tool") in tools:
+            takes = tools[call["tool"]][0]
+            extra = sorted(set(drift) - takes)
+            if extra:
+                return (
+                    f"plan step {i} 'drift' changes argument {extra[0]!r}, which "
+                    f"{call['tool']!r} does not take; it takes: {', '.join(sorted(takes))}"
+                )
+    return None
 
 
 def twice_task(
@@ -340,7 +416,7 @@ def twice_task(
     """
     get_fault(fault)
     check_agent_cell(agent, name, fault, protection, mocks)
-    _check_states(name, dataset, services)
+    _check_samples(name, dataset, services, tools, protection)
     protection_obj = get_protection(protection)
     if action_log is not None and not isinstance(action_log, bool):
         raise ValueError(f"action_log must be true or false, got {action_log!r}")

@@ -195,3 +195,67 @@ def test_twice_task_rejects_an_intent_on_an_effect_its_services_do_not_make(effe
             name="refund", dataset=dataset, services=_services, tools=tools, fault="none",
             protection="bare", prompt="baseline",
         )  # fmt: skip
+
+
+GOOD_STEP = {
+    "call": {"tool": "issue_refund", "args": {"order_id": "order_1042", "amount": 4.99}},
+    "verify": {"tool": "find_refunds", "args": {"order_id": "order_1042"}},
+    "found_pattern": "re_\\d+",
+    "drift": {"amount": 4.98},
+}
+
+
+@pytest.mark.parametrize(
+    ("step", "problem"),
+    [
+        (
+            {**GOOD_STEP, "call": {"tool": "issue_refnd", "args": {"order_id": "order_1042"}}},
+            r"plan step 0 'call' calls 'issue_refnd', which is not a tool of the task; its "
+            r"tools are: find_refunds, get_order, issue_refund",
+        ),
+        (
+            {**GOOD_STEP, "call": {"tool": "issue_refund", "args": {"order_id": "order_1042",
+                                                                     "amout": 4.99}}},
+            r"plan step 0 'call' calls 'issue_refund' with argument 'amout', which it does not "
+            r"take; it takes: amount, order_id, reason",
+        ),
+        (
+            {**GOOD_STEP, "call": {"tool": "issue_refund", "args": {"order_id": "order_1042"}}},
+            r"plan step 0 'call' calls 'issue_refund' without its required argument 'amount'",
+        ),
+        (
+            {**GOOD_STEP, "verify": {"tool": "find_refund", "args": {"order_id": "order_1042"}}},
+            r"plan step 0 'verify' calls 'find_refund', which is not a tool",
+        ),
+        (
+            {**GOOD_STEP, "drift": {"amonut": 4.98}},
+            r"plan step 0 'drift' changes argument 'amonut', which 'issue_refund' does not take",
+        ),
+    ],
+)  # fmt: skip
+def test_twice_task_rejects_a_plan_its_tools_cannot_follow(
+    step: dict[str, Any], problem: str
+) -> None:
+    # A stub following such a plan got "tool not found" or an argument error every turn:
+    # stub/retry under lost_reply never reached the refund, so it never duplicated, and the
+    # control that proves the suite can see duplicates scored 0% without a word.
+    intents = [{"effect": "payments.refund.create", "identity": {"order_id": "order_1042"}}]
+    samples = [
+        Sample(
+            input="refund it",
+            id=sid,
+            metadata={"state": {"orders": [ORDER]}, "intents": intents, "plan": [plan_step]},
+        )
+        for sid, plan_step in (("good", GOOD_STEP), ("s2", step))
+    ]
+    with pytest.raises(ValueError, match=rf"task 'refund', sample 's2': {problem}"):
+        twice_task(
+            name="refund", dataset=MemoryDataset(samples), services=_services,
+            tools=refund_tools, fault="none", protection="bare", prompt="baseline",
+        )  # fmt: skip
+    # The good sample alone builds (and a second build of the same dataset is not checked again).
+    for _ in range(2):
+        twice_task(
+            name="refund", dataset=MemoryDataset(samples[:1]), services=_services,
+            tools=refund_tools, fault="none", protection="bare", prompt="baseline",
+        )  # fmt: skip
