@@ -445,11 +445,21 @@ class Services:
             attempt = self._record(
                 request, service="unknown", route=None, mutating=False, params={}
             )
-            response = error_response(
-                404, f"no such endpoint: {request.method} {request.url}", type="not_found"
-            )
+            response = error_response(404, self._no_endpoint(request), type="not_found")
             self._finish(attempt, response)
             return response
+
+    def _no_endpoint(self, request: httpx.Request) -> str:
+        """The 404's message. On a service's host it names the service and the path alone:
+        the host is one the client never saw when it came through ``twice serve`` (which
+        forwards to the service's own base URL). On any other host, the whole URL."""
+        url = str(request.url)
+        for service in self.services.values():
+            base = service.base_url
+            if url == base or url.startswith(base + "/") or url.startswith(base + "?"):
+                path = url[len(base) :] or "/"
+                return f"the {service.label} has no endpoint {request.method} {path}"
+        return f"no such endpoint: {request.method} {url}"
 
     # -- the pipeline ----------------------------------------------------------------------
 

@@ -125,6 +125,17 @@ def test_serve_service_body_size_limit(server: str, trial: Callable[..., Any]) -
     assert ledger(server, t)["attempts"] == []  # refused before it reached the service
 
 
+def test_serve_unknown_service_path_404_names_the_served_path(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    t = trial()
+    r = httpx.delete(f"{t['urls']['payments']}/v1/refunds")
+    assert r.status_code == 404
+    # The path the client sent, not the service's internal base URL it was forwarded to.
+    assert r.json()["error"]["message"] == "the payments API has no endpoint DELETE /v1/refunds"
+    assert "twice.test" not in r.text
+
+
 def test_serve_trials_are_isolated(server: str, trial: Callable[..., Any]) -> None:
     a, b = trial(), trial()
     assert httpx.post(f"{a['urls']['payments']}/v1/refunds", json=REFUND).status_code == 200

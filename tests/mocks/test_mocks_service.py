@@ -66,8 +66,24 @@ def test_unknown_path_is_recorded_as_404() -> None:
         async with s.client() as client:
             return await client.get("https://payments.twice.test/v2/nothing")
 
-    assert asyncio.run(go()).status_code == 404
+    r = asyncio.run(go())
+    assert r.status_code == 404
+    assert r.json()["error"]["message"] == "the payments API has no endpoint GET /v2/nothing"
     assert s.ledger.attempts[0].route is None
+
+
+def test_unknown_host_404_names_the_whole_url() -> None:
+    s = services()
+
+    async def go() -> httpx.Response:
+        async with s.client() as client:
+            return await client.get("https://payment.twice.test/v1/refunds?limit=1")
+
+    r = asyncio.run(go())
+    assert r.status_code == 404
+    assert r.json()["error"]["message"] == (
+        "no such endpoint: GET https://payment.twice.test/v1/refunds?limit=1"
+    )
 
 
 def test_key_replays_saved_response_without_new_effect() -> None:
