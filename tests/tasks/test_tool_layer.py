@@ -248,14 +248,15 @@ def test_twice_task_rejects_a_plan_its_tools_cannot_follow(
         )
         for sid, plan_step in (("good", GOOD_STEP), ("s2", step))
     ]
-    with pytest.raises(ValueError, match=rf"task 'refund', sample 's2': {problem}"):
+    with pytest.raises(ValueError, match=rf"task 'plan_check', sample 's2': {problem}"):
         twice_task(
-            name="refund", dataset=MemoryDataset(samples), services=_services,
+            name="plan_check", dataset=MemoryDataset(samples), services=_services,
             tools=refund_tools, fault="none", protection="bare", prompt="baseline",
         )  # fmt: skip
-    # The good sample alone builds (and a second build of the same dataset is not checked again).
+    # The good sample alone builds (and a second build of the same dataset is not checked
+    # again). Under its own name: a built task registers its parts by name (twice serve).
     for _ in range(2):
         twice_task(
-            name="refund", dataset=MemoryDataset(samples[:1]), services=_services,
+            name="plan_check", dataset=MemoryDataset(samples[:1]), services=_services,
             tools=refund_tools, fault="none", protection="bare", prompt="baseline",
         )  # fmt: skip
