@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from twice.mocks import Effect, Ledger
 
+from ._metrics import matching
 from ._verdict import Verdict, attempts_behind, format_failures
 
 
@@ -44,30 +45,6 @@ def _where_label(effect: str, where: Mapping[str, Any]) -> str:
     if not where:
         return effect
     return effect + " where " + ", ".join(f"{k}={v!r}" for k, v in where.items())
-
-
-def _matching(ledger: Ledger, effect: str, where: Mapping[str, Any]) -> list[Effect]:
-    """Effects called ``effect`` whose fields equal every ``where`` value.
-
-    Raises:
-        ValueError: when no service of a live trial makes effects of that name (a misspelt
-            name), or effects of that name exist but none has a ``where`` field (a misspelt
-            filter): an assertion over either would pass vacuously.
-    """
-    named = [e for e in ledger.effects if e.name == effect]
-    known = ledger.known_effects
-    if known is not None and not named and effect not in known:
-        raise ValueError(
-            f"no service of this trial makes {effect!r} effects, so a check of them would "
-            f"pass vacuously (a misspelt name?); their routes are: {', '.join(sorted(known))}"
-        )
-    for key in where:
-        if named and not any(key in e.fields for e in named):
-            fields = sorted({k for e in named for k in e.fields})
-            raise ValueError(
-                f"no {effect} effect has a field {key!r}; its fields are: {', '.join(fields)}"
-            )
-    return [e for e in named if all(k in e.fields and e.fields[k] == v for k, v in where.items())]
 
 
 def _uncommitted_attempts(ledger: Ledger, effect: str, where: Mapping[str, Any]) -> list[int]:
@@ -128,7 +105,7 @@ class Count:
 
     def check(self, ledger: Ledger) -> Verdict:
         """Count the matching effects in ``ledger``."""
-        effects = _matching(ledger, self.effect, self.where)
+        effects = matching(ledger, self.effect, self.where)
         behind = {a.n for a in attempts_behind(ledger, effects)}
         behind.update(_uncommitted_attempts(ledger, self.effect, self.where))
         return Verdict(
@@ -245,7 +222,7 @@ class Compensated:
 
     def check(self, ledger: Ledger) -> Verdict:
         """Count each forward effect's compensations."""
-        forwards = _matching(ledger, self.effect, self.where)
+        forwards = matching(ledger, self.effect, self.where)
         compensations: dict[Any, list[Effect]] = {}
         for e in ledger.effects:
             if e.name == self.by and self.on in e.fields:
@@ -349,7 +326,7 @@ class NoUnseenEffects:
 
     def check(self, ledger: Ledger) -> Verdict:
         """Find effects whose id never appeared in an observation."""
-        pool = ledger.effects if self.effect is None else _matching(ledger, self.effect, self.where)
+        pool = ledger.effects if self.effect is None else matching(ledger, self.effect, self.where)
         unseen = [e for e in pool if not ledger.seen(e)]
         return Verdict.from_effects(
             ledger, unseen, ok=not unseen, subject=self.subject, expected="none"

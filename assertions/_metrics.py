@@ -41,7 +41,7 @@ class Intent:
     def matches(self, effect: Effect) -> bool:
         """Whether a committed effect is (an instance of) this intent."""
         return effect.name == self.effect and all(
-            effect.fields.get(k) == v for k, v in self.identity.items()
+            k in effect.fields and effect.fields[k] == v for k, v in self.identity.items()
         )
 
     def label(self) -> str:
@@ -57,6 +57,31 @@ class Intent:
             identity=dict(data.get("identity", {})),
             expected=int(data.get("expected", 1)),
         )
+
+
+def matching(ledger: Ledger, effect: str, where: Mapping[str, Any]) -> list[Effect]:
+    """Effects called ``effect`` whose fields equal every ``where`` value: what an assertion
+    and an intent count.
+
+    Raises:
+        ValueError: when no service of a live trial makes effects of that name (a misspelt
+            name), or effects of that name exist but none has a ``where`` field (a misspelt
+            filter): an assertion over either would pass vacuously.
+    """
+    named = [e for e in ledger.effects if e.name == effect]
+    known = ledger.known_effects
+    if known is not None and not named and effect not in known:
+        raise ValueError(
+            f"no service of this trial makes {effect!r} effects, so a check of them would "
+            f"pass vacuously (a misspelt name?); their routes are: {', '.join(sorted(known))}"
+        )
+    for key in where:
+        if named and not any(key in e.fields for e in named):
+            fields = sorted({k for e in named for k in e.fields})
+            raise ValueError(
+                f"no {effect} effect has a field {key!r}; its fields are: {', '.join(fields)}"
+            )
+    return [e for e in named if all(k in e.fields and e.fields[k] == v for k, v in where.items())]
 
 
 @dataclass
@@ -160,6 +185,10 @@ def trial_metrics(
         intents: What the user asked for.
         end_state_error: The task's end-state check result: None when it held, otherwise why
             not (e.g. "flight fl_1 booked but the trip failed and it was not cancelled").
+
+    Raises:
+        ValueError: for an intent whose identity names a field no committed effect of its
+            name has, or (on a live trial's ledger) an effect name no service makes.
     """
     intents = list(intents)
     results: list[IntentResult] = []
@@ -170,7 +199,13 @@ def trial_metrics(
     duplicated = diverged = False
     excess = 0
     for intent in intents:
-        effects = [e for e in ledger.effects if intent.matches(e)]
+        # Raises for an identity field no effect of that name has (a misspelt "order_idd"):
+        # the intent would match nothing, and a trial that refunded twice would score
+        # "not duplicated" (excess effects, but no intent over its expected count).
+        try:
+            effects = matching(ledger, intent.effect, intent.identity)
+        except ValueError as ex:
+            raise ValueError(f"intent {intent.label()}: {ex}") from None
         matched.update(e.id for e in effects)
         for e in effects:
             intent_of.setdefault(e.id, intent.label())

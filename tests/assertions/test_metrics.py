@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from twice.assertions import METRICS, Intent, trial_metrics
 from twice.mocks import RETRY_SOURCES as MOCK_SOURCES
 from twice.mocks import Attempt, Effect, Ledger
@@ -62,6 +63,21 @@ def test_duplicate_fires_with_evidence() -> None:
     assert m.intents[0].effects == ["re_1", "re_2"]
     assert "expected 1, observed 2" in m.explanation()
     assert "re_1 at attempt 1 (initial), reply lost" in m.explanation()
+
+
+def test_intent_on_a_field_no_effect_has_raises_instead_of_hiding_the_duplicate() -> None:
+    # A misspelt identity field matched nothing: two refunds of the same order were "not
+    # duplicated" (excess effects, but no intent over its count) and a duplication gate passed.
+    typo = Intent("payments.refund.create", {"order_idd": "order_1042"})
+    with pytest.raises(
+        ValueError,
+        match=r"^intent payments\.refund\.create where order_idd='order_1042': no "
+        r"payments\.refund\.create effect has a field 'order_idd'; its fields are: amount, "
+        r"order_id$",
+    ):
+        trial_metrics(ledger(("re_1", REFUND), ("re_2", REFUND)), [typo])
+    # With nothing committed there is nothing to check the field against: not completed.
+    assert not trial_metrics(Ledger(), [typo]).completed
 
 
 def test_nothing_done_is_not_completed() -> None:
