@@ -53,7 +53,8 @@ from twice.reports import (
     write_summary,
     write_text,
 )
-from twice.tasks import Prompt, get_task, load_prompt, scrub, secret_values
+from twice.tasks import TASKS, Prompt, get_task, load_prompt, scrub, secret_values
+from twice.tasks._spec import file_digest
 from twice.tasks.agents import BUILTIN_AGENTS, REACT
 
 from ._endpoint import EndpointState, guard_model
@@ -298,6 +299,10 @@ def build_tasks(
                 )
         except ValueError as ex:
             raise SuiteError(f"task {cell.task!r} cannot be built: {ex}") from None
+        if cell.task not in TASKS:
+            task = _own_task(task, cell.task)
+            digest = file_digest(cell.task)  # editing the file makes its old logs stale
+            version += f"+task.{digest}" if digest else ""
         new = cell.model not in models
         model = _model(cell.model, model_args or {}, models)
         if guards is not None and new:
@@ -310,10 +315,30 @@ def build_tasks(
 
 def agent_version(agent: str) -> str:
     """``+agent.<sha>`` of a user agent's file (empty for built-in agents and modules)."""
-    path = Path(agent.rpartition(":")[0])
-    if agent in BUILTIN_AGENTS or path.suffix != ".py" or not path.is_file():
-        return ""
-    return "+agent." + hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    digest = "" if agent in BUILTIN_AGENTS else file_digest(agent)
+    return f"+agent.{digest}" if digest else ""
+
+
+def _own_task(task: Task, spec: str) -> Task:
+    """A task of the user's own (``path.py:function``), as a cell of the suite.
+
+    Its logs name the cell's task by the spec (``twice.task``), as cells and ``summary.json``
+    do, so a rerun finds them; inspect's task name gets the spec's digest, so two files whose
+    tasks share a name (or one named like a built-in) are never taken for one another.
+
+    Raises:
+        SuiteError: when the function did not build its task with ``twice_task``.
+    """
+    meta = dict(task.metadata or {})
+    twice = meta.get("twice")
+    if not isinstance(twice, dict) or "fault" not in twice:
+        raise SuiteError(
+            f"task {spec!r} was not built with twice.tasks.twice_task: its trials would "
+            "have no mock services, ledger or side-effect scorer"
+        )
+    meta["twice"] = {**twice, "task": spec}
+    digest = hashlib.sha256(spec.encode("utf-8")).hexdigest()[:8]
+    return task_with(task, name=f"{task.name}_{digest}", metadata=meta)
 
 
 def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from twice.mocks import FAULTS, STUB_MODELS
-from twice.tasks import PROTECTIONS, TASKS, check_agent_cell, load_prompt
+from twice.tasks import PROTECTIONS, TASKS, check_agent_cell, get_task, load_prompt
 from twice.tasks._prompts import read_regular_file
 from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
 from twice.tasks.agents import check_agent as _check_agent_name
@@ -160,7 +160,11 @@ class Suite:
                     raise SuiteError(
                         f"a [[matrix]] block in {self.source} has an empty {axis!r} list"
                     )
-            _check(m.tasks, TASKS, "task")
+            for name in m.tasks:  # a built-in name, or a task of your own (imported here)
+                try:
+                    get_task(name)
+                except ValueError as ex:
+                    raise SuiteError(str(ex)) from None
             _check(m.faults, FAULTS, "fault")
             _check(m.protections, PROTECTIONS, "protection")
             for prompt in m.prompts:
@@ -195,6 +199,12 @@ class Suite:
             raise SuiteError(f"limit must be a positive integer, got {self.limit!r}")
         if self.agent_cmd is not None and not self.agent_cmd.strip():
             raise SuiteError("agent_cmd is empty; give the command that runs your agent")
+        own = [t for m in self.matrices for t in m.tasks if t not in TASKS]
+        if self.agent_cmd is not None and own:
+            raise SuiteError(
+                f"task {own[0]!r} is a task of your own; an --agent-cmd agent runs the built-in "
+                f"tasks, whose trials twice serve hosts: {', '.join(TASKS)}"
+            )
 
     def _validate_agents(self) -> None:
         """Check each agent once, then every cell an agent other than ``react`` is in."""

@@ -125,7 +125,13 @@ def cli() -> None:
 @click.option(
     "--prompt", "prompts", multiple=True, help="Built-in prompt name or prompt file (repeatable)."
 )
-@click.option("--task", "tasks", multiple=True, help="Task name (repeatable). Default: every task.")
+@click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    help="Task name, or a task of your own as path/to/file.py:function (repeatable). "
+    "Default: every built-in task.",
+)
 @click.option("--fault", "faults", multiple=True, help="Fault name (repeatable).")
 @click.option("--protection", "protections", multiple=True, help="Protection name (repeatable).")
 @click.option(

@@ -1,13 +1,17 @@
 """twice's inspect tasks, one folder each, and the tool layer they share."""
 
+import inspect
 from collections.abc import Callable
 
 from inspect_ai import Task
+from inspect_ai._util.registry import is_registry_object
 
 from ._dataset import Record, load_dataset, load_records
 from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt
 from ._protections import PROTECTIONS, Protection, get_protection
 from ._redact import REDACTED, SECRET_ENV, scrub, secret_values
+from ._spec import is_spec as _is_spec
+from ._spec import load_function as _load_function
 from ._toolkit import (
     ACTION_LOG_STORE_KEY,
     COMPENSATIONS_STORE_KEY,
@@ -57,16 +61,45 @@ TASKS: dict[str, Callable[..., Task]] = {
 ``mocks``."""
 
 
+TASK_SPEC = "path/to/tasks.py:function or package.module:function"
+"""How a task of the user's own is named on the task axis."""
+
+_USER_TASKS: dict[str, Callable[..., Task]] = {}
+
+
 def get_task(name: str) -> Callable[..., Task]:
-    """The built-in task called ``name``.
+    """The task function called ``name``: a built-in task, or a task of your own named
+    ``path/to/tasks.py:function`` or ``package.module:function`` (an inspect ``@task`` taking
+    ``fault``, ``protection`` and ``prompt``, built with :func:`twice_task`). A file is
+    imported once per process.
 
     Raises:
-        ValueError: naming the bad value and the accepted ones.
+        ValueError: naming the bad value and the accepted ones, or what is wrong with a task
+            of your own (no such file, function or ``@task``; an import error).
     """
-    try:
+    if name in TASKS:
         return TASKS[name]
-    except KeyError:
-        raise ValueError(f"unknown task {name!r}; expected one of: {', '.join(TASKS)}") from None
+    if not _is_spec(name):
+        raise ValueError(
+            f"unknown task {name!r}; expected one of: {', '.join(TASKS)}, or {TASK_SPEC}"
+        )
+    if name not in _USER_TASKS:
+        accepted = f"expected one of: {', '.join(TASKS)}, or {TASK_SPEC}"
+        fn = _load_function(name, "task", ValueError, accepted)
+        if not is_registry_object(fn, type="task"):
+            raise ValueError(
+                f"task {name!r} is not an inspect task: decorate it with @task (from "
+                "inspect_ai) and build it with twice.tasks.twice_task"
+            )
+        try:
+            inspect.signature(fn).bind(fault="none", protection="bare", prompt="baseline")
+        except TypeError:
+            raise ValueError(
+                f"task {name!r} must take the keyword arguments fault, protection and prompt "
+                "(and pass them to twice_task)"
+            ) from None
+        _USER_TASKS[name] = fn
+    return _USER_TASKS[name]
 
 
 def task_parts(name: str) -> TaskParts:
@@ -77,6 +110,8 @@ def task_parts(name: str) -> TaskParts:
     """
     from ._trial import TASK_PARTS
 
+    if name not in TASKS:  # a task of your own registers its parts under its own name
+        raise ValueError(f"unknown task {name!r}; expected one of: {', '.join(TASKS)}")
     build = get_task(name)
     if name not in TASK_PARTS:
         build()
@@ -92,6 +127,7 @@ __all__ = [
     "REDACTED",
     "SECRET_ENV",
     "TASKS",
+    "TASK_SPEC",
     "ActionLog",
     "ActionRecord",
     "Compensation",

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
+from .._spec import load_function
 from ._apis import API_TOOLS
 from ._builtin import langgraph, langgraph_retry, openai_agents, pydantic_ai
 from ._context import AgentError, AgentFunction
@@ -111,39 +109,11 @@ def load_agent(spec: str) -> AgentFunction:
     if builtin is not None:
         check_agent(spec)
         return builtin.function
-    where, sep, attr = spec.rpartition(":")
     accepted = (
         f"expected {REACT!r}, one of {', '.join(BUILTIN_AGENTS)}, "
         "path/to/agent.py:function or package.module:function"
     )
-    if not sep or not where or not attr.isidentifier():
-        raise AgentError(f"unknown agent {spec!r}; {accepted}")
-    if where.endswith(".py"):
-        path = Path(where).expanduser().resolve()
-        if not path.is_file():
-            raise AgentError(f"agent file {where!r} (from {spec!r}) does not exist")
-        digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
-        module_spec = importlib.util.spec_from_file_location(f"twice_user_agent_{digest}", path)
-        if module_spec is None or module_spec.loader is None:
-            raise AgentError(f"cannot load agent file {where!r}")
-        module = importlib.util.module_from_spec(module_spec)
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as ex:
-            raise AgentError(
-                f"agent file {where!r} failed to import: {type(ex).__name__}: {ex}"
-            ) from None
-    else:
-        try:
-            module = importlib.import_module(where)
-        except Exception as ex:
-            raise AgentError(
-                f"agent module {where!r} (from {spec!r}) failed to import: "
-                f"{type(ex).__name__}: {ex}"
-            ) from None
-    fn = getattr(module, attr, None)
-    if fn is None:
-        raise AgentError(f"{where!r} has no function {attr!r} (from agent {spec!r})")
+    fn = load_function(spec, "agent", AgentError, accepted)
     _check_signature(spec, fn)
     return fn  # type: ignore[no-any-return]
 

@@ -1,0 +1,127 @@
+"""``twice run --task path.py:function``: a task of your own, outside twice's package."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+EXAMPLE = ROOT / "docs" / "examples" / "own_task"
+
+
+def _cells(log_dir: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    summary = json.loads((log_dir / "summary.json").read_text(encoding="utf-8"))
+    return {(c["task"], c["model"], c["fault"]): c for c in summary["cells"]}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """The docs example, copied into a project of the user's own."""
+    where = tmp_path / "their_project"
+    shutil.copytree(EXAMPLE, where)
+    return where
+
+
+def test_twice_run_runs_a_task_file_of_your_own_beside_a_builtin(
+    twice: Callable[..., Any], project: Path, tmp_path: Path
+) -> None:
+    spec = f"{project / 'courtesy.py'}:courtesy_refund"
+    out = tmp_path / "logs"
+    args = (
+        "run", "--task", spec, "--task", "refund", "--model", "stub/retry",
+        "--model", "stub/verify", "--fault", "lost_reply", "--limit", "2",
+        "--log-dir", out, "--display", "none",
+    )  # fmt: skip
+    result = twice(*args)
+    assert result.exit_code == 0, result.output
+    rates = {k: (c["trials"], c["duplication_rate"]) for k, c in _cells(out).items()}
+    # The controls tell the models apart on the user's task as on the built-in one.
+    assert rates == {
+        (spec, "stub/retry", "lost_reply"): (2, 1.0),
+        (spec, "stub/verify", "lost_reply"): (2, 0.0),
+        ("refund", "stub/retry", "lost_reply"): (2, 1.0),
+        ("refund", "stub/verify", "lost_reply"): (2, 0.0),
+    }
+    # A rerun finds the user task's logs (named by the spec, as its cells are) and reuses them.
+    again = twice(*args)
+    assert again.exit_code == 0, again.output
+    assert "4 of 4 cell(s) were already finished and reused" in again.stderr
+    # Editing the task file makes its logs stale: its cells run again, the built-in's do not.
+    source = project / "courtesy.py"
+    source.write_text(source.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    edited = twice(*args)
+    assert edited.exit_code == 0, edited.output
+    assert "2 of 4 cell(s) were already finished and reused" in edited.stderr
+
+
+def test_a_task_of_your_own_named_like_a_builtin_is_not_taken_for_it(
+    twice: Callable[..., Any], project: Path, tmp_path: Path
+) -> None:
+    # The same task name ("refund") in two places: each cell keeps its own logs and counts.
+    source = project / "courtesy.py"
+    source.write_text(
+        source.read_text(encoding="utf-8").replace('name="courtesy_refund"', 'name="refund"'),
+        encoding="utf-8",
+    )
+    spec = f"{source}:courtesy_refund"
+    out = tmp_path / "logs"
+    result = twice(
+        "run", "--task", spec, "--task", "refund", "--model", "stub/retry", "--fault",
+        "lost_reply", "--limit", "1", "--log-dir", out, "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert {(k[0], c["trials"], c["duplication_rate"]) for k, c in _cells(out).items()} == {
+        ("refund", 1, 1.0),
+        (spec, 1, 1.0),
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("missing.py:task", "task file 'missing.py' (from 'missing.py:task') does not exist"),
+        ("{dir}/courtesy.py:nothere", "has no function 'nothere' (from task"),
+        ("{dir}/courtesy.py:services", "is not an inspect task: decorate it with @task"),
+        ("{dir}/not_twice.py:plain", "was not built with twice.tasks.twice_task"),
+        ("{dir}/wrong_args.py:wrong", "must take the keyword arguments fault, protection and"),
+        ("refnd", "unknown task 'refnd'; expected one of: refund, send_email"),
+    ],
+)
+def test_a_task_that_cannot_be_run_exits_2_naming_it(
+    twice: Callable[..., Any], project: Path, tmp_path: Path, spec: str, message: str
+) -> None:
+    (project / "not_twice.py").write_text(
+        "from inspect_ai import Task, task\nfrom inspect_ai.dataset import Sample\n\n\n"
+        "@task\ndef plain(fault='none', protection='bare', prompt='baseline'):\n"
+        "    return Task(dataset=[Sample(input='hi')])\n",
+        encoding="utf-8",
+    )
+    (project / "wrong_args.py").write_text(
+        "from inspect_ai import Task, task\n\n\n@task\ndef wrong(level=1):\n    return Task()\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "logs"
+    result = twice(
+        "run", "--task", spec.format(dir=project), "--model", "stub/retry", "--log-dir", out,
+        "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not list(out.glob("*.eval"))
+
+
+def test_agent_cmd_refuses_a_task_of_your_own(
+    twice: Callable[..., Any], project: Path, tmp_path: Path
+) -> None:
+    # twice serve hosts the trials an --agent-cmd agent calls, and it hosts built-in tasks.
+    result = twice(
+        "run", "--task", f"{project / 'courtesy.py'}:courtesy_refund", "--model", "stub/retry",
+        "--agent-cmd", "python agent.py", "--log-dir", tmp_path / "logs", "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "is a task of your own; an --agent-cmd agent runs the built-in tasks" in result.output
