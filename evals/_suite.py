@@ -21,6 +21,7 @@ trial, against ``twice serve`` (see ``twice run --agent-cmd``).
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import tomllib
 from collections.abc import Iterator, Sequence
@@ -217,6 +218,8 @@ class Suite:
                     checked.add(cell.agent)
                 if cell.agent != REACT:
                     check_agent_cell(cell.agent, cell.task, cell.fault, cell.protection)
+                    if cell.task not in TASKS:
+                        _check_own_task_takes_agents(cell.task, cell.agent)
             except AgentError as ex:
                 raise SuiteError(f"{self.source}: {ex}") from None
         if mocks and checked <= {REACT}:
@@ -224,6 +227,21 @@ class Suite:
                 "--mock applies to an agent under test (--agent path.py:function ...), not to "
                 f"twice's own loop {REACT!r}"
             )
+
+
+def _check_own_task_takes_agents(task: str, agent: str) -> None:
+    """A task of your own runs an agent other than ``react`` only if it passes ``agent`` and
+    ``mocks`` on to ``twice_task`` (the run calls it with both)."""
+    try:
+        inspect.signature(get_task(task)).bind(
+            fault="none", protection="bare", prompt="baseline", agent=agent, mocks=None
+        )
+    except TypeError:
+        raise AgentError(
+            f"task {task!r} takes no agent and mocks arguments, so it cannot run agent "
+            f"{agent!r}: add agent: str = 'react' and mocks: dict[str, str] | None = None "
+            "and pass them to twice_task"
+        ) from None
 
 
 def _check(values: Sequence[str], known: dict[str, Any], what: str) -> None:

@@ -125,3 +125,17 @@ def test_agent_cmd_refuses_a_task_of_your_own(
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "is a task of your own; an --agent-cmd agent runs the built-in tasks" in result.output
+
+
+def test_an_agent_needs_a_task_that_passes_it_on(
+    twice: Callable[..., Any], project: Path, tmp_path: Path
+) -> None:
+    # The run calls the task with agent= and mocks= for an agent under test: a task without
+    # them is refused before anything runs, not a TypeError traceback from inside the run.
+    result = twice(
+        "run", "--task", f"{project / 'courtesy.py'}:courtesy_refund", "--model", "stub/retry",
+        "--agent", str(ROOT / "docs" / "examples" / "my_agent.py") + ":agent", "--mock",
+        "payments=https://api.example.com", "--log-dir", tmp_path / "logs", "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "takes no agent and mocks arguments, so it cannot run agent" in result.output
