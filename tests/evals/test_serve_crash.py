@@ -153,3 +153,32 @@ def test_kill_9_mid_run_then_restart_restores_every_ledger(tmp_path: Path) -> No
     finally:
         proc.kill()
         proc.wait(30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM)])
+def test_a_stop_signal_ends_serve_with_its_documented_code_and_keeps_its_trials(
+    tmp_path: Path, sig: int, code: int
+) -> None:
+    # README: "with the shell's codes for them: 130 after Ctrl-C (SIGINT), 143 after SIGTERM";
+    # subprocess reports a death by SIGTERM (which the shell shows as 143) as -15.
+    db = tmp_path / "serve.sqlite"
+    proc, url = _start(db, _free_port())
+    try:
+        made = httpx.post(f"{url}/_twice/trials", json={"task": "refund"}, timeout=30)
+        assert made.status_code == 201, made.text
+        trial = made.json()
+        refund = {"order_id": "order_1042", "amount": 499}
+        assert httpx.post(f"{trial['urls']['payments']}/v1/refunds", json=refund).status_code == 200
+        proc.send_signal(sig)
+        assert proc.wait(30) == code
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    again, url = _start(db, _free_port())
+    try:
+        ledger = _ledgers(url, [trial["id"]])[trial["id"]]
+        assert [e["id"] for e in ledger["effects"]] == ["re_1"]
+    finally:
+        again.kill()
+        again.wait(30)
