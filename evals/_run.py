@@ -637,6 +637,54 @@ def _forget_earlier_tasks(log_dir: Location) -> None:
         write_text(path, json.dumps({**info, "tasks": []}))
 
 
+SDK_FREE_PROVIDERS = frozenset({"stub", "mockllm"})
+"""Model providers that call no provider SDK: twice's stubs and inspect's ``mockllm``."""
+
+
+def needs_provider_sdk_state(cells: list[Cell]) -> bool:
+    """Whether a run of ``cells`` may use the per-sample state of the OpenAI and Anthropic
+    providers: yes unless every model is a stub, every agent twice's own react loop and every
+    task a built-in (a framework agent talks to inspect through the OpenAI API bridge; an agent
+    or task of your own may call any provider)."""
+    return not all(
+        cell.model.split("/", 1)[0] in SDK_FREE_PROVIDERS
+        and cell.agent == REACT
+        and cell.task in TASKS
+        for cell in cells
+    )
+
+
+@contextmanager
+def without_provider_sdk_state(cells: list[Cell]) -> Iterator[None]:
+    """For the block, keep inspect from importing the OpenAI and Anthropic SDKs in a run that
+    uses neither (see :func:`needs_provider_sdk_state`).
+
+    Inspect sets up each installed provider SDK's per-sample "assistant internal" state at
+    every sample's start, importing the SDK and inspect's provider module at the first (1.2-1.6
+    s of CPU per process, measured with ``python -X importtime``: as long as the stub trials
+    of a small run, and paid again by every ``--workers`` worker). The state is read only by
+    those providers' own calls. Inspect caches whether each SDK is installed in two private
+    module flags; they are cleared for the block and restored after. An inspect without them
+    is left as it is.
+    """
+    from inspect_ai.model import _assistant_internal as internal
+
+    flags = ("_HAS_OPENAI", "_HAS_ANTHROPIC")
+    if needs_provider_sdk_state(cells) or not all(
+        isinstance(getattr(internal, f, None), bool) for f in flags
+    ):
+        yield
+        return
+    saved = {f: getattr(internal, f) for f in flags}
+    for f in flags:
+        setattr(internal, f, False)
+    try:
+        yield
+    finally:
+        for f, value in saved.items():
+            setattr(internal, f, value)
+
+
 def evaluate(
     run: PreparedRun,
     settings: EvalSettings,
@@ -653,7 +701,12 @@ def evaluate(
     own epoch count.
     """
     logs: list[EvalLog] = []
-    with gc_for_trials(), _stop_on_sigterm(state), no_results_table(settings.display):
+    with (
+        gc_for_trials(),
+        _stop_on_sigterm(state),
+        no_results_table(settings.display),
+        without_provider_sdk_state(run.planned),
+    ):
         try:
             if not run.tasks:  # a shard dealt no cells (more shards than cells) runs nothing
                 _forget_earlier_tasks(run.log_dir)

@@ -1,0 +1,76 @@
+"""A run on stub models does not import the provider SDKs inspect sets up per sample.
+
+Inspect imports the OpenAI and Anthropic SDKs (and its provider modules for them) at the
+first sample of every process where they are installed: 1.2-1.6 s of CPU, paid again by each
+``--workers`` worker. A run whose models and agents use neither leaves them out.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from inspect_ai.model import _assistant_internal as internal
+from twice.evals._run import needs_provider_sdk_state, without_provider_sdk_state
+from twice.evals._suite import Cell
+
+STUB = Cell("stub/retry", "baseline", "refund", "lost_reply", "bare")
+
+# A stub run in a fresh interpreter (this one has imported the SDKs for other tests); it
+# prints the SDK modules it ended up with, and the run's trial count.
+RUN_AND_LIST_SDKS = """
+import json, sys
+from click.testing import CliRunner
+from twice.evals.cli import cli
+out = sys.argv[1]
+result = CliRunner().invoke(cli, ["run", "--log-dir", out, "--model", "stub/retry",
+    "--task", "refund", "--fault", "lost_reply", "--limit", "2", "--no-report"])
+sdks = sorted(m for m in sys.modules if m.split(".")[0] in ("openai", "anthropic"))
+print(json.dumps({"exit": result.exit_code, "sdks": sdks}))
+"""
+
+
+def test_a_stub_run_imports_neither_sdk(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_AND_LIST_SDKS, str(tmp_path / "logs")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["exit"] == 0
+    assert seen["sdks"] == []
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text(encoding="utf-8"))
+    assert [c["trials"] for c in summary["cells"]] == [2]
+    assert summary["cells"][0]["duplication_rate"] == 1.0  # the control still duplicates
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        Cell("openai/gpt-5-mini", "baseline", "refund", "lost_reply", "bare"),
+        Cell("anthropic/claude-sonnet-4-5", "baseline", "refund", "lost_reply", "bare"),
+        Cell("openai-api/local/qwen", "baseline", "refund", "lost_reply", "bare"),
+        Cell("stub/retry", "baseline", "refund", "lost_reply", "bare", agent="openai-agents"),
+        Cell("stub/retry", "baseline", "refund", "lost_reply", "bare", agent="my_agent.py:build"),
+        Cell("stub/retry", "baseline", "my_task.py:refund", "lost_reply", "bare"),
+    ],
+    ids=["openai", "anthropic", "openai-api", "framework-agent", "own-agent", "own-task"],
+)
+def test_any_cell_that_may_call_a_provider_keeps_inspect_as_it_is(cell: Cell) -> None:
+    assert needs_provider_sdk_state([STUB, cell])
+    before = (internal._HAS_OPENAI, internal._HAS_ANTHROPIC)
+    with without_provider_sdk_state([STUB, cell]):
+        assert before == (internal._HAS_OPENAI, internal._HAS_ANTHROPIC)
+
+
+def test_the_flags_are_restored_after_a_stub_run() -> None:
+    assert not needs_provider_sdk_state([STUB, Cell("mockllm/model", "b", "refund", "f", "p")])
+    before = (internal._HAS_OPENAI, internal._HAS_ANTHROPIC)
+    assert before == (True, True)  # both SDKs are dependencies of twice
+    with pytest.raises(RuntimeError), without_provider_sdk_state([STUB]):
+        assert (internal._HAS_OPENAI, internal._HAS_ANTHROPIC) == (False, False)
+        raise RuntimeError("a run that fails still restores them")
+    assert before == (internal._HAS_OPENAI, internal._HAS_ANTHROPIC)
