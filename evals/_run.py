@@ -42,6 +42,7 @@ from twice.reports import (
     as_location,
     cells,
     check_log_dir,
+    file_stamp,
     frame_of,
     is_file,
     is_remote,
@@ -63,7 +64,6 @@ from ._lock import lock_log_dir
 from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args
 from ._shards import (
     RECORDS_ENV,
-    log_stamp,
     save_records,
     shard_cells,
     shard_dir,
@@ -510,7 +510,7 @@ def _finished_logs(logs: LogDir | None, planned: list[Cell]) -> dict[Cell, tuple
     if logs is None:
         return {}
     return {
-        cell: (str(entry.path), log_stamp(str(entry.path)))
+        cell: (str(entry.path), file_stamp(str(entry.path)))
         for cell, entry in matched_logs(logs, planned)
         if entry.status == "success"
     }

@@ -35,7 +35,16 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
-from twice.reports import Location, LogRecords, Shard, ShardSet, is_remote, join
+from twice.reports import (
+    Location,
+    LogRecords,
+    Shard,
+    ShardSet,
+    file_stamp,
+    join,
+    known_headers,
+    remember_headers,
+)
 
 from ._suite import Cell, SuiteError
 
@@ -155,15 +164,17 @@ PARENT_ENV = "TWICE_WORKER_PARENT"
 
 
 def save_records(path: str, records: LogRecords) -> None:
-    """Write a worker's log records, each with its log's size and modification time.
+    """Write a worker's log records and headers, each with its log's size and modification
+    time.
 
     Best effort: the records only spare the parent a second read, so a file that cannot be
     written (the parent gone and its directory with it) is skipped, never the run's failure.
     """
-    stamped = {key: (log_stamp(key), recs) for key, recs in records.items()}
+    stamped = {key: (file_stamp(key), recs) for key, recs in records.items()}
+    hand_off = {"records": stamped, "headers": known_headers(records)}
     try:
         with open(f"{path}.tmp", "wb") as f:
-            pickle.dump(stamped, f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(hand_off, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(f"{path}.tmp", path)
     except OSError:
         return
@@ -171,29 +182,20 @@ def save_records(path: str, records: LogRecords) -> None:
 
 def load_records(path: str) -> LogRecords:
     """The records :func:`save_records` wrote whose logs are unchanged since (none if the file
-    is missing or unreadable): a log changed since, or remote, is read again."""
+    is missing or unreadable): a log changed since, or remote, is read again. The headers it
+    wrote are kept for :func:`twice.reports.read_header`, which checks them the same way."""
     try:
         with open(path, "rb") as f:
-            stamped = pickle.load(f)  # written by this run's own worker, into a 0700 dir
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError):
+            hand_off = pickle.load(f)  # written by this run's own worker, into a 0700 dir
+        stamped, headers = hand_off["records"], hand_off["headers"]
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError, KeyError):
         return {}
+    remember_headers(headers)
     return {
         key: recs
         for key, (stamp, recs) in stamped.items()
-        if stamp is not None and stamp == log_stamp(key)
+        if stamp is not None and stamp == file_stamp(key)
     }
-
-
-def log_stamp(key: str) -> tuple[int, int] | None:
-    """A local log's size and modification time (None for a remote or missing one): what
-    tells a log that was rewritten from one left as it was."""
-    if is_remote(key):
-        return None
-    try:
-        st = os.stat(key)
-    except OSError:
-        return None
-    return (st.st_size, st.st_mtime_ns)
 
 
 def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[WorkerExit]:

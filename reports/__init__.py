@@ -29,7 +29,17 @@ from ._frame import (
     trials_frame,
 )
 from ._html import render_report, report_data, write_report
-from ._logs import LogDir, LogEntry, check_log_dir, log_files, read_log_dir, run_split
+from ._logs import (
+    LogDir,
+    LogEntry,
+    check_log_dir,
+    known_headers,
+    log_files,
+    read_header,
+    read_log_dir,
+    remember_headers,
+    run_split,
+)
 from ._metrics import (
     AGENT_CRASHED,
     CATALOGUE,
@@ -53,6 +63,7 @@ from ._storage import (
     Location,
     LogReadError,
     as_location,
+    file_stamp,
     find_files,
     is_dir,
     is_file,
@@ -98,6 +109,7 @@ __all__ = [
     "crashed",
     "difference",
     "drill_down",
+    "file_stamp",
     "find_files",
     "find_shards",
     "frame_of",
@@ -105,6 +117,7 @@ __all__ = [
     "is_file",
     "is_remote",
     "join",
+    "known_headers",
     "ledger_counts",
     "list_dir",
     "log_files",
@@ -118,9 +131,11 @@ __all__ = [
     "parent_of",
     "parse_counts",
     "prompt_comparison",
+    "read_header",
     "read_log_dir",
     "read_summary",
     "read_text",
+    "remember_headers",
     "render_report",
     "report_data",
     "require_complete",

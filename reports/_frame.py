@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 from inspect_ai.log import read_eval_log
 
-from ._logs import read_log_dir
+from ._logs import read_header, read_log_dir
 from ._metrics import CATALOGUE
 from ._storage import Location, LogReadError, as_location, is_remote, name_of, open_binary
 
@@ -175,7 +175,7 @@ def _read_log(path: Location) -> list[tuple[str | None, dict[str, Any], dict[str
     # One pass per log: the header through inspect, then every sample's JSON once for both
     # the summary columns and the ledger (samples_df plus a ledger pass read everything
     # twice: 10k trials took ~4x longer).
-    header = read_eval_log(str(path), header_only=True).eval
+    header = read_header(path).eval
     common = {
         "eval_id": header.eval_id,
         "model": header.model,

@@ -15,13 +15,13 @@ from typing import Any
 
 import jinja2
 import pandas as pd
-from inspect_ai.log import read_eval_log
 
 from ._aggregate import cells, wilson
 from ._charts import PALETTE, interval_bar, rate_colour, scatter
 from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comparison
 from ._drill import WORST_N, clip, drill_down
 from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES, RETRY_SOURCES, local_path, with_agent
+from ._logs import read_header
 from ._metrics import COMPARED, crashed, metric
 from ._storage import Location, as_location, parent_of, write_text
 
@@ -123,7 +123,7 @@ def _headers(trials: pd.DataFrame) -> list[Any]:
     out = []
     for log in picks:
         try:
-            out.append(read_eval_log(local_path(log), header_only=True))
+            out.append(read_header(local_path(log)))
         except Exception:  # a missing log only costs the "what was run" details
             continue
     return out

@@ -15,11 +15,12 @@ written is deleted).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from inspect_ai.log import read_eval_log
+from inspect_ai.log import EvalLog, read_eval_log
 
 from ._shards import (
     ShardSet,
@@ -32,6 +33,7 @@ from ._storage import (
     Location,
     LogReadError,
     as_location,
+    file_stamp,
     find_files,
     is_dir,
     is_file,
@@ -160,9 +162,49 @@ class LogDir:
         return lines
 
 
+Stamped = tuple[tuple[int, int], EvalLog]
+"""A log's header with the size and modification time of the file it was read from."""
+
+_HEADERS: OrderedDict[str, Stamped] = OrderedDict()
+_HEADERS_KEPT = 512
+"""Headers kept per process (tens of KB each): a run's logs, not a serve's lifetime of them."""
+
+
+def read_header(path: Location) -> EvalLog:
+    """A log's header (inspect's header-only read), read once per process while the file is
+    unchanged: a run reads each header to pick the logs that count, again for their trials'
+    rows, and a ``--workers`` parent again for the merge (57 logs: ~0.3 s each time).
+    Remote logs are read every time (no cheap way to tell a rewritten one)."""
+    key = str(path)
+    stamp = file_stamp(key)
+    hit = _HEADERS.get(key) if stamp is not None else None
+    if hit is not None and hit[0] == stamp:
+        _HEADERS.move_to_end(key)
+        return hit[1]
+    log = read_eval_log(key, header_only=True)
+    if stamp is not None:
+        remember_headers({key: (stamp, log)})
+    return log
+
+
+def known_headers(paths: Iterable[str]) -> dict[str, Stamped]:
+    """The headers this process has read of ``paths``, stamped (to hand to another process)."""
+    return {p: _HEADERS[p] for p in paths if p in _HEADERS}
+
+
+def remember_headers(headers: Mapping[str, Stamped]) -> None:
+    """Take headers another process read (:func:`known_headers`): each is used only while its
+    file still has the size and modification time it had then."""
+    for key, stamped in headers.items():
+        _HEADERS[key] = stamped
+        _HEADERS.move_to_end(key)
+    while len(_HEADERS) > _HEADERS_KEPT:
+        _HEADERS.popitem(last=False)
+
+
 def _entry(path: Location) -> LogEntry:
     try:
-        log = read_eval_log(str(path), header_only=True)
+        log = read_header(path)
     except Exception as ex:  # inspect raises zip, JSON and validation errors alike
         raise LogReadError(
             f"log {str(path)!r} cannot be read ({type(ex).__name__}: {ex}); "

@@ -59,6 +59,18 @@ def is_remote(location: Location) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
+def file_stamp(location: Location) -> tuple[int, int] | None:
+    """A local file's size and modification time (None for a remote or missing one): what
+    tells a log that was rewritten from one left as it was."""
+    if is_remote(location):
+        return None
+    try:
+        st = os.stat(location)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns)
+
+
 def as_location(location: Location) -> Location:
     """A URI as the string it is, anything else (a path, ``file://``) as a :class:`Path`."""
     if is_remote(location):
