@@ -15,6 +15,7 @@ written is deleted).
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -168,19 +169,23 @@ Stamped = tuple[tuple[int, int], EvalLog]
 _HEADERS: OrderedDict[str, Stamped] = OrderedDict()
 _HEADERS_KEPT = 512
 """Headers kept per process (tens of KB each): a run's logs, not a serve's lifetime of them."""
+_HEADERS_LOCK = threading.Lock()  # a process may read logs from more than one thread
 
 
 def read_header(path: Location) -> EvalLog:
     """A log's header (inspect's header-only read), read once per process while the file is
     unchanged: a run reads each header to pick the logs that count, again for their trials'
     rows, and a ``--workers`` parent again for the merge (57 logs: ~0.3 s each time).
-    Remote logs are read every time (no cheap way to tell a rewritten one)."""
+    Remote logs are read every time (no cheap way to tell a rewritten one). The header is
+    shared: callers must not change it."""
     key = str(path)
     stamp = file_stamp(key)
-    hit = _HEADERS.get(key) if stamp is not None else None
-    if hit is not None and hit[0] == stamp:
-        _HEADERS.move_to_end(key)
-        return hit[1]
+    if stamp is not None:
+        with _HEADERS_LOCK:
+            hit = _HEADERS.get(key)
+            if hit is not None and hit[0] == stamp:
+                _HEADERS.move_to_end(key)
+                return hit[1]
     log = read_eval_log(key, header_only=True)
     if stamp is not None:
         remember_headers({key: (stamp, log)})
@@ -189,17 +194,19 @@ def read_header(path: Location) -> EvalLog:
 
 def known_headers(paths: Iterable[str]) -> dict[str, Stamped]:
     """The headers this process has read of ``paths``, stamped (to hand to another process)."""
-    return {p: _HEADERS[p] for p in paths if p in _HEADERS}
+    with _HEADERS_LOCK:
+        return {p: _HEADERS[p] for p in paths if p in _HEADERS}
 
 
 def remember_headers(headers: Mapping[str, Stamped]) -> None:
     """Take headers another process read (:func:`known_headers`): each is used only while its
     file still has the size and modification time it had then."""
-    for key, stamped in headers.items():
-        _HEADERS[key] = stamped
-        _HEADERS.move_to_end(key)
-    while len(_HEADERS) > _HEADERS_KEPT:
-        _HEADERS.popitem(last=False)
+    with _HEADERS_LOCK:
+        for key, stamped in headers.items():
+            _HEADERS[key] = stamped
+            _HEADERS.move_to_end(key)
+        while len(_HEADERS) > _HEADERS_KEPT:
+            _HEADERS.popitem(last=False)
 
 
 def _entry(path: Location) -> LogEntry:
