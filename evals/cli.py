@@ -10,10 +10,12 @@ traceback.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -810,6 +812,27 @@ def main() -> None:
         # object (inspect, pandas and the SDKs inspect imports) as it shuts down, 0.8 s at
         # every exit on the 2-core reference machine. Exit handlers still run.
         gc.freeze()
+        release_worker_threads()
+
+
+def release_worker_threads() -> None:
+    """Stop the idle AnyIO worker threads an interrupted event loop left behind.
+
+    AnyIO stops a worker thread when the task that started it finishes. A run stopped by a
+    signal while its trials ran can close inspect's event loop with that task unfinished; the
+    thread, which is not a daemon, then waits on its queue forever, and so did the interpreter
+    at exit: a ``--workers`` worker sent SIGTERM had written its summary and never ended.
+    Each is told to stop the way AnyIO tells it (``None`` on its queue); one still busy
+    finishes its call first.
+    """
+    try:
+        from anyio._backends._asyncio import WorkerThread
+    except ImportError:  # another AnyIO layout: nothing of ours to release
+        return
+    for thread in threading.enumerate():
+        if isinstance(thread, WorkerThread) and thread.is_alive():
+            with contextlib.suppress(Exception):  # a full queue: the thread is mid-call
+                thread.queue.put_nowait(None)
 
 
 def batch_gc() -> None:
