@@ -287,7 +287,12 @@ def build_tasks(
         prompt = prompts[cell.prompt]
         args: dict[str, Any] = {}
         version = f"+prompt.{prompt.sha256[:12]}"
-        if cell.agent != REACT:
+        if suite.agent_cmd is not None:
+            # A served task has no task args (its server's URL changes every run), so the
+            # version is what tells its cells apart for eval_set, and a log of another
+            # command, fault or protection from one of this run's.
+            version += served_version(suite.agent_cmd, cell)
+        elif cell.agent != REACT:
             # Only for agents under test, so react's task args (and resumable logs) are as
             # before; a user's agent file is hashed so editing it makes its old logs stale.
             args = {"agent": cell.agent, "mocks": suite.mocks or None}
@@ -304,6 +309,7 @@ def build_tasks(
                     prompt=cell.prompt,
                     solver=command_agent(suite.agent_cmd),
                     sandbox="local",
+                    agent=cell.agent,
                 )
             else:
                 task = get_task(cell.task)(
@@ -323,6 +329,26 @@ def build_tasks(
             )
         out.append(task_with(task, model=model, version=f"{task.version}{version}"))
     return out
+
+
+@contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name] = value`` for the block, then as it was."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def served_version(command: str, cell: Cell) -> str:
+    """``+cmd.<sha>.<fault>.<protection>`` of an ``--agent-cmd`` cell's task version."""
+    digest = hashlib.sha256(command.encode()).hexdigest()[:12]
+    return f"+cmd.{digest}.{cell.fault}.{cell.protection}"
 
 
 def agent_version(agent: str) -> str:
@@ -610,8 +636,12 @@ def prepared_run(
             # The external agent's trials live in a twice serve of this run (in memory: the
             # inspect logs are the run's record).
             from ._serve import running_server
+            from ._serve_eval import URL_ENV
 
-            server = stack.enter_context(running_server()).url
+            url = stack.enter_context(running_server()).url
+            # Named, not given: the tasks' identity (and so the resume) outlives the port.
+            stack.enter_context(_environ(URL_ENV, url))
+            server = f"${URL_ENV}"
         tasks = build_tasks(
             suite, model_args, server, guards=guards, max_retries=settings.max_retries,
             timeout=settings.timeout, cells=planned,

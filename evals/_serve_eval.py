@@ -48,6 +48,28 @@ TOKEN_ENV = "TWICE_SERVE_TOKEN"
 request is made, never passed as a solver argument: inspect logs solver arguments."""
 
 
+URL_ENV = "TWICE_SERVE_URL"
+"""Environment variable a served task may name as its server (``server="$TWICE_SERVE_URL"``):
+``twice run --agent-cmd`` sets it to the run's own server, whose port changes every run."""
+
+
+def server_url(server: str) -> str:
+    """``server``, or for ``$NAME`` the URL in environment variable ``NAME``, read when a
+    trial starts. Inspect logs the setup's arguments and tells an eval set's tasks apart by
+    them, so a URL that changes between runs (a fresh port) would make every run's logs new
+    tasks, never resumed; the name stays the same.
+
+    Raises:
+        RuntimeError: when the variable is not set.
+    """
+    if not server.startswith("$"):
+        return server
+    url = os.environ.get(server[1:])
+    if not url:
+        raise RuntimeError(f"{server[1:]} is not set: it should hold the twice serve URL")
+    return url
+
+
 def _headers(token: str | None) -> dict[str, str]:
     token = token or os.environ.get(TOKEN_ENV)
     return {"Authorization": f"Bearer {token}"} if token else {}
@@ -110,8 +132,9 @@ def served_trial_setup(
     """Make this sample × epoch's trial on the server; set the prompt and the stubs' plan."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
+        url = server_url(server)
         trial = await create_trial(
-            server,
+            url,
             {
                 "task": task,
                 "sample": str(state.sample_id),
@@ -122,7 +145,7 @@ def served_trial_setup(
         )
         store().set(
             SERVED_STORE_KEY,
-            {"server": server, "id": trial["id"], "urls": trial["urls"]},
+            {"server": url, "id": trial["id"], "urls": trial["urls"]},
         )
         await sync_ledger()
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
@@ -230,7 +253,7 @@ def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> S
         _scrub_last_sandbox_event(secrets)
         transcript().info(
             {
-                "agent_cmd": command,
+                "agent_cmd": scrub(command, secrets),
                 "returncode": result.returncode,
                 "stdout": scrub(result.stdout[-OUTPUT_TAIL:], secrets),
                 "stderr": scrub(result.stderr[-OUTPUT_TAIL:], secrets),
@@ -241,7 +264,10 @@ def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> S
         failed = result.returncode != 0
         last = (result.stderr.strip().splitlines() or [""])[-1]
         error = scrub(f"exit {result.returncode}: {last}".rstrip(": "), secrets) if failed else ""
-        store().set(AGENT_STORE_KEY, {"agent": command, "crashed": failed, "error": error})
+        store().set(
+            AGENT_STORE_KEY,
+            {"agent": scrub(command, secrets), "crashed": failed, "error": error},
+        )
         if result.returncode in (126, 127):
             raise RuntimeError(
                 f"agent command {command!r} could not run (exit {result.returncode}): "
@@ -280,12 +306,15 @@ def served_task(
     lost_reply: str = "drop",
     message_limit: int = 30,
     sandbox: str | None = None,
+    agent: str | None = None,
 ) -> Task:
     """A twice task whose trials live in a ``twice serve`` server.
 
     Args:
         task: A built-in task name.
-        server: The server's base URL (``http://127.0.0.1:8765``).
+        server: The server's base URL (``http://127.0.0.1:8765``), or ``$NAME``: the URL in
+            environment variable ``NAME`` when a trial starts (:func:`server_url`; a run
+            whose server's port changes then still resumes).
         fault: A fault name.
         protection: A protection name (the server's tool layer applies it to MCP tools).
         prompt: A built-in prompt name or a prompt file path.
@@ -293,6 +322,8 @@ def served_task(
         lost_reply: ``drop`` or ``hang`` for lost replies over HTTP.
         message_limit: Hard stop for agents that loop.
         sandbox: The task's sandbox (``local`` for :func:`command_agent`).
+        agent: The agent's name on the agent axis (``twice run --agent-cmd`` gives
+            ``cmd:COMMAND``); default ``react``, as for twice's own loop.
 
     A server started with ``--token`` needs the token in ``$TWICE_SERVE_TOKEN`` (never a task
     or solver argument, which inspect would log).
@@ -319,6 +350,7 @@ def served_task(
                 "protection": protection,
                 **prompt_metadata(p),
                 "served": True,
+                **({"agent": agent} if agent else {}),
             }
         },
     )

@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from twice.mocks import FAULTS, STUB_MODELS
-from twice.tasks import PROTECTIONS, TASKS, check_agent_cell, get_task, load_prompt
+from twice.tasks import (
+    PROTECTIONS,
+    TASKS,
+    check_agent_cell,
+    get_task,
+    load_prompt,
+    scrub,
+    secret_values,
+)
 from twice.tasks._prompts import read_regular_file
 from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
 from twice.tasks.agents import check_agent as _check_agent_name
@@ -61,6 +69,18 @@ AXES = ("models", "agents", "prompts", "tasks", "faults", "protections")
 
 class SuiteError(ValueError):
     """A suite that cannot run: names the bad value and what would be accepted."""
+
+
+AGENT_CMD_PREFIX = "cmd:"
+"""How the agent axis names an external agent command (``--agent-cmd``)."""
+
+
+def command_agent(command: str) -> str:
+    """The agent-axis name of ``--agent-cmd COMMAND``: ``cmd:COMMAND`` (credentials from the
+    environment scrubbed, as everywhere else). A cell of it is never a ``react`` cell: its
+    logs are neither reused for twice's own loop nor counted as its trials, and a different
+    command is a different agent."""
+    return AGENT_CMD_PREFIX + scrub(command.strip(), secret_values())
 
 
 @dataclass(frozen=True)
@@ -112,8 +132,10 @@ class Suite:
         """
         seen: set[Cell] = set()
         canon = self._prompt_spellings()
+        # An agent command is every trial's agent (validate() refuses it with other agents).
+        command = None if self.agent_cmd is None else command_agent(self.agent_cmd)
         for m in self.matrices:
-            for model, agent in itertools.product(m.models, m.agents):
+            for model, agent in itertools.product(m.models, (command,) if command else m.agents):
                 for prompt, task in itertools.product((canon[p] for p in m.prompts), m.tasks):
                     for fault, protection in itertools.product(m.faults, m.protections):
                         cell = Cell(model, prompt, task, fault, protection, agent)
@@ -210,6 +232,19 @@ class Suite:
     def _validate_agents(self) -> None:
         """Check each agent once, then every cell an agent other than ``react`` is in."""
         mocks = self.mocks
+        if self.agent_cmd is not None:
+            others = [a for m in self.matrices for a in m.agents if a != REACT]
+            if others:
+                raise SuiteError(
+                    f"--agent-cmd runs its command as the agent of every trial; it does not "
+                    f"combine with --agent {others[0]!r} (run that agent in its own --log-dir)"
+                )
+            if mocks:
+                raise SuiteError(
+                    "--mock applies to an in-process agent under test; an --agent-cmd agent "
+                    "reaches the services at the TWICE_<SERVICE>_URL twice serve gives it"
+                )
+            return
         checked: set[str] = set()
         for cell in self.cells():
             try:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from twice.evals._suite import SuiteError, load_suite, suite_from_flags
+from twice.evals._serve_eval import server_url
+from twice.evals._suite import SuiteError, command_agent, load_suite, suite_from_flags
 from twice.evals.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,3 +104,63 @@ def test_agent_cmd_in_toml_and_its_bad_values(tmp_path: Path) -> None:
             limit=None,
             agent_cmd="  ",
         )
+
+
+@pytest.mark.slow
+def test_an_agent_cmd_run_resumes_and_its_cells_are_its_own(tmp_path: Path) -> None:
+    # Its cells used to be listed as twice's own loop (`react`), and a rerun ran every trial
+    # again: the run's server, on a new port each run, was an argument of every task.
+    out = tmp_path / "logs"
+    command = f"{sys.executable} {AGENT}"
+    args = ["run", "--task", "refund", "--model", "stub/retry", "--fault", "lost_reply",
+            "--fault", "none", "--limit", "1", "--no-report", "--display", "none",
+            "--log-dir", str(out), "--agent-cmd", command]  # fmt: skip
+    first = CliRunner().invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    logs = sorted(out.glob("*.eval"))
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 0, again.output
+    assert "2 of 2 cell(s) were already finished and reused" in again.output
+    assert sorted(out.glob("*.eval")) == logs  # nothing ran again
+    summary = json.loads((out / "summary.json").read_text())
+    assert {c["agent"] for c in summary["cells"]} == {f"cmd:{command}"}
+    assert summary["run"]["agents"] == [f"cmd:{command}"]
+    assert {c["fault"]: c["duplication_rate"] for c in summary["cells"]} == {
+        "lost_reply": 1.0,
+        "none": 0.0,
+    }
+    # Twice's own loop in the same directory is another agent: its cells run, and the
+    # command's logs are not taken for them.
+    react = CliRunner().invoke(cli, args[:-2])
+    assert react.exit_code == 0, react.output
+    assert "were already finished and reused" not in react.output
+    cells = json.loads((out / "summary.json").read_text())["cells"]
+    assert {c["agent"] for c in cells} == {"react"}
+
+
+def test_agent_cmd_names_its_agent_and_refuses_other_agents(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
+    assert command_agent(" node a.js ") == "cmd:node a.js"
+    named = command_agent("MY_SERVICE_TOKEN=tok-SECRET789-never-logged node a.js")
+    assert "tok-SECRET789" not in named and named.startswith("cmd:MY_SERVICE_TOKEN=")
+    flags = dict(config=None, models=["stub/retry"], prompts=[], tasks=["refund"], faults=[],
+                 protections=[], epochs=None, limit=None, agent_cmd="node a.js")  # fmt: skip
+    suite = suite_from_flags(**flags)  # type: ignore[arg-type]
+    assert {c.agent for c in suite.cells()} == {"cmd:node a.js"}
+    with pytest.raises(SuiteError, match="does not combine with --agent 'openai-agents'"):
+        suite_from_flags(**flags, agents=["openai-agents"])  # type: ignore[arg-type]
+    with pytest.raises(SuiteError, match="--mock applies to an in-process agent"):
+        suite_from_flags(**flags, mocks={"payments": "https://api.stripe.com"})  # type: ignore[arg-type]
+
+
+def test_a_served_server_named_by_variable_is_read_when_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert server_url("http://127.0.0.1:8765") == "http://127.0.0.1:8765"
+    monkeypatch.setenv("MY_TWICE", "http://127.0.0.1:9999")
+    assert server_url("$MY_TWICE") == "http://127.0.0.1:9999"
+    monkeypatch.delenv("MY_TWICE")
+    with pytest.raises(RuntimeError, match="MY_TWICE is not set"):
+        server_url("$MY_TWICE")
