@@ -55,8 +55,10 @@ FULL = Sizes(
     # The median of 11 pairs still moved 1.005-1.158 between five runs of one commit's
     # overhead (docs/BENCHMARKS.md), as wide as the gap to the target: 21 pairs narrow it.
     # Whole `twice run`s of one commit moved 36-60 s within an hour (the machine's speed), and
-    # single pairs' workers ratios 1.48-1.79: the median of 5 pairs, not 3.
-    reps=21,
+    # single pairs' workers ratios 1.48-1.79: the median of 5 pairs, not 3. The median of
+    # 21 pairs still moved 1.055-1.155 (overhead) within one session: 41 pairs, and each
+    # figure is printed with its median's 95% interval.
+    reps=41,
     attempts=1000,
     storm=1000,
     report_small=10_000,
@@ -283,7 +285,11 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
 
 def _spread(p: Any) -> str:
     ratios = p.pair_ratios()
-    return f"{min(ratios):.2f}-{max(ratios):.2f}, sums {p.total_ratio():.3f}"
+    lo, hi = p.median_interval()
+    return (
+        f"{min(ratios):.2f}-{max(ratios):.2f}, median's 95% interval {lo:.3f}-{hi:.3f}, "
+        f"sums {p.total_ratio():.3f}"
+    )
 
 
 def table(results: dict[str, Any]) -> str:

@@ -145,3 +145,21 @@ def test_paired_ratio_is_the_median_pair_and_ignores_one_slow_stretch() -> None:
     assert round(p.ratio(), 6) == 1.05
     assert round(p.ratio("wall"), 6) == 1.05
     assert round(p.total_ratio(), 3) == round(8.25 / 6.0, 3)  # the sum weighs the outlier
+
+
+def test_the_median_interval_is_the_sign_tests_order_statistics() -> None:
+    spec = importlib.util.spec_from_file_location("bench_common", ROOT / "bench" / "_common.py")
+    assert spec is not None and spec.loader is not None
+    common = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = common
+    spec.loader.exec_module(common)
+    p = common.Paired()
+    for i in range(41):  # pair ratios 1.00, 1.01, ... 1.40, in shuffled order
+        j = (i * 17) % 41
+        p.baseline.append(common.Sample(wall=1.0, cpu=1.0))
+        p.subject.append(common.Sample(wall=1.0, cpu=1.0 + j / 100))
+    # P(Binomial(41, 1/2) <= 13) < 0.025 <= P(<= 14): the 14th and 28th smallest ratios.
+    assert [round(x, 6) for x in p.median_interval()] == [1.13, 1.27]
+    assert round(p.ratio(), 6) == 1.2
+    one = common.Paired([common.Sample(1.0, 1.0)], [common.Sample(1.0, 1.3)])
+    assert one.median_interval() == (1.3, 1.3)  # one pair: no interval to give
