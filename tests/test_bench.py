@@ -38,14 +38,18 @@ FIGURES = {
 }
 
 
-def _run_module() -> ModuleType:
-    # bench/ is a directory of scripts, not a package: load run.py by path.
-    spec = importlib.util.spec_from_file_location("bench_run", RUN)
+def _script(name: str, path: Path) -> ModuleType:
+    """A bench script loaded by path: bench/ is a directory of scripts, not a package."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def _run_module() -> ModuleType:
+    return _script("bench_run", RUN)
 
 
 def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
@@ -130,13 +134,12 @@ def test_overhead_parts_runs_and_finds_every_part(tmp_path: Path) -> None:
     assert lines[-1].startswith("ratio ")
 
 
+def _bench_common() -> ModuleType:
+    return _script("bench_common", ROOT / "bench" / "_common.py")
+
+
 def test_paired_ratio_is_the_median_pair_and_ignores_one_slow_stretch() -> None:
-    # bench/_common.py is loaded by path like run.py (bench/ is scripts, not a package).
-    spec = importlib.util.spec_from_file_location("bench_common", ROOT / "bench" / "_common.py")
-    assert spec is not None and spec.loader is not None
-    common = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = common
-    spec.loader.exec_module(common)
+    common = _bench_common()
     p = common.Paired()
     # Four pairs at 1.05; in the fifth a slow stretch of the machine hit the subject (x3).
     for base, subject in [(1.0, 1.05), (2.0, 2.1), (1.0, 1.05), (1.0, 1.05), (1.0, 3.0)]:
@@ -148,11 +151,7 @@ def test_paired_ratio_is_the_median_pair_and_ignores_one_slow_stretch() -> None:
 
 
 def test_the_median_interval_is_the_sign_tests_order_statistics() -> None:
-    spec = importlib.util.spec_from_file_location("bench_common", ROOT / "bench" / "_common.py")
-    assert spec is not None and spec.loader is not None
-    common = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = common
-    spec.loader.exec_module(common)
+    common = _bench_common()
     p = common.Paired()
     for i in range(41):  # pair ratios 1.00, 1.01, ... 1.40, in shuffled order
         j = (i * 17) % 41
