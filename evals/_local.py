@@ -25,7 +25,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -437,16 +437,24 @@ def local_model_server(options: ServerOptions | None = None) -> Iterator[LocalMo
     Sets ``LOCAL_BASE_URL`` and ``LOCAL_API_KEY`` (the server needs no key; the provider
     insists on one) for ``openai-api/local/<name>``, and restores them afterwards.
     """
-    keys = (f"{SERVICE.upper()}_BASE_URL", f"{SERVICE.upper()}_API_KEY")
-    saved = {k: os.environ.get(k) for k in keys}
-    with LocalModelServer(options) as server:
-        os.environ[keys[0]] = server.base_url
-        os.environ[keys[1]] = "local-no-key"
-        try:
-            yield server
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    base_url, api_key = f"{SERVICE.upper()}_BASE_URL", f"{SERVICE.upper()}_API_KEY"
+    with (
+        LocalModelServer(options) as server,
+        environ({base_url: server.base_url, api_key: "local-no-key"}),
+    ):
+        yield server
+
+
+@contextmanager
+def environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block, then put each back as it was."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

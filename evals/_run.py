@@ -60,6 +60,7 @@ from twice.tasks.agents import BUILTIN_AGENTS, REACT
 
 from ._endpoint import EndpointState, guard_model
 from ._gate import temp_beside
+from ._local import environ
 from ._lock import lock_log_dir
 from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args
 from ._shards import (
@@ -116,6 +117,10 @@ class RunResult:
         return 0 if self.ok else 1
 
 
+CTL_SERVER_ENV = "INSPECT_EVAL_CTL_SERVER"
+"""Inspect's switch for its control server; set (``true``, ``keep``) it turns it back on."""
+
+
 def eval_options(display: str | None) -> dict[str, Any]:
     """Inspect settings every suite eval runs with (the benchmarks use the same).
 
@@ -133,10 +138,6 @@ def eval_options(display: str | None) -> dict[str, Any]:
         # None lets inspect read the variable (the same spellings as `inspect eval`).
         "ctl_server": None if os.environ.get(CTL_SERVER_ENV) else False,
     }
-
-
-CTL_SERVER_ENV = "INSPECT_EVAL_CTL_SERVER"
-"""Inspect's switch for its control server; set (``true``, ``keep``) it turns it back on."""
 
 
 GC_THRESHOLDS = (50_000, 20, 20)
@@ -329,20 +330,6 @@ def build_tasks(
             )
         out.append(task_with(task, model=model, version=f"{task.version}{version}"))
     return out
-
-
-@contextmanager
-def _environ(name: str, value: str) -> Iterator[None]:
-    """``os.environ[name] = value`` for the block, then as it was."""
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
 
 
 def served_version(command: str, cell: Cell) -> str:
@@ -640,7 +627,7 @@ def prepared_run(
 
             url = stack.enter_context(running_server()).url
             # Named, not given: the tasks' identity (and so the resume) outlives the port.
-            stack.enter_context(_environ(URL_ENV, url))
+            stack.enter_context(environ({URL_ENV: url}))
             server = f"${URL_ENV}"
         tasks = build_tasks(
             suite, model_args, server, guards=guards, max_retries=settings.max_retries,

@@ -75,7 +75,7 @@ AGENT_CMD_PREFIX = "cmd:"
 """How the agent axis names an external agent command (``--agent-cmd``)."""
 
 
-def command_agent(command: str) -> str:
+def command_agent_name(command: str) -> str:
     """The agent-axis name of ``--agent-cmd COMMAND``: ``cmd:COMMAND`` (credentials from the
     environment scrubbed, as everywhere else). A cell of it is never a ``react`` cell: its
     logs are neither reused for twice's own loop nor counted as its trials, and a different
@@ -133,7 +133,7 @@ class Suite:
         seen: set[Cell] = set()
         canon = self._prompt_spellings()
         # An agent command is every trial's agent (validate() refuses it with other agents).
-        command = None if self.agent_cmd is None else command_agent(self.agent_cmd)
+        command = None if self.agent_cmd is None else command_agent_name(self.agent_cmd)
         for m in self.matrices:
             for model, agent in itertools.product(m.models, (command,) if command else m.agents):
                 for prompt, task in itertools.product((canon[p] for p in m.prompts), m.tasks):

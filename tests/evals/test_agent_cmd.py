@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from twice.evals._serve_eval import server_url
-from twice.evals._suite import SuiteError, command_agent, load_suite, suite_from_flags
+from twice.evals._suite import SuiteError, command_agent_name, load_suite, suite_from_flags
 from twice.evals.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,8 +142,8 @@ def test_agent_cmd_names_its_agent_and_refuses_other_agents(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
-    assert command_agent(" node a.js ") == "cmd:node a.js"
-    named = command_agent("MY_SERVICE_TOKEN=tok-SECRET789-never-logged node a.js")
+    assert command_agent_name(" node a.js ") == "cmd:node a.js"
+    named = command_agent_name("MY_SERVICE_TOKEN=tok-SECRET789-never-logged node a.js")
     assert "tok-SECRET789" not in named and named.startswith("cmd:MY_SERVICE_TOKEN=")
     flags = dict(config=None, models=["stub/retry"], prompts=[], tasks=["refund"], faults=[],
                  protections=[], epochs=None, limit=None, agent_cmd="node a.js")  # fmt: skip
