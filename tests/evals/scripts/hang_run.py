@@ -1,8 +1,10 @@
 """``twice`` with one extra model provider, ``hang/<name>``, for the killed-run test.
 
 With ``HANG=1`` in the environment, ``hang`` blocks forever on sample ``HANG_SAMPLE`` (as a
-stuck provider call would) after touching ``$MARK_DIR/hanging``; every other generate answers
-"Nothing to do." and touches ``$MARK_DIR/done-<sample>``. Usage: ``python hang_run.py run ...``.
+stuck provider call would) after touching ``$MARK_DIR/hanging``, which it does only once
+every other running trial has finished; every other generate answers "Nothing to do." half a
+second late (so that wait is exercised) and touches ``$MARK_DIR/done-<sample>``.
+Usage: ``python hang_run.py run ...``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from inspect_ai.log._samples import active_samples  # not public: the running samples
 from inspect_ai.model import GenerateConfig, ModelAPI, ModelOutput, ModelUsage, modelapi
 from inspect_ai.solver._task_state import sample_state  # not public: the running sample
 from twice.evals.cli import main
@@ -33,8 +36,14 @@ class HangAPI(ModelAPI):
     async def generate(self, input: Any, tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
         sample = str(sample_state().sample_id)  # type: ignore[union-attr]
         if os.environ.get("HANG") and sample == os.environ["HANG_SAMPLE"]:
+            # "hanging" promises the test that the hanging trials are the only unfinished ones:
+            # a signal sent before the others are scored and logged cuts them short too.
+            while any(str(s.sample.id) != sample for s in active_samples()):
+                await asyncio.sleep(0.05)
             (MARK / "hanging").touch()
             await asyncio.Event().wait()
+        if os.environ.get("HANG"):
+            await asyncio.sleep(0.5)  # the others finish after the hang starts, every time
         (MARK / f"done-{sample}").touch()
         out = ModelOutput.from_content(f"hang/{self.model_name}", "Nothing to do.")
         out.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
