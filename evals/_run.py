@@ -117,6 +117,10 @@ class RunResult:
         return 0 if self.ok else 1
 
 
+CTL_SERVER_ENV = "INSPECT_EVAL_CTL_SERVER"
+"""Inspect's switch for its control server; set (``true``, ``keep``) it turns it back on."""
+
+
 def eval_options(display: str | None) -> dict[str, Any]:
     """Inspect settings every suite eval runs with (the benchmarks use the same).
 
@@ -124,8 +128,16 @@ def eval_options(display: str | None) -> dict[str, Any]:
     event, for watching unfinished samples in ``inspect view``) costs about a fifth of a
     stub trial; finished samples still reach the log and the viewer. ``score_display`` only
     when something displays it: inspect recomputes every metric as samples finish.
+    ``ctl_server`` off unless ``INSPECT_EVAL_CTL_SERVER`` asks for it: inspect's control
+    server (for ``inspect ctl``) builds a FastAPI app and binds a socket in every process that
+    starts an eval (0.4 s of a worker's start), and a suite run is a batch job nobody steers.
     """
-    return {"log_realtime": False, "score_display": display not in (None, "none")}
+    return {
+        "log_realtime": False,
+        "score_display": display not in (None, "none"),
+        # None lets inspect read the variable (the same spellings as `inspect eval`).
+        "ctl_server": None if os.environ.get(CTL_SERVER_ENV) else False,
+    }
 
 
 GC_THRESHOLDS = (50_000, 20, 20)
