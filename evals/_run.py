@@ -622,10 +622,14 @@ def prepared_run(
         if suite.agent_cmd is not None:
             # The external agent's trials live in a twice serve of this run (in memory: the
             # inspect logs are the run's record).
-            from ._serve import running_server
+            from ._serve import ServeError, running_server
             from ._serve_eval import URL_ENV
 
-            url = stack.enter_context(running_server()).url
+            own = [c.task for c in planned if c.task not in TASKS]
+            try:
+                url = stack.enter_context(running_server(tasks=own)).url
+            except ServeError as ex:
+                raise SuiteError(str(ex)) from None
             # Named, not given: the tasks' identity (and so the resume) outlives the port.
             stack.enter_context(environ({URL_ENV: url}))
             server = f"${URL_ENV}"

@@ -42,7 +42,7 @@ import secrets
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -122,8 +122,12 @@ def _json(value: Any) -> str:
         return repr(value)
 
 
-def parse_trial_config(body: Any) -> TrialConfig:
+def parse_trial_config(body: Any, tasks: Sequence[str] = ()) -> TrialConfig:
     """Validate a ``POST /_twice/trials`` body.
+
+    ``task`` is a built-in task or one of ``tasks``: the tasks of your own the server was
+    started with (``twice serve --task path.py:function``). A request never names a file for
+    the server to load: that would run code a client chose.
 
     Raises:
         ControlError: 400, naming the bad field and what is accepted.
@@ -154,7 +158,15 @@ def parse_trial_config(body: Any) -> TrialConfig:
             )
         return value
 
-    task = choice("task", TASKS, None)
+    task = given("task", None)
+    if isinstance(task, str) and ":" in task and task not in tasks:
+        raise ControlError(
+            400,
+            f"task {_json(task)} is not one this server was started with; a task of your own "
+            f"is named when it starts (twice serve --task {task}); built-in: {', '.join(TASKS)}",
+            "task",
+        )
+    task = choice("task", (*TASKS, *tasks), None)
     parts = task_parts(task)
     samples = [str(s.id) for s in parts.dataset]
     sample = given("sample", samples[0])
@@ -389,6 +401,12 @@ class TwiceServer:
         base_url: ``http://HOST:PORT`` as clients reach the server (trial URLs start with it).
         token: Bearer token the control API requires (None: no token).
         host: The bound host (MCP's DNS-rebinding protection is on for loopback).
+        tasks: Tasks of your own (``path.py:function``) trials may be made of, beside the
+            built-in ones; each is loaded and built here.
+
+    Raises:
+        ServeError: for a task of your own that cannot be loaded, or a logged trial of a task
+            this server does not have.
     """
 
     def __init__(
@@ -397,11 +415,13 @@ class TwiceServer:
         base_url: str,
         token: str | None = None,
         host: str = DEFAULT_HOST,
+        tasks: Sequence[str] = (),
     ) -> None:
         self.request_log = log
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.host = host
+        self.tasks = own_tasks(tasks)
         self.trials: dict[str, ServedTrial] = {}
         self.replayed = self._replay()
 
@@ -420,6 +440,12 @@ class TwiceServer:
             n += 1
             if record.kind == "create":
                 config = TrialConfig(**record.data)
+                if config.task not in TASKS and config.task not in self.tasks:
+                    raise ServeError(
+                        f"{self.request_log.path} cannot be replayed: trial {record.trial} is "
+                        f"of task {config.task!r}, a task of your own; start the server with "
+                        f"--task {config.task}"
+                    )
                 try:
                     self.trials[record.trial] = ServedTrial.create(
                         record.trial, config, self._logger(record.trial)
@@ -558,7 +584,7 @@ class TwiceServer:
                     data = json.loads(body or b"null")
                 except ValueError:
                     raise ControlError(400, "the body is not JSON") from None
-                await _send_json(send, 201, self.create_trial(parse_trial_config(data)))
+                await _send_json(send, 201, self.create_trial(parse_trial_config(data, self.tasks)))
                 return
             if method == "GET":
                 await _send_json(
@@ -666,14 +692,30 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def own_tasks(tasks: Sequence[str]) -> tuple[str, ...]:
+    """The tasks of your own among ``tasks`` (``path.py:function``), each loaded and built.
+
+    Raises:
+        ServeError: naming a task that cannot be loaded or was not built with ``twice_task``.
+    """
+    own = tuple(dict.fromkeys(t for t in tasks if t not in TASKS))
+    for spec in own:
+        try:
+            task_parts(spec)
+        except ValueError as ex:
+            raise ServeError(f"--task {spec!r}: {ex}") from None
+    return own
+
+
 def _prepare(
-    host: str, port: int, db: str | Path, token: str | None
+    host: str, port: int, db: str | Path, token: str | None, tasks: Sequence[str]
 ) -> tuple[socket.socket, TwiceServer]:
     if not is_loopback(host) and not token:
         raise ServeError(
             f"refusing to bind {host!r} without --token: off loopback the control API needs a "
             "bearer token (or bind 127.0.0.1)"
         )
+    own_tasks(tasks)  # before the database and the port are touched
     try:
         log = RequestLog(db)
     except ValueError as ex:
@@ -682,7 +724,9 @@ def _prepare(
     bound_port = sock.getsockname()[1]
     shown = host if host not in ("0.0.0.0", "::") else socket.gethostname()
     try:
-        app = TwiceServer(log, f"http://{_url_host(shown)}:{bound_port}", token=token, host=host)
+        app = TwiceServer(
+            log, f"http://{_url_host(shown)}:{bound_port}", token=token, host=host, tasks=tasks
+        )
     except BaseException:
         sock.close()
         log.close()
@@ -726,17 +770,19 @@ def serve(
     db: str | Path = DEFAULT_DB,
     token: str | None = None,
     out: TextIO | None = None,
+    tasks: Sequence[str] = (),
 ) -> None:
     """Run ``twice serve`` in the foreground until interrupted.
 
-    Prints ``listening on http://HOST:PORT`` once it accepts connections.
+    Prints ``listening on http://HOST:PORT`` once it accepts connections. ``tasks``: tasks of
+    your own (``path.py:function``) trials may be made of, beside the built-in ones.
 
     Raises:
-        ServeError: for a non-loopback host without a token, a busy port, or a file that is
-            not a twice serve database.
+        ServeError: for a non-loopback host without a token, a busy port, a file that is
+            not a twice serve database, or a task of your own that cannot be loaded.
     """
     stream = out or sys.stdout
-    sock, app = _prepare(host, port, db, token)
+    sock, app = _prepare(host, port, db, token, tasks)
 
     def started() -> None:
         if app.replayed:
@@ -755,13 +801,16 @@ def running_server(
     host: str = DEFAULT_HOST,
     port: int = 0,
     token: str | None = None,
+    tasks: Sequence[str] = (),
 ) -> Iterator[Running]:
     """Run a twice server in a background thread (tests, benches, ``--agent-cmd``).
+
+    ``tasks``: tasks of your own (``path.py:function``) it hosts beside the built-in ones.
 
     Yields:
         The running server; it stops when the block ends.
     """
-    sock, app = _prepare(host, port, db, token)
+    sock, app = _prepare(host, port, db, token, tasks)
     ready = threading.Event()
     loop = asyncio.new_event_loop()
     stop_event: asyncio.Event | None = None

@@ -311,7 +311,8 @@ def served_task(
     """A twice task whose trials live in a ``twice serve`` server.
 
     Args:
-        task: A built-in task name.
+        task: A built-in task name, or a task of your own (``path.py:function``) that the
+            server was started with (``twice serve --task``).
         server: The server's base URL (``http://127.0.0.1:8765``), or ``$NAME``: the URL in
             environment variable ``NAME`` when a trial starts (:func:`server_url`; a run
             whose server's port changes then still resumes).
@@ -336,7 +337,7 @@ def served_task(
     get_protection(protection)
     p = load_prompt(prompt)
     return Task(
-        name=task,
+        name=parts.name,
         dataset=parts.dataset,
         setup=served_trial_setup(server, task, fault, protection, p.name, p.text, lost_reply),
         solver=served_agent(solver or mcp_agent()),

@@ -222,12 +222,6 @@ class Suite:
             raise SuiteError(f"limit must be a positive integer, got {self.limit!r}")
         if self.agent_cmd is not None and not self.agent_cmd.strip():
             raise SuiteError("agent_cmd is empty; give the command that runs your agent")
-        own = [t for m in self.matrices for t in m.tasks if t not in TASKS]
-        if self.agent_cmd is not None and own:
-            raise SuiteError(
-                f"task {own[0]!r} is a task of your own; an --agent-cmd agent runs the built-in "
-                f"tasks, whose trials twice serve hosts: {', '.join(TASKS)}"
-            )
 
     def _validate_agents(self) -> None:
         """Check each agent once, then every cell an agent other than ``react`` is in."""

@@ -782,18 +782,27 @@ def trials(rates: tuple[float, ...], confidence: float) -> None:
     envvar="TWICE_SERVE_TOKEN",
     help="Bearer token the control API requires (required off loopback; or $TWICE_SERVE_TOKEN).",
 )
-def serve(host: str, port: int, db: str, token: str | None) -> None:
+@click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    metavar="PATH.py:FUNCTION",
+    help="A task of your own trials may be made of, beside the built-in ones (repeatable; "
+    "or package.module:function).",
+)
+def serve(host: str, port: int, db: str, token: str | None, tasks: tuple[str, ...]) -> None:
     """Serve the mock services, faults and idempotency store over real HTTP and MCP.
 
     Control API: POST /_twice/trials {"task", "sample", "fault", "protection", "lost_reply",
     "hang_seconds"} -> 201 {"id", "urls"}; GET /_twice/trials/ID/ledger and /verdict;
     DELETE /_twice/trials/ID. Services answer at /t/ID/SERVICE/..., tools over MCP at /t/ID/mcp.
+    "task" is a built-in task or one given with --task.
     """
     from ._serve import ServeError
     from ._serve import serve as run_server
 
     try:
-        run_server(host=host, port=port, db=db, token=token)
+        run_server(host=host, port=port, db=db, token=token, tasks=tasks)
     except ServeError as ex:
         click.echo(f"error: {ex}", err=True)
         sys.exit(2)

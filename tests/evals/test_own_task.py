@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,16 +116,80 @@ def test_a_task_that_cannot_be_run_exits_2_naming_it(
     assert not list(out.glob("*.eval"))
 
 
-def test_agent_cmd_refuses_a_task_of_your_own(
+COURTESY_AGENT = """
+import json, os, urllib.error, urllib.parse, urllib.request
+
+PAYMENTS = os.environ["TWICE_PAYMENTS_URL"]
+
+
+def http(url, body=None, headers=None):
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=60) as r:
+        return json.load(r)
+
+
+def refund_order(order_id, cents):
+    body = {"order_id": order_id, "amount": cents, "reason": "courtesy"}
+    try:
+        return "Created refund " + http(PAYMENTS + "/v1/refunds", body)["id"]
+    except OSError:
+        return "Error: the payments API did not answer; the refund may have been made."
+
+
+def list_refunds(order_id):
+    query = urllib.parse.urlencode({"order_id": order_id})
+    return ", ".join(r["id"] for r in http(PAYMENTS + "/v1/refunds?" + query)["data"]) or "none"
+
+
+tools = {"refund_order": refund_order, "list_refunds": list_refunds}
+messages = [
+    {"role": "system", "content": os.environ["TWICE_SYSTEM_PROMPT"]},
+    {"role": "user", "content": os.environ["TWICE_INPUT"]},
+]
+auth = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}
+for _ in range(10):
+    url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
+    message = http(url, {"model": "inspect", "messages": messages}, auth)["choices"][0]["message"]
+    messages.append(message)
+    if not message.get("tool_calls"):
+        break
+    for call in message["tool_calls"]:
+        fn = call["function"]
+        result = tools[fn["name"]](**json.loads(fn["arguments"]))
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+"""
+
+
+@pytest.mark.slow
+def test_agent_cmd_runs_a_task_of_your_own(
     twice: Callable[..., Any], project: Path, tmp_path: Path
 ) -> None:
-    # twice serve hosts the trials an --agent-cmd agent calls, and it hosts built-in tasks.
-    result = twice(
-        "run", "--task", f"{project / 'courtesy.py'}:courtesy_refund", "--model", "stub/retry",
-        "--agent-cmd", "python agent.py", "--log-dir", tmp_path / "logs", "--display", "none",
+    # twice serve hosts the trials an --agent-cmd agent calls; it used to host only the
+    # built-in tasks, so the run refused a task of your own.
+    agent = tmp_path / "courtesy_agent.py"
+    agent.write_text(COURTESY_AGENT, encoding="utf-8")
+    spec = f"{project / 'courtesy.py'}:courtesy_refund"
+    out = tmp_path / "logs"
+    args = (
+        "run", "--task", spec, "--model", "stub/retry", "--model", "stub/no-retry",
+        "--fault", "lost_reply", "--limit", "2", "--agent-cmd", f"{sys.executable} {agent}",
+        "--log-dir", out, "--display", "none", "--no-report",
     )  # fmt: skip
-    assert result.exit_code == 2, result.output
-    assert "is a task of your own; an --agent-cmd agent runs the built-in tasks" in result.output
+    result = twice(*args)
+    assert result.exit_code == 0, result.output
+    cells = _cells(out)
+    assert set(cells) == {(spec, "stub/retry", "lost_reply"), (spec, "stub/no-retry", "lost_reply")}
+    retry = cells[spec, "stub/retry", "lost_reply"]
+    no_retry = cells[spec, "stub/no-retry", "lost_reply"]
+    # The stub's retry reaches the agent's own tool code: it refunds again; no retry, once.
+    assert (retry["trials"], retry["duplication_rate"]) == (2, 1.0)
+    assert (no_retry["trials"], no_retry["duplication_rate"]) == (2, 0.0)
+    assert all(c["errors"] == 0 and c["agent"].startswith("cmd:") for c in cells.values())
+    logs = sorted(out.glob("*.eval"))
+    again = twice(*args)
+    assert again.exit_code == 0, again.output
+    assert sorted(out.glob("*.eval")) == logs  # the rerun resumes: nothing ran again
 
 
 def test_an_agent_needs_a_task_that_passes_it_on(

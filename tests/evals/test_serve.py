@@ -176,14 +176,14 @@ def test_serve_token_guards_the_control_api() -> None:
 
 def test_serve_refuses_non_loopback_without_token(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match=r"refusing to bind '0\.0\.0\.0' without --token"):
-        _prepare("0.0.0.0", 0, tmp_path / "x.sqlite", None)
+        _prepare("0.0.0.0", 0, tmp_path / "x.sqlite", None, ())
 
 
 def test_serve_refuses_a_file_that_is_not_its_database(tmp_path: Path) -> None:
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(ServeError, match="not a twice serve database"):
-        _prepare("127.0.0.1", 0, junk, None)
+        _prepare("127.0.0.1", 0, junk, None, ())
 
 
 def test_serve_refuses_a_db_it_cannot_open_in_one_line(tmp_path: Path) -> None:
@@ -208,7 +208,7 @@ def test_one_serve_per_db(tmp_path: Path) -> None:
     first = RequestLog(db)
     try:
         with pytest.raises(ServeError, match=r"one\.sqlite is in use by another twice serve \(pid"):
-            _prepare("127.0.0.1", 0, db, None)
+            _prepare("127.0.0.1", 0, db, None, ())
     finally:
         first.close()
     RequestLog(db).close()  # released with the first server
@@ -222,7 +222,60 @@ def test_serve_refuses_a_log_it_cannot_replay(tmp_path: Path) -> None:
     log.append("abc", "create", {"task": "refund", "sample": "refund-999"})
     log.close()
     with pytest.raises(ServeError, match=r"cannot be replayed: trial abc .*no sample 'refund-999'"):
-        _prepare("127.0.0.1", 0, db, None)
+        _prepare("127.0.0.1", 0, db, None, ())
+
+
+OWN_TASK = f"{Path(__file__).parents[2] / 'docs/examples/own_task/courtesy.py'}:courtesy_refund"
+
+
+def test_serve_hosts_a_task_of_your_own_it_was_started_with(tmp_path: Path) -> None:
+    db = tmp_path / "own.sqlite"
+    with running_server(db, tasks=[OWN_TASK]) as running:
+        r = httpx.post(
+            f"{running.url}/_twice/trials", json={"task": OWN_TASK, "fault": "lost_reply"}
+        )
+        assert r.status_code == 201, r.text
+        made = r.json()
+        assert (made["task"], made["sample"]) == (OWN_TASK, "courtesy-001")
+        refund = {"order_id": "order_1042", "amount": 500, "reason": "courtesy"}
+        with pytest.raises(httpx.RemoteProtocolError):  # committed, reply lost
+            httpx.post(f"{made['urls']['payments']}/v1/refunds", json=refund)
+        httpx.post(f"{made['urls']['payments']}/v1/refunds", json=refund)  # a blind retry
+        assert verdict(running.url, made)["duplicated"] == 1.0  # the task's own intents
+        before = ledger(running.url, made)
+    # The request log names the task by its spec: a restart needs the same --task.
+    with pytest.raises(ServeError, match=r"of task '.*courtesy\.py:courtesy_refund', a task of "):
+        _prepare("127.0.0.1", 0, db, None, ())
+    with running_server(db, tasks=[OWN_TASK]) as again:
+        assert ledger(again.url, made) == before
+
+
+def test_serve_makes_no_trial_of_a_task_file_it_was_not_started_with(server: str) -> None:
+    # A request never names code for the server to load.
+    r = httpx.post(f"{server}/_twice/trials", json={"task": OWN_TASK})
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert f"twice serve --task {OWN_TASK}" in message and "built-in: refund" in message
+
+
+def test_serve_refuses_a_task_of_your_own_it_cannot_load(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from twice.evals.cli import cli
+
+    missing = f"{tmp_path / 'nope.py'}:task"
+    db = tmp_path / "serve.sqlite"
+    result = CliRunner().invoke(cli, ["serve", "--port", "0", "--db", db, "--task", missing])
+    assert result.exit_code == 2, result.output
+    assert not db.exists()  # refused before anything was written
+    assert f"--task '{missing}': task file" in result.output and "does not exist" in result.output
+    plain = tmp_path / "plain.py"
+    plain.write_text(
+        "from inspect_ai import Task, task\nfrom inspect_ai.dataset import Sample\n\n@task\n"
+        "def t(fault='none', protection='bare', prompt='baseline'):\n"
+        "    return Task(dataset=[Sample(input='hi')])\n"
+    )
+    with pytest.raises(ServeError, match=r"was not built with twice\.tasks\.twice_task"):
+        _prepare("127.0.0.1", 0, ":memory:", None, [f"{plain}:t"])
 
 
 def test_parse_trial_config_defaults() -> None:
