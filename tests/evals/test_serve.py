@@ -250,6 +250,24 @@ def test_serve_hosts_a_task_of_your_own_it_was_started_with(tmp_path: Path) -> N
         assert ledger(again.url, made) == before
 
 
+def test_mcp_serves_the_tools_of_a_task_of_your_own() -> None:
+    with running_server(tasks=[OWN_TASK]) as running:
+        r = httpx.post(
+            f"{running.url}/_twice/trials",
+            json={"task": OWN_TASK, "fault": "lost_reply", "protection": "intent-key"},
+        )
+        assert r.status_code == 201, r.text
+        made = r.json()
+        args = {"order_id": "order_1042", "cents": 500}
+        tools, results = asyncio.run(
+            _mcp_session(made["urls"]["mcp"], [("refund_order", args), ("refund_order", args)])
+        )
+        assert sorted(t.name for t in tools.tools) == ["list_refunds", "refund_order"]
+        assert "may or may not have been made" in results[0].content[0].text  # reply lost
+        assert "re_1" in results[1].content[0].text  # the intent key replays the first
+        assert refunds(running.url, made) == ["re_1"]
+
+
 def test_serve_makes_no_trial_of_a_task_file_it_was_not_started_with(server: str) -> None:
     # A request never names code for the server to load.
     r = httpx.post(f"{server}/_twice/trials", json={"task": OWN_TASK})
