@@ -116,59 +116,13 @@ def test_a_task_that_cannot_be_run_exits_2_naming_it(
     assert not list(out.glob("*.eval"))
 
 
-COURTESY_AGENT = """
-import json, os, urllib.error, urllib.parse, urllib.request
-
-PAYMENTS = os.environ["TWICE_PAYMENTS_URL"]
-
-
-def http(url, body=None, headers=None):
-    data = None if body is None else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json", **(headers or {})}
-    with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=60) as r:
-        return json.load(r)
-
-
-def refund_order(order_id, cents):
-    body = {"order_id": order_id, "amount": cents, "reason": "courtesy"}
-    try:
-        return "Created refund " + http(PAYMENTS + "/v1/refunds", body)["id"]
-    except OSError:
-        return "Error: the payments API did not answer; the refund may have been made."
-
-
-def list_refunds(order_id):
-    query = urllib.parse.urlencode({"order_id": order_id})
-    return ", ".join(r["id"] for r in http(PAYMENTS + "/v1/refunds?" + query)["data"]) or "none"
-
-
-tools = {"refund_order": refund_order, "list_refunds": list_refunds}
-messages = [
-    {"role": "system", "content": os.environ["TWICE_SYSTEM_PROMPT"]},
-    {"role": "user", "content": os.environ["TWICE_INPUT"]},
-]
-auth = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}
-for _ in range(10):
-    url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
-    message = http(url, {"model": "inspect", "messages": messages}, auth)["choices"][0]["message"]
-    messages.append(message)
-    if not message.get("tool_calls"):
-        break
-    for call in message["tool_calls"]:
-        fn = call["function"]
-        result = tools[fn["name"]](**json.loads(fn["arguments"]))
-        messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-"""
-
-
 @pytest.mark.slow
 def test_agent_cmd_runs_a_task_of_your_own(
     twice: Callable[..., Any], project: Path, tmp_path: Path
 ) -> None:
     # twice serve hosts the trials an --agent-cmd agent calls; it used to host only the
     # built-in tasks, so the run refused a task of your own.
-    agent = tmp_path / "courtesy_agent.py"
-    agent.write_text(COURTESY_AGENT, encoding="utf-8")
+    agent = project / "courtesy_agent.py"
     spec = f"{project / 'courtesy.py'}:courtesy_refund"
     out = tmp_path / "logs"
     args = (
