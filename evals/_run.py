@@ -56,6 +56,7 @@ from twice.reports import (
 )
 from twice.tasks import TASKS, Prompt, get_task, load_prompt, scrub, secret_values
 from twice.tasks._spec import file_digest
+from twice.tasks._trial import twice_metadata
 from twice.tasks.agents import BUILTIN_AGENTS, REACT
 
 from ._endpoint import EndpointState, guard_model
@@ -354,14 +355,13 @@ def _own_task(task: Task, spec: str) -> Task:
     Raises:
         SuiteError: when the function did not build its task with ``twice_task``.
     """
-    meta = dict(task.metadata or {})
-    twice = meta.get("twice")
-    if not isinstance(twice, dict) or "fault" not in twice:
+    twice = twice_metadata(task)
+    if twice is None:
         raise SuiteError(
             f"task {spec!r} was not built with twice.tasks.twice_task: its trials would "
             "have no mock services, ledger or side-effect scorer"
         )
-    meta["twice"] = {**twice, "task": spec}
+    meta = {**(task.metadata or {}), "twice": {**twice, "task": spec}}
     digest = hashlib.sha256(spec.encode("utf-8")).hexdigest()[:8]
     return task_with(task, name=f"{task.name}_{digest}", metadata=meta)
 
@@ -625,9 +625,8 @@ def prepared_run(
             from ._serve import ServeError, running_server
             from ._serve_eval import URL_ENV
 
-            own = [c.task for c in planned if c.task not in TASKS]
-            try:
-                url = stack.enter_context(running_server(tasks=own)).url
+            try:  # the server hosts the tasks of your own among the cells' tasks
+                url = stack.enter_context(running_server(tasks=[c.task for c in planned])).url
             except ServeError as ex:
                 raise SuiteError(str(ex)) from None
             # Named, not given: the tasks' identity (and so the resume) outlives the port.

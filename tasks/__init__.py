@@ -111,15 +111,14 @@ def task_parts(name: str) -> TaskParts:
         ValueError: naming the bad value and the accepted ones, or a task of your own that
             cannot be loaded or was not built with :func:`twice_task`.
     """
-    from ._trial import TASK_PARTS
+    from ._trial import TASK_PARTS, twice_metadata
 
     if name not in _PARTS:
         built = get_task(name)(fault="none", protection="bare", prompt="baseline")
         # twice_task registers its parts under the name it was given, just now: read them at
         # once (a task of your own may share a built-in's name; its spec tells them apart).
         parts = TASK_PARTS.get(built.name)
-        twice = (built.metadata or {}).get("twice")
-        if parts is None or not isinstance(twice, dict):
+        if parts is None or twice_metadata(built) is None:
             raise ValueError(
                 f"task {name!r} was not built with twice.tasks.twice_task: it has no mock "
                 "services, tools or ledger to serve"

@@ -455,6 +455,13 @@ def twice_task(
     )
 
 
+def twice_metadata(task: Task) -> dict[str, Any] | None:
+    """The ``twice`` metadata of a task :func:`twice_task` built (its fault, protection, ...);
+    None for a task built otherwise, which has no mock services, ledger or side-effect scorer."""
+    meta = (task.metadata or {}).get("twice")
+    return meta if isinstance(meta, dict) and "fault" in meta else None
+
+
 async def _store_the_ledger(state: TaskState) -> None:
     """The task's cleanup: inspect runs it after scoring, and also when the trial failed
     before scoring, so the ledger reaches the log either way."""
