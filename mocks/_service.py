@@ -354,6 +354,45 @@ def _side_effect(name: str, *, sync: bool) -> Callable[..., Any]:
     return run_async
 
 
+class _Cookies(httpx.Cookies):
+    """A client's cookie jar that reads only the responses that set a cookie.
+
+    httpx hands every response to the standard library's cookie jar, wrapping request and
+    response in urllib objects first (the request's URL parsed again): about a sixth of a
+    mock request's client-side CPU, for services that rarely set a cookie. A response that
+    sets one is read exactly as httpx reads it.
+    """
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        if "set-cookie" in response.headers:  # case-insensitive, as HTTP header names are
+            super().extract_cookies(response)
+
+
+class _ReadsCookiesOnDemand:
+    """Mixed into httpx's clients: their cookies live in a :class:`_Cookies` jar, through the
+    public ``cookies`` property (the one place httpx reads and sets a client's cookies)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cookies = super().cookies  # type: ignore[misc]  # the setter below
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._twice_cookies
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        self._twice_cookies = _Cookies(cookies)
+
+
+class _AsyncClient(_ReadsCookiesOnDemand, httpx.AsyncClient):
+    pass
+
+
+class _Client(_ReadsCookiesOnDemand, httpx.Client):
+    pass
+
+
 class Services:
     """The mock services of one trial, their shared ledger and fault, and an httpx client.
 
@@ -406,11 +445,11 @@ class Services:
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An async httpx client whose transport serves this trial's services."""
-        return httpx.AsyncClient(transport=httpx.MockTransport(self._serve_async), **kwargs)
+        return _AsyncClient(transport=httpx.MockTransport(self._serve_async), **kwargs)
 
     def sync_client(self, **kwargs: Any) -> httpx.Client:
         """A blocking httpx client on the same services (no in-flight window)."""
-        return httpx.Client(transport=httpx.MockTransport(self.dispatch), **kwargs)
+        return _Client(transport=httpx.MockTransport(self.dispatch), **kwargs)
 
     @property
     def sync_router(self) -> respx.Router:

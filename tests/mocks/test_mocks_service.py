@@ -397,3 +397,40 @@ def test_ledger_of_a_sample_without_a_ledger_says_so() -> None:
     assert ledgers(SimpleNamespace(samples=[good, good])) == [Ledger(), Ledger()]
     with pytest.raises(LookupError, match="sample 's2' has no ledger"):
         ledger_of(SimpleNamespace(id="s2", store={}))
+
+
+def _cookie_service() -> Services:
+    """Payments whose refund reply sets a session cookie (real APIs do; the mocks do not)."""
+
+    class WithSession(PaymentsService):
+        def create_refund(self, call: Call) -> httpx.Response:
+            response = super().create_refund(call)
+            response.headers["Set-Cookie"] = "session=s_1; Path=/"
+            return response
+
+    return Services([WithSession(orders=[ORDER])])
+
+
+def test_clients_keep_a_cookie_a_service_sets_and_send_it_back() -> None:
+    # The clients read a response's cookies only when it sets one (a CPU saving): one that
+    # does is read as httpx reads it, and the cookie goes out with the next request.
+    s = _cookie_service()
+
+    async def go() -> tuple[httpx.Response, httpx.Response, httpx.Cookies]:
+        async with s.client() as client:
+            plain = await client.get("https://payments.twice.test/v1/refunds")
+            assert not client.cookies
+            await client.post(URL, json=BODY)
+            again = await client.get("https://payments.twice.test/v1/refunds")
+            return plain, again, client.cookies
+
+    plain, again, cookies = asyncio.run(go())
+    assert dict(cookies) == {"session": "s_1"}
+    assert "cookie" not in plain.request.headers
+    assert again.request.headers["cookie"] == "session=s_1"
+    with s.sync_client() as client:
+        client.post(URL, json=BODY)
+        assert (
+            client.get("https://payments.twice.test/v1/refunds").request.headers["cookie"]
+            == "session=s_1"
+        )
