@@ -11,6 +11,11 @@ Each variant runs in two processes, one with ``K`` timed evals after two warm-up
 with none; the difference over ``K x 24`` trials is what one trial costs, imports and
 warm-up excluded. ``python bench/instructions.py`` (needs valgrind; about 8 minutes on 2
 cores); ``--only bare,twice`` for some variants.
+
+``--cache`` also simulates the caches, with the last level the size of one core's L2 (read
+from ``/sys``; ``--ll SIZE,ASSOC,LINE`` to choose), and prints its misses per trial: what
+the instruction count leaves out. A miss there is a trip to the L3, which a shared machine's
+other tenants share; that is where a CPU-time ratio moves from hour to hour.
 """
 
 from __future__ import annotations
@@ -56,24 +61,52 @@ def _child(variant: str, evals: int, work: Path) -> None:
     # How many evals ran is in argv; the parent reads cachegrind's total.
 
 
-def _instructions(variant: str, evals: int, work: Path) -> int:
+COUNTS = {"instructions": r"I\s+refs:", "L1 misses": r"LL refs:", "LL misses": r"LL misses:"}
+"""cachegrind's summary lines: instructions; with the caches simulated, the first level's
+misses (every one is a last-level reference) and the last level's."""
+
+
+def l2_geometry() -> str | None:
+    """``SIZE,ASSOC,LINE`` of this machine's per-core L2 (from ``/sys``), or None."""
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if (index / "level").read_text().strip() != "2":
+                continue
+            size = (index / "size").read_text().strip()
+            ways = (index / "ways_of_associativity").read_text().strip()
+            line = (index / "coherency_line_size").read_text().strip()
+        except OSError:
+            return None
+        kib = int(size.rstrip("K")) if size.endswith("K") else int(size.rstrip("M")) * 1024
+        return f"{kib * 1024},{ways},{line}"
+    return None
+
+
+def _counts(variant: str, evals: int, work: Path, ll: str | None) -> dict[str, int]:
+    sim = ["--cache-sim=yes", f"--LL={ll}"] if ll else ["--cache-sim=no"]
     cmd = [
-        "valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+        "valgrind", "--tool=cachegrind", *sim, "--cachegrind-out-file=/dev/null",
         sys.executable, __file__, "--child", variant, str(evals), "--work", str(work),
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
-    m = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-    if done.returncode != 0 or not m:
+    found = {}
+    for name, label in COUNTS.items():
+        m = re.search(label + r"\s+([\d,]+)", done.stderr)
+        if m:
+            found[name] = int(m[1].replace(",", ""))
+    if done.returncode != 0 or "instructions" not in found:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-2000:]}")
-    return int(m[1].replace(",", ""))
+    return found
 
 
-def per_trial(variant: str, evals: int, work: Path) -> float:
-    """Instructions of one trial of ``variant``: (K evals - 0 evals) / (K x 24)."""
+def per_trial(variant: str, evals: int, work: Path, ll: str | None = None) -> dict[str, float]:
+    """Counts of one trial of ``variant``: (K evals - 0 evals) / (K x 24), for instructions
+    and, with ``ll`` (a last level's ``SIZE,ASSOC,LINE``), cache misses."""
     with ThreadPoolExecutor(2) as pool:
-        with_k = pool.submit(_instructions, variant, evals, work)
-        without = pool.submit(_instructions, variant, 0, work)
-        return (with_k.result() - without.result()) / (evals * TRIALS_PER_EVAL)
+        with_k = pool.submit(_counts, variant, evals, work, ll)
+        without = pool.submit(_counts, variant, 0, work, ll)
+        k, zero = with_k.result(), without.result()
+    return {name: (k[name] - zero[name]) / (evals * TRIALS_PER_EVAL) for name in k}
 
 
 def main() -> None:
@@ -81,25 +114,45 @@ def main() -> None:
     parser.add_argument("--evals", type=int, default=4, help="timed evals per variant")
     parser.add_argument("--only", help=f"comma-separated variants of: {', '.join(VARIANTS)}")
     parser.add_argument("--work", type=Path, default=HERE / "out")
+    parser.add_argument(
+        "--cache", action="store_true", help="simulate the caches, last level = one core's L2"
+    )
+    parser.add_argument("--ll", help="the simulated last level: SIZE,ASSOC,LINE (implies --cache)")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "EVALS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(args.child[0], int(args.child[1]), args.work)
         return
+    ll = None
+    if args.cache or args.ll:
+        ll = args.ll or l2_geometry()
+        if ll is None:
+            sys.exit(
+                "error: could not read this machine's L2 size from /sys; pass --ll SIZE,ASSOC,LINE"
+            )
     if shutil.which("valgrind") is None:
         sys.exit("error: valgrind is not on PATH (Debian: apt-get install valgrind)")
     wanted = list(VARIANTS) if not args.only else [v.strip() for v in args.only.split(",")]
     unknown = [v for v in wanted if v not in VARIANTS]
     if unknown:
         sys.exit(f"error: unknown variant(s) {', '.join(unknown)}; expected: {', '.join(VARIANTS)}")
-    counts: dict[str, float] = {}
+    if ll:
+        print(f"caches simulated; last level {ll} (size, ways, line bytes)")
+    counts: dict[str, dict[str, float]] = {}
     for variant in wanted:
-        counts[variant] = per_trial(variant, args.evals, args.work)
-        millions = counts[variant] / 1e6
-        print(f"{variant:>6}: {millions:6.2f} M instructions/trial  ({VARIANTS[variant]})")
+        counts[variant] = c = per_trial(variant, args.evals, args.work, ll)
+        misses = "".join(
+            f", {c[name] / 1e3:7.1f} k {name}" for name in ("L1 misses", "LL misses") if name in c
+        )
+        print(
+            f"{variant:>6}: {c['instructions'] / 1e6:6.2f} M instructions{misses}/trial"
+            f"  ({VARIANTS[variant]})"
+        )
     for name, (subject, base) in RATIOS.items():
         if subject in counts and base in counts:
-            print(f"{name}: {counts[subject] / counts[base]:.3f} (instructions)")
+            for count in counts[subject]:
+                ratio = counts[subject][count] / counts[base][count]
+                print(f"{name}: {ratio:.3f} ({count})")
 
 
 if __name__ == "__main__":
