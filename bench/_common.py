@@ -143,6 +143,20 @@ def paired(
     return out
 
 
+def steal_seconds() -> float | None:
+    """CPU seconds the hypervisor gave other guests while this machine's CPUs wanted to run
+    (``steal`` in ``/proc/stat``, all CPUs), since boot; None where that is not readable.
+
+    On a shared virtual machine this is where a slow hour goes: a rise of a few seconds over
+    a run marks its figures as measured in a contended hour (docs/BENCHMARKS.md)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):  # not Linux, or a kernel without the field
+        return None
+
+
 def machine_info(mode: str) -> dict[str, Any]:
     """Cores, Python, library versions and load: what the figures depend on."""
     libs: dict[str, str | None] = {}

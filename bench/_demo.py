@@ -59,4 +59,6 @@ def workers(work: Path, extra: list[str], reps: int) -> dict[str, float]:
         "speedup": t1 / t2,
         "cpu_one": statistics.median(r["cpu_seconds"] for r in one),
         "cpu_two": statistics.median(r["cpu_seconds"] for r in two),
+        # Each pair's two walls: single pairs' ratios moved 1.38-1.90 in one hour.
+        "pairs": [(a["seconds"], b["seconds"]) for a, b in zip(one, two, strict=True)],
     }

@@ -228,7 +228,9 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
         notes.append(
             f"workers: --workers 1 {w['one']:.1f} s, --workers 2 {w['two']:.1f} s wall "
             f"(medians of {sizes.worker_reps} interleaved pairs; CPU {w['cpu_one']:.1f} vs "
-            f"{w['cpu_two']:.1f} s)"
+            f"{w['cpu_two']:.1f} s; pairs "
+            + ", ".join(f"{one:.1f}/{two:.1f}" for one, two in w["pairs"])
+            + ")"
         )
     if want("agents"):
         import _agents
@@ -343,17 +345,20 @@ def main(argv: list[str] | None = None) -> int:
         _reports.child_main(*args.child)
         return 0
 
-    from _common import machine_info
+    from _common import machine_info, steal_seconds
 
     os.environ.setdefault("INSPECT_DISPLAY", "none")
     mode = "quick" if args.quick else "full"
     sizes = QUICK if args.quick else FULL
     machine = machine_info(mode)
+    steal0 = steal_seconds()
     machine["sizes"] = {k: v for k, v in vars(sizes).items() if k != "demo_args"}
     w0 = time.perf_counter()
     only = set(args.only.split(",")) if args.only else None
     results, notes = run_all(sizes, args.work.resolve(), only)
     machine["load_average_at_end"] = list(os.getloadavg())
+    steal1 = steal_seconds()
+    machine["steal_seconds"] = None if steal0 is None or steal1 is None else steal1 - steal0
     machine["bench_seconds"] = time.perf_counter() - w0
     results["machine"] = machine
 
@@ -365,8 +370,13 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{machine['cores']} cores, Python {machine['python']}, inspect_ai "
         f"{machine['libraries']['inspect_ai']}; "
         f"load average {machine['load_average_at_start'][0]:.1f} "
-        f"at start, {machine['load_average_at_end'][0]:.1f} at end; {mode} mode, "
-        f"{machine['bench_seconds']:.0f} s"
+        f"at start, {machine['load_average_at_end'][0]:.1f} at end; "
+        + (
+            f"{machine['steal_seconds']:.1f} s stolen by the hypervisor; "
+            if machine["steal_seconds"] is not None
+            else ""
+        )
+        + f"{mode} mode, {machine['bench_seconds']:.0f} s"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if only and args.out.is_file():  # a subset refreshes its figures, keeps the others

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,11 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
     assert machine["mode"] == "quick"
     assert machine["cores"] >= 1 and machine["libraries"]["inspect_ai"]
     assert "overhead_ratio" in done.stdout
+    if sys.platform == "linux":  # /proc/stat's steal: how contended the hour was
+        assert isinstance(machine["steal_seconds"], float) and machine["steal_seconds"] >= 0
+        assert "stolen by the hypervisor" in done.stdout
+    # every workers pair is printed, not only the medians (one pair here: --quick)
+    assert re.search(r"pairs \d+\.\d/\d+\.\d\)", done.stdout), done.stdout[-3000:]
 
 
 def test_bench_table_marks_missed_targets() -> None:
