@@ -10,7 +10,8 @@ so it complements ``bench/run.py`` and does not replace it.
 Each variant runs in two processes, one with ``K`` timed evals after two warm-ups and one
 with none; the difference over ``K x 24`` trials is what one trial costs, imports and
 warm-up excluded. ``python bench/instructions.py`` (needs valgrind; about 8 minutes on 2
-cores); ``--only bare,twice`` for some variants.
+cores); ``--only bare,twice`` for some variants; ``--epochs 4`` for evals the size
+``bench/run.py`` times (four times as long).
 
 ``--cache`` also simulates the caches, with the last level the size of one core's L2 (read
 from ``/sys``; ``--ll SIZE,ASSOC,LINE`` to choose), and prints its misses per trial: what
@@ -40,8 +41,9 @@ VARIANTS = {
 RATIOS = {"overhead_ratio": ("twice", "bare"), "fault_ratio": ("lost", "none")}
 
 
-def _child(variant: str, evals: int, work: Path) -> None:
-    """Run ``evals`` evals of ``variant`` after two warm-ups (inside cachegrind)."""
+def _child(variant: str, evals: int, work: Path, epochs: int = 1) -> None:
+    """Run ``evals`` evals of ``variant`` (``epochs`` epochs each) after two warm-ups (inside
+    cachegrind)."""
     sys.path.insert(0, str(HERE))
     import _trials
     from twice.evals._run import gc_for_trials, no_results_table
@@ -51,9 +53,9 @@ def _child(variant: str, evals: int, work: Path) -> None:
         gc_for_trials(),
         no_results_table("none"),
     ):
-        # The very evals bench/run.py times for the two figures, one epoch each.
-        bare, twice = _trials.overhead_runners(1, logs)
-        none, lost = _trials.fault_runners(1, logs)
+        # The very evals bench/run.py times for the two figures (it runs 4 epochs each).
+        bare, twice = _trials.overhead_runners(epochs, logs)
+        none, lost = _trials.fault_runners(epochs, logs)
         run = {"bare": bare, "twice": twice, "none": none, "lost": lost}[variant]
         for _ in range(2 + evals):
             run()
@@ -82,11 +84,14 @@ def l2_geometry() -> str | None:
     return None
 
 
-def _counts(variant: str, evals: int, work: Path, ll: str | None) -> dict[str, int]:
+def _counts(
+    variant: str, evals: int, work: Path, ll: str | None, epochs: int = 1
+) -> dict[str, int]:
     sim = ["--cache-sim=yes", f"--LL={ll}"] if ll else ["--cache-sim=no"]
     cmd = [
         "valgrind", "--tool=cachegrind", *sim, "--cachegrind-out-file=/dev/null",
         sys.executable, __file__, "--child", variant, str(evals), "--work", str(work),
+        "--epochs", str(epochs),
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     found = {}
@@ -99,19 +104,38 @@ def _counts(variant: str, evals: int, work: Path, ll: str | None) -> dict[str, i
     return found
 
 
-def per_trial(variant: str, evals: int, work: Path, ll: str | None = None) -> dict[str, float]:
-    """Counts of one trial of ``variant``: (K evals - 0 evals) / (K x 24), for instructions
-    and, with ``ll`` (a last level's ``SIZE,ASSOC,LINE``), cache misses."""
+def per_trial(
+    variant: str, evals: int, work: Path, ll: str | None = None, epochs: int = 1
+) -> dict[str, float]:
+    """Counts of one trial of ``variant``: (K evals - 0 evals) / (K x 24 x epochs), for
+    instructions and, with ``ll`` (a last level's ``SIZE,ASSOC,LINE``), cache misses."""
     with ThreadPoolExecutor(2) as pool:
-        with_k = pool.submit(_counts, variant, evals, work, ll)
-        without = pool.submit(_counts, variant, 0, work, ll)
+        with_k = pool.submit(_counts, variant, evals, work, ll, epochs)
+        without = pool.submit(_counts, variant, 0, work, ll, epochs)
         k, zero = with_k.result(), without.result()
-    return {name: (k[name] - zero[name]) / (evals * TRIALS_PER_EVAL) for name in k}
+    return {name: (k[name] - zero[name]) / (evals * TRIALS_PER_EVAL * epochs) for name in k}
+
+
+def positive(text: str) -> int:
+    """An ``argparse`` type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--evals", type=int, default=4, help="timed evals per variant")
+    parser.add_argument("--evals", type=positive, default=4, help="timed evals per variant")
+    parser.add_argument(
+        "--epochs",
+        type=positive,
+        default=1,
+        help="epochs per eval (bench/run.py times 4: more trials in flight at once)",
+    )
     parser.add_argument("--only", help=f"comma-separated variants of: {', '.join(VARIANTS)}")
     parser.add_argument("--work", type=Path, default=HERE / "out")
     parser.add_argument(
@@ -121,7 +145,7 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "EVALS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _child(args.child[0], int(args.child[1]), args.work)
+        _child(args.child[0], int(args.child[1]), args.work, args.epochs)
         return
     ll = None
     if args.cache or args.ll:
@@ -140,7 +164,7 @@ def main() -> None:
         print(f"caches simulated; last level {ll} (size, ways, line bytes)")
     counts: dict[str, dict[str, float]] = {}
     for variant in wanted:
-        counts[variant] = c = per_trial(variant, args.evals, args.work, ll)
+        counts[variant] = c = per_trial(variant, args.evals, args.work, ll, args.epochs)
         misses = "".join(
             f", {c[name] / 1e3:7.1f} k {name}" for name in ("L1 misses", "LL misses") if name in c
         )

@@ -168,3 +168,16 @@ def test_the_median_interval_is_the_sign_tests_order_statistics() -> None:
     assert round(p.ratio(), 6) == 1.2
     one = common.Paired([common.Sample(1.0, 1.0)], [common.Sample(1.0, 1.3)])
     assert one.median_interval() == (1.3, 1.3)  # one pair: no interval to give
+
+
+def test_instructions_refuses_a_count_below_one() -> None:
+    # Checked before valgrind is looked for: the error names the value and what is accepted.
+    for flag in ("--epochs", "--evals"):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "instructions.py"), flag, "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2
+        assert f"argument {flag}: '0' is not a whole number of at least 1" in done.stderr
