@@ -11,14 +11,19 @@ any other twice log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import os
 import socket
+import tempfile
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 from inspect_ai import Task
-from inspect_ai.agent import sandbox_agent_bridge
+from inspect_ai.agent import SandboxAgentBridge, sandbox_agent_bridge
 from inspect_ai.event import SandboxEvent
 from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageSystem
@@ -196,6 +201,61 @@ async def _wait_for_port(port: int, seconds: float = 60) -> None:
             return
 
 
+TOOLS_LOCK = Path(tempfile.gettempdir()) / "twice-sandbox-tools.lock"
+"""The host-wide lock a process's first agent bridge is entered under (see :func:`agent_bridge`)."""
+
+_bridge_tools = {"installed": False}
+"""Whether a bridge of this process is up, so inspect's sandbox tools are on this host."""
+
+
+@contextlib.asynccontextmanager
+async def agent_bridge(port: int) -> AsyncIterator[SandboxAgentBridge]:
+    """Inspect's ``sandbox_agent_bridge`` on ``port``, entered by one trial of the host at a
+    time until the sandbox tools are installed.
+
+    Entering the bridge installs inspect's sandbox tools into the ``local`` sandbox when they
+    are missing, in a directory that every process of the host shares. Two trials that find
+    them missing at once both extract them there, and one starts the tools' server while the
+    other is still writing it: that trial crashes ("incomplete or truncated stream"; on a
+    fresh machine, 2 of 3 two-trial runs lost a trial). So until a bridge of this process is
+    up, entering one holds a file lock of the host (``TOOLS_LOCK``): the first trial installs
+    the tools, the process's trials that waited for it then enter side by side, and later
+    trials never wait (another process, a ``--workers`` worker, waits for the lock once).
+    """
+    fd = None if _bridge_tools["installed"] else await _host_lock(TOOLS_LOCK)
+    if fd is not None and _bridge_tools["installed"]:  # installed while this trial waited
+        os.close(fd)
+        fd = None
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            bridge = await stack.enter_async_context(sandbox_agent_bridge(port=port))
+            _bridge_tools["installed"] = True
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the lock
+        yield bridge
+
+
+async def _host_lock(path: Path, poll: float = 0.05) -> int:
+    """A descriptor of ``path`` holding its exclusive ``flock`` (close it to release).
+
+    Polled rather than blocking in a thread: a trial cancelled while it waits (a timeout,
+    Ctrl-C) leaves no thread behind to take the lock later and hold it for good. Opened
+    read-only, so a lock file another user created still serves as the lock.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                await asyncio.sleep(poll)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def agent_env(served: dict[str, Any], state: TaskState, model_port: int) -> dict[str, str]:
     """What an external agent command is given: the trial's URLs, the task, the model.
 
@@ -238,7 +298,7 @@ def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> S
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         served = store().get(SERVED_STORE_KEY)
         port = _free_port()
-        async with sandbox_agent_bridge(port=port) as bridge:
+        async with agent_bridge(port) as bridge:
             await _wait_for_port(port)
             result = await sandbox().exec(
                 ["sh", "-c", command],

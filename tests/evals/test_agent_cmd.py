@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
+from twice.evals import _serve_eval
 from twice.evals._serve_eval import server_url
 from twice.evals._suite import SuiteError, command_agent_name, load_suite, suite_from_flags
 from twice.evals.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "docs" / "examples" / "http_agent.py"
+
+
+def _no_retry_run(out: Path, script: Path, limit: int) -> Result:
+    """``twice run --agent-cmd "python SCRIPT"``: the refund task, stub/no-retry, no fault."""
+    return CliRunner().invoke(
+        cli,
+        ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "none", "--limit",
+         str(limit), "--no-report", "--display", "none", "--log-dir", str(out),
+         "--agent-cmd", f"{sys.executable} {script}"],
+    )  # fmt: skip
 
 
 @pytest.mark.slow
@@ -54,6 +68,42 @@ def test_run_agent_cmd_scores_the_external_agents_ledger(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+def test_trials_that_start_together_enter_the_first_agent_bridge_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Entering inspect's bridge installs its sandbox tools into a directory the host shares.
+    # Two trials entering at once on a fresh machine both wrote the tools there, and one
+    # started them half-written: that trial crashed (2 of 3 such runs lost a trial).
+    real = _serve_eval.sandbox_agent_bridge
+    entering: list[int] = [0, 0]  # now, most at once
+
+    @contextlib.asynccontextmanager
+    async def watched(**kwargs: Any) -> AsyncIterator[Any]:
+        entering[0] += 1
+        entering[1] = max(entering)
+        try:
+            await asyncio.sleep(0.3)  # a window the other trial would enter in
+            cm = real(**kwargs)
+            bridge = await cm.__aenter__()
+        finally:
+            entering[0] -= 1
+        try:
+            yield bridge
+        finally:
+            await cm.__aexit__(None, None, None)
+
+    monkeypatch.setattr(_serve_eval, "sandbox_agent_bridge", watched)
+    monkeypatch.setitem(_serve_eval._bridge_tools, "installed", False)  # as in a new process
+    out = tmp_path / "logs"
+    result = _no_retry_run(out, AGENT, limit=2)
+    assert result.exit_code == 0, result.output
+    (cell,) = json.loads((out / "summary.json").read_text())["cells"]
+    assert cell["trials"] == 2 and cell["errors"] == 0 and cell["completion_rate"] == 1.0
+    assert entering[1] == 1  # the second trial entered after the first was in
+    assert _serve_eval._bridge_tools["installed"]
+
+
+@pytest.mark.slow
 def test_a_failed_agent_command_crashed_and_what_it_printed_is_logged_scrubbed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_text: Callable[[Path], str]
 ) -> None:
@@ -68,12 +118,7 @@ def test_a_failed_agent_command_crashed_and_what_it_printed_is_logged_scrubbed(
         "sys.exit(3)\n"
     )
     out = tmp_path / "logs"
-    result = CliRunner().invoke(
-        cli,
-        ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "none", "--limit",
-         "1", "--no-report", "--display", "none", "--log-dir", str(out),
-         "--agent-cmd", f"{sys.executable} {script}"],
-    )  # fmt: skip
+    result = _no_retry_run(out, script, limit=1)
     assert result.exit_code == 0, result.output
     logged = logged_text(out)
     assert "token is [redacted]" in logged and "and again [redacted]" in logged
