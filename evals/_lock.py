@@ -1,4 +1,5 @@
-"""One ``twice run`` per log directory.
+"""File locks: one ``twice run`` per log directory, and :func:`wait_for_lock` for a lock that
+is waited for rather than refused.
 
 Two runs writing one directory both run every cell and leave twice the logs. The lock is an
 ``fcntl`` lock on ``LOG_DIR/.twice.lock``, which names its holder (pid, host, start time).
@@ -8,6 +9,7 @@ by a dead run is stale by construction and the next run takes it over.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import fcntl
@@ -89,3 +91,24 @@ def hold_lock(path: Path, busy: Callable[[str], Exception]) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         os.close(fd)  # closing drops the lock, after the file is gone
+
+
+async def wait_for_lock(path: Path, poll: float = 0.05) -> int:
+    """A descriptor of ``path`` (created if missing, never removed) holding its exclusive
+    ``flock``, once no other holder has it; close the descriptor to release it.
+
+    Polled rather than blocking in a thread: a task cancelled while it waits (a timeout,
+    Ctrl-C) leaves no thread behind to take the lock later and hold it for good. Opened
+    read-only, so a lock file another user created still serves as the lock.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                await asyncio.sleep(poll)
+    except BaseException:
+        os.close(fd)
+        raise

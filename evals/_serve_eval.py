@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import socket
 import tempfile
@@ -42,6 +41,8 @@ from twice.tasks import (
     task_parts,
 )
 from twice.tasks.agents import AGENT_STORE_KEY
+
+from ._lock import wait_for_lock
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
@@ -222,7 +223,7 @@ async def agent_bridge(port: int) -> AsyncIterator[SandboxAgentBridge]:
     the tools, the process's trials that waited for it then enter side by side, and later
     trials never wait (another process, a ``--workers`` worker, waits for the lock once).
     """
-    fd = None if _bridge_tools["installed"] else await _host_lock(TOOLS_LOCK)
+    fd = None if _bridge_tools["installed"] else await wait_for_lock(TOOLS_LOCK)
     if fd is not None and _bridge_tools["installed"]:  # installed while this trial waited
         os.close(fd)
         fd = None
@@ -234,26 +235,6 @@ async def agent_bridge(port: int) -> AsyncIterator[SandboxAgentBridge]:
             if fd is not None:
                 os.close(fd)  # releases the lock
         yield bridge
-
-
-async def _host_lock(path: Path, poll: float = 0.05) -> int:
-    """A descriptor of ``path`` holding its exclusive ``flock`` (close it to release).
-
-    Polled rather than blocking in a thread: a trial cancelled while it waits (a timeout,
-    Ctrl-C) leaves no thread behind to take the lock later and hold it for good. Opened
-    read-only, so a lock file another user created still serves as the lock.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except BlockingIOError:
-                await asyncio.sleep(poll)
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def agent_env(served: dict[str, Any], state: TaskState, model_port: int) -> dict[str, str]:
