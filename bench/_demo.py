@@ -39,20 +39,28 @@ def demo(work: Path, extra: list[str]) -> dict[str, Any]:
     return {"seconds": wall, "cpu_seconds": cpu, "trials": trials, "command": " ".join(cmd[1:])}
 
 
-def workers(work: Path, extra: list[str], reps: int) -> dict[str, float]:
+def workers(work: Path, extra: list[str], reps: int, rounds: int) -> dict[str, Any]:
     """``twice run --workers 2`` against ``--workers 1``: wall seconds, interleaved pairs.
 
     Each run is a fresh process, start to exit (imports, the workers' own start-up, the merge
     and the report included): what a user waits for. The speedup is the ratio of the medians.
+    Before each pair, :func:`_common.parallel_ceiling` (``rounds``) measures what the machine
+    gave perfectly parallel work at that minute; ``efficiency`` is the median over pairs of
+    the pair's speedup over its ceiling.
     """
+    from _common import parallel_ceiling
+
     one: list[dict[str, Any]] = []
     two: list[dict[str, Any]] = []
+    ceilings: list[float] = []
     for rep in range(reps):
+        ceilings.append(parallel_ceiling(rounds)["ceiling"])
         order = [(one, "1"), (two, "2")] if rep % 2 == 0 else [(two, "2"), (one, "1")]
         for runs, n in order:
             runs.append(demo(work, [*extra, "--workers", n]))
     t1 = statistics.median(r["seconds"] for r in one)
     t2 = statistics.median(r["seconds"] for r in two)
+    pairs = [(a["seconds"], b["seconds"]) for a, b in zip(one, two, strict=True)]
     return {
         "one": t1,
         "two": t2,
@@ -60,5 +68,10 @@ def workers(work: Path, extra: list[str], reps: int) -> dict[str, float]:
         "cpu_one": statistics.median(r["cpu_seconds"] for r in one),
         "cpu_two": statistics.median(r["cpu_seconds"] for r in two),
         # Each pair's two walls: single pairs' ratios moved 1.38-1.90 in one hour.
-        "pairs": [(a["seconds"], b["seconds"]) for a, b in zip(one, two, strict=True)],
+        "pairs": pairs,
+        "ceilings": ceilings,
+        "ceiling": statistics.median(ceilings),
+        "efficiency": statistics.median(
+            (a / b) / c for (a, b), c in zip(pairs, ceilings, strict=True)
+        ),
     }

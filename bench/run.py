@@ -42,6 +42,7 @@ class Sizes:
     concurrency_epochs: int
     demo_args: tuple[str, ...]  # extra `twice run` arguments (none: the default suite)
     worker_reps: int  # interleaved pairs of `twice run --workers 1` / `--workers 2`
+    ceiling_rounds: int  # size of the parallel-ceiling loop measured before each pair
     serve_clients: int = 64  # concurrent clients against twice serve
     serve_requests: int = 100  # requests per client (half POST, half GET)
     agent_limit: int | None = None  # agent_overhead: samples per eval (None: all 24)
@@ -70,6 +71,7 @@ FULL = Sizes(
     concurrency_epochs=11,
     demo_args=(),
     worker_reps=5,
+    ceiling_rounds=250,  # ~3 s a process: 9 s before each ~55 s pair
 )
 QUICK = Sizes(
     epochs=1,
@@ -85,6 +87,7 @@ QUICK = Sizes(
     concurrency_epochs=1,
     demo_args=("--model", "stub/retry", "--fault", "none", "--limit", "2", "--no-report"),
     worker_reps=1,
+    ceiling_rounds=5,
     serve_clients=8,
     serve_requests=10,
     agent_limit=2,
@@ -223,14 +226,18 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
     if want("workers"):
         args = list(sizes.demo_args)
         log(f"workers: twice run {' '.join(args) or '(default suite)'} --workers 2 vs 1")
-        w = workers(work, args, sizes.worker_reps)
+        w = workers(work, args, sizes.worker_reps, sizes.ceiling_rounds)
         results["workers_speedup"] = w["speedup"]
+        results["workers_parallel_ceiling"] = w["ceiling"]
+        results["workers_efficiency"] = w["efficiency"]
         notes.append(
             f"workers: --workers 1 {w['one']:.1f} s, --workers 2 {w['two']:.1f} s wall "
             f"(medians of {sizes.worker_reps} interleaved pairs; CPU {w['cpu_one']:.1f} vs "
             f"{w['cpu_two']:.1f} s; pairs "
             + ", ".join(f"{one:.1f}/{two:.1f}" for one, two in w["pairs"])
-            + ")"
+            + "); the machine's parallel ceiling before each pair "
+            + ", ".join(f"{c:.2f}" for c in w["ceilings"])
+            + f" (median {w['ceiling']:.2f}): {w['efficiency']:.2f} of it"
         )
     if want("agents"):
         import _agents

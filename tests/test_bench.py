@@ -29,6 +29,8 @@ FIGURES = {
     "concurrency_vs_bare",
     "concurrency_vs_bare_one_process",
     "workers_speedup",
+    "workers_parallel_ceiling",
+    "workers_efficiency",
     "demo_seconds",
     "agent_overhead",
     "sequential",
@@ -89,6 +91,9 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
         assert "stolen by the hypervisor" in done.stdout
     # every workers pair is printed, not only the medians (one pair here: --quick)
     assert re.search(r"pairs \d+\.\d/\d+\.\d\)", done.stdout), done.stdout[-3000:]
+    # ... beside the machine's parallel ceiling measured before it, and the speedup over it
+    assert 0 < results["workers_parallel_ceiling"] < 4
+    assert re.search(r"ceiling before each pair \d\.\d\d \(median", done.stdout)
 
 
 def test_bench_table_marks_missed_targets() -> None:
