@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import gc
 import hashlib
 import importlib
@@ -717,6 +718,32 @@ def without_provider_sdk_state(cells: list[Cell]) -> Iterator[None]:
             setattr(internal, f, value)
 
 
+@contextmanager
+def revision_resolved_once() -> Iterator[None]:
+    """For the block, find the git revision inspect records in every eval log once.
+
+    Inspect's task logger asks git for it at the start of every eval: three subprocesses
+    (``rev-parse``, ``remote get-url``, ``status --porcelain``) for each of the default
+    suite's 57 evals: 171 ``git`` processes counted with ``strace`` in one ``twice run``,
+    each 10-80 ms of wall, and ``status`` walks the working tree (logs included, when they
+    are written inside it). The revision describes the code this process loaded, which does not
+    change while it runs, so the first answer is recorded in every log of the block (which
+    is also more faithful: a log directory inside the repository no longer turns "dirty"
+    halfway through a run). An inspect without the hook is left as it is.
+    """
+    from inspect_ai._eval.task import log as task_log
+
+    original = getattr(task_log, "resolve_revision", None)
+    if not callable(original):
+        yield
+        return
+    task_log.resolve_revision = functools.cache(original)
+    try:
+        yield
+    finally:
+        task_log.resolve_revision = original
+
+
 def evaluate(
     run: PreparedRun,
     settings: EvalSettings,
@@ -738,6 +765,7 @@ def evaluate(
         _stop_on_sigterm(state),
         no_results_table(settings.display),
         without_provider_sdk_state(run.planned),
+        revision_resolved_once(),
     ):
         try:
             if not run.tasks:  # a shard dealt no cells (more shards than cells) runs nothing
