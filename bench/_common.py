@@ -169,28 +169,44 @@ def parallel_ceiling(rounds: int) -> dict[str, float]:
     :func:`_busy` run twice in this process over its wall run once in each of two forked ones.
 
     2.0 on two idle cores. On a shared virtual machine it is whatever the host lets the
-    second core do at that minute: the guest sees no steal, each process its full CPU time,
-    yet a CPU-second does less work while the other core is busy (measured here: 1.27 to 2.4
-    over one hour for this loop). ``twice run --workers 2`` cannot beat it; the workers
-    benchmark measures it beside every pair so its speedup reads against the hour it ran in.
+    second core do at that minute: in the hour it was first measured here the guest saw no
+    steal and each process its full CPU time, yet a CPU-second did less work while the other
+    core was busy (1.27 to 2.4 over that hour for this loop). Single samples are noisy (above
+    2.0 at times), so the one-process runs come one before and one after the two-process run,
+    which cancels a steady drift. ``twice run --workers 2`` cannot beat it; the workers
+    benchmark samples it before every pair so its speedup reads against the hour it ran in.
+
+    Raises:
+        RuntimeError: when a forked child failed (its traceback is on stderr).
     """
     t0 = time.perf_counter()
     _busy(rounds)
-    _busy(rounds)
     sequential = time.perf_counter() - t0
     t0 = time.perf_counter()
-    children = []
-    for _ in range(2):
-        pid = os.fork()
-        if pid == 0:  # the child: the work, then out without running the parent's atexit
-            try:
-                _busy(rounds)
-            finally:
-                os._exit(0)
-        children.append(pid)
-    for pid in children:
-        os.waitpid(pid, 0)
+    children: list[int] = []
+    try:
+        for _ in range(2):
+            pid = os.fork()
+            if pid == 0:  # the child: the work, then out without the parent's atexit or flush
+                code = 1
+                try:
+                    _busy(rounds)
+                    code = 0
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()
+                finally:
+                    os._exit(code)
+            children.append(pid)
+    finally:  # a failed second fork still reaps the first child
+        codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
     parallel = time.perf_counter() - t0
+    if any(codes):
+        raise RuntimeError(f"parallel_ceiling: a forked child exited {codes}")
+    t0 = time.perf_counter()
+    _busy(rounds)
+    sequential += time.perf_counter() - t0
     return {"sequential": sequential, "parallel": parallel, "ceiling": sequential / parallel}
 
 

@@ -71,7 +71,7 @@ FULL = Sizes(
     concurrency_epochs=11,
     demo_args=(),
     worker_reps=5,
-    ceiling_rounds=250,  # ~3 s a process: 9 s before each ~55 s pair
+    ceiling_rounds=140,  # ~3 s a process (5.4 s per 250 measured): ~9 s before each pair
 )
 QUICK = Sizes(
     epochs=1,

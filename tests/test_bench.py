@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "bench" / "run.py"
@@ -173,6 +176,25 @@ def test_the_median_interval_is_the_sign_tests_order_statistics() -> None:
     assert round(p.ratio(), 6) == 1.2
     one = common.Paired([common.Sample(1.0, 1.0)], [common.Sample(1.0, 1.3)])
     assert one.median_interval() == (1.3, 1.3)  # one pair: no interval to give
+
+
+def test_the_parallel_ceiling_fails_loudly_when_a_forked_child_fails(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    common = _bench_common()
+    parent = os.getpid()
+
+    def busy(rounds: int) -> None:
+        if os.getpid() != parent:
+            raise MemoryError("the child ran out")
+
+    monkeypatch.setattr(common, "_busy", busy)
+    # Without the check the children's instant exit read as a ceiling in the hundreds.
+    with pytest.raises(RuntimeError, match=r"exited \[1, 1\]"):
+        common.parallel_ceiling(1)
+    assert "MemoryError: the child ran out" in capfd.readouterr().err
+    monkeypatch.setattr(common, "_busy", lambda rounds: None)
+    assert common.parallel_ceiling(1)["ceiling"] > 0  # and children that succeed pass
 
 
 def test_instructions_refuses_a_count_below_one() -> None:
