@@ -725,11 +725,12 @@ def revision_resolved_once() -> Iterator[None]:
     Inspect's task logger asks git for it at the start of every eval: three subprocesses
     (``rev-parse``, ``remote get-url``, ``status --porcelain``) for each of the default
     suite's 57 evals: 171 ``git`` processes counted with ``strace`` in one ``twice run``,
-    each 10-80 ms of wall, and ``status`` walks the working tree (logs included, when they
-    are written inside it). The revision describes the code this process loaded, which does not
-    change while it runs, so the first answer is recorded in every log of the block (which
-    is also more faithful: a log directory inside the repository no longer turns "dirty"
-    halfway through a run). An inspect without the hook is left as it is.
+    8.5 ms of wall for the three from a process with inspect loaded, and ``status`` walks
+    the working tree (logs included, when they are written inside it). The revision
+    describes the code this process loaded, which does not change while it runs, so the
+    first answer is recorded in every log of the block (which is also more faithful: a log
+    directory inside the repository no longer turns "dirty" halfway through a run). An
+    inspect without the hook is left as it is.
     """
     from inspect_ai._eval.task import log as task_log
 
