@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import parallel_ceiling
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -48,8 +50,6 @@ def workers(work: Path, extra: list[str], reps: int, rounds: int) -> dict[str, A
     gave perfectly parallel work at that minute; ``efficiency`` is the median over pairs of
     the pair's speedup over its ceiling.
     """
-    from _common import parallel_ceiling
-
     one: list[dict[str, Any]] = []
     two: list[dict[str, Any]] = []
     ceilings: list[float] = []
