@@ -1,4 +1,4 @@
-"""Per-cell rates with Wilson 95% intervals (statsmodels), and the summary.json contract."""
+"""Per-cell rates with Wilson 95% intervals, and the summary.json contract."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.proportion import proportion_confint
+from scipy.special import ndtri
 
 from ._frame import CELL, with_agent
 from ._metrics import AGENT_CRASHED, CATALOGUE, crashed
@@ -21,20 +21,20 @@ ALPHA = 0.05
 def wilson(successes: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
     """Wilson score interval for ``successes`` out of ``n`` (NaNs when ``n == 0``).
 
-    The interval always contains ``successes / n`` and lies in [0, 1], with exact ends:
-    statsmodels computes the bounds in floating point, so 0 of 28 came back as
-    ``[1.4e-17, 0.12]`` and 96 of 96 as ``[0.96, 0.9999999999999999]``, intervals that did
-    not contain their own rate. The Wilson bound at k = 0 (k = n) is exactly 0 (1).
+    The interval always contains ``successes / n`` and lies in [0, 1], with exact ends: the
+    formula's bounds come out of floating point inexact (statsmodels' too), so 0 of 28 came
+    back as ``[1.4e-17, 0.12]`` and 96 of 96 as ``[0.96, 0.9999999999999999]``, intervals
+    that did not contain their own rate. The Wilson bound at k = 0 (k = n) is exactly 0 (1).
     """
     lo, hi = _wilson_many(np.array([successes]), np.array([n]), alpha)[0]
     return (lo, hi)
 
 
 def _wilson_many(k: np.ndarray, n: np.ndarray, alpha: float = ALPHA) -> list[list[float]]:
-    """:func:`wilson` for many cells at once (one statsmodels call): ``[lo, hi]`` per cell,
-    ``[nan, nan]`` where ``n == 0``."""
+    """:func:`wilson` for many cells at once: ``[lo, hi]`` per cell, ``[nan, nan]`` where
+    ``n == 0``."""
     safe_n = np.where(n > 0, n, 1)
-    lo, hi = proportion_confint(k, safe_n, alpha=alpha, method="wilson")
+    lo, hi = _wilson_bounds(k, safe_n, alpha)
     rate = k / safe_n
     lo = np.where(k == 0, 0.0, np.minimum(np.maximum(lo, 0.0), rate))
     hi = np.where(k == n, 1.0, np.maximum(np.minimum(hi, 1.0), rate))
@@ -43,6 +43,26 @@ def _wilson_many(k: np.ndarray, n: np.ndarray, alpha: float = ALPHA) -> list[lis
         [math.nan, math.nan] if e else [float(a), float(b)]
         for e, a, b in zip(empty, lo, hi, strict=True)
     ]
+
+
+def _wilson_bounds(k: np.ndarray, n: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """statsmodels' ``proportion_confint(k, n, alpha, method="wilson")``, the same arithmetic
+    in the same order (so the same bits: ``tests/reports/test_wilson.py`` checks it against
+    statsmodels).
+
+    Not the call itself: ``statsmodels.stats.proportion`` imports ``scipy.stats`` and costs
+    0.8 s of every process that writes a summary (each ``--shard``/``--workers`` worker,
+    ``twice gate``), where the interval needs only the normal quantile (``scipy.special``,
+    0.13 s). statsmodels stays the reference and computes the comparisons (``_compare``).
+    """
+    crit = -ndtri(alpha / 2.0)  # = scipy.stats.norm.isf(alpha / 2), as statsmodels takes it
+    q = k / n
+    crit2 = crit**2
+    denom = 1 + crit2 / n
+    center = (q + crit2 / (2 * n)) / denom
+    dist = crit * np.sqrt(q * (1.0 - q) / n + crit2 / (4.0 * n**2))
+    dist /= denom
+    return np.clip(center - dist, 0, 1), np.clip(center + dist, 0, 1)
 
 
 def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:

@@ -24,8 +24,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import fisher_exact
-from statsmodels.stats.proportion import confint_proportions_2indep, test_proportions_2indep
 
 from ._aggregate import ALPHA
 from ._frame import CELL
@@ -59,6 +57,10 @@ def difference(k: int, n: int, k_ref: int, n_ref: int, alpha: float = ALPHA) -> 
         return Difference(
             k_ref / n_ref if n_ref else nan, k / n if n else nan, nan, (nan, nan), nan
         )
+    # Imported here, not with the module: scipy.stats and statsmodels cost 0.8 s of import
+    # that a run's workers and a gate without --baseline never need (see prepare_report).
+    from statsmodels.stats.proportion import confint_proportions_2indep, test_proportions_2indep
+
     with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
         # statsmodels also computes ratio and odds ratio, which divide by zero at 0 % / 100 %.
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -127,6 +129,8 @@ def baseline_test(
     m = metric(name)
     if n == 0 or n_ref == 0:
         return BaselineTest(m, math.nan, math.nan, alpha)
+    from scipy.stats import fisher_exact  # on first use: see difference
+
     table = [[k, n - k], [k_ref, n_ref - k_ref]]
     p_higher = float(fisher_exact(table, alternative="greater")[1])
     p_lower = float(fisher_exact(table, alternative="less")[1])
