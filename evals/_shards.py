@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
@@ -198,7 +198,12 @@ def load_records(path: str) -> LogRecords:
     }
 
 
-def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[WorkerExit]:
+def run_workers(
+    args: Sequence[str],
+    log_dir: Location,
+    count: int,
+    idle: Callable[[], object] | None = None,
+) -> list[WorkerExit]:
     """Run ``twice run ARGS --shard i/count --log-dir LOG_DIR`` for every i, concurrently.
 
     The workers are local processes. Where the platform forks safely (Linux, and no thread
@@ -212,6 +217,11 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
     summary marked incomplete) and the caller learns it from :attr:`WorkerExit.interrupted`.
     A second signal stops waiting: each worker still running gets SIGINT again, then
     SIGKILL after 30 s (at once on a third signal), and this raises ``KeyboardInterrupt``.
+
+    ``idle`` is called once, in this process, as soon as one worker has ended while another
+    still runs: the caller's chance to do ahead what it needs after the run (the merged
+    report's imports) on the core the first worker freed, not after the last. Its errors are
+    ignored: whatever it prepares is done again, and any error raised then, when needed.
     """
     procs: list[tuple[Shard, subprocess.Popen[bytes] | _ForkedWorker, float, Any, str]] = []
     base = ["run", *args, "--log-dir", str(log_dir)]
@@ -246,6 +256,7 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
             procs.append((shard, proc, time.perf_counter(), err, hand_off))
             if received:  # a signal came while this worker was being started
                 proc.send_signal(received[0])
+        _wait_for_first(procs, idle)
         out = []
         for shard, proc, t0, err, hand_off in procs:
             code = proc.wait()
@@ -280,6 +291,25 @@ def run_workers(args: Sequence[str], log_dir: Location, count: int) -> list[Work
         for _, _, _, err, _ in procs:
             err.close()
         shutil.rmtree(private, ignore_errors=True)
+
+
+_FIRST_EXIT_POLL = 0.05
+"""Seconds between looks for the first worker to end (only while ``idle`` is pending)."""
+
+
+def _wait_for_first(procs: Sequence[tuple[Any, ...]], idle: Callable[[], object] | None) -> None:
+    """Wait until a worker has ended, then, if another still runs, call ``idle`` (once).
+
+    A poll, not a blocking wait on one worker: which ends first is not known (the deal's
+    shards differ in cost). Signals reach their handler between looks, as in a blocking wait.
+    """
+    if idle is None or len(procs) < 2:
+        return
+    while all(proc.poll() is None for _, proc, *_ in procs):
+        time.sleep(_FIRST_EXIT_POLL)
+    if any(proc.poll() is None for _, proc, *_ in procs):
+        with contextlib.suppress(Exception):  # a head start only: see run_workers
+            idle()
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

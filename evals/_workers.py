@@ -27,6 +27,7 @@ from twice.reports import (
     is_remote,
     join,
     log_records,
+    prepare_report,
     read_log_dir,
     read_summary,
     read_text,
@@ -164,9 +165,13 @@ _STOPPED = {code: name for name, code in EXIT_INTERRUPTED.items()} | {
 
 
 def run_with_workers(
-    args: Sequence[str], log_dir: Location, count: int
+    args: Sequence[str],
+    log_dir: Location,
+    count: int,
+    idle: Callable[[], object] | None = None,
 ) -> tuple[list[str], LogRecords, str | None]:
-    """Run ``count`` local shard processes of ``twice run ARGS`` into ``log_dir``.
+    """Run ``count`` local shard processes of ``twice run ARGS`` into ``log_dir``; ``idle``
+    as :func:`run_workers`.
 
     Returns:
         One line per worker that failed (exit 1: an eval errored or a trial crashed; or killed
@@ -179,7 +184,7 @@ def run_with_workers(
         SuiteError: when a worker refused its arguments (exit 2).
     """
     failed = []
-    exits = run_workers(args, log_dir, count)
+    exits = run_workers(args, log_dir, count, idle)
     interrupted = next((w.interrupted for w in exits if w.interrupted), None)
     for w in exits:
         if w.returncode == 0:
@@ -226,7 +231,9 @@ def run_parallel(
             stack.enter_context(lock_log_dir(Path(log_dir)))
         previous = _mark_running(summary_path, run, planned)
         try:
-            failed, known, interrupted = run_with_workers(args, log_dir, count)
+            # The report's libraries load while the last workers finish, not after them.
+            idle = prepare_report if report else None
+            failed, known, interrupted = run_with_workers(args, log_dir, count, idle)
         except SuiteError:  # the workers refused the arguments: nothing ran, nothing is lost
             if previous is not None:
                 write_text(summary_path, previous)

@@ -28,7 +28,7 @@ from ._frame import (
     tidy,
     trials_frame,
 )
-from ._html import render_report, report_data, write_report
+from ._html import prepare_report, render_report, report_data, write_report
 from ._logs import (
     LogDir,
     LogEntry,
@@ -130,6 +130,7 @@ __all__ = [
     "open_binary",
     "parent_of",
     "parse_counts",
+    "prepare_report",
     "prompt_comparison",
     "read_header",
     "read_log_dir",

@@ -17,6 +17,7 @@ import pytest
 from twice.evals import Cell, SuiteError, suite_from_flags
 from twice.evals._run import GC_THRESHOLDS
 from twice.evals._shards import (
+    _FIRST_EXIT_POLL,
     FORK_ENV,
     MIN_CELLS_PER_WORKER,
     Shard,
@@ -28,6 +29,7 @@ from twice.evals._shards import (
     save_records,
     shard_cells,
 )
+from twice.evals._shards import _wait_for_first as wait_for_first
 from twice.evals._workers import merge
 from twice.reports import frame_of, log_records, trials_frame
 
@@ -855,3 +857,61 @@ def test_a_workers_run_stopped_before_any_shard_began_marks_its_summary(
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["complete"] is False and summary["status"] == "incomplete"
     assert summary["interrupted"] == "SIGTERM" and len(summary["missing"]) == 2
+
+
+class _Proc:
+    """A worker that has ended once it has been polled ``runs_for`` times."""
+
+    def __init__(self, runs_for: int) -> None:
+        self.left = runs_for
+
+    def poll(self) -> int | None:
+        self.left -= 1
+        return 0 if self.left < 0 else None
+
+
+def _seen_by_idle(procs: list[_Proc]) -> tuple[list[list[bool]], Callable[[], None]]:
+    seen: list[list[bool]] = []
+
+    def idle() -> None:  # which workers still ran when it was called
+        seen.append([p.left >= 0 for p in procs])
+
+    return seen, idle
+
+
+def test_idle_runs_once_when_the_first_worker_ends_and_another_still_runs() -> None:
+    procs = [_Proc(50), _Proc(3)]
+    seen, idle = _seen_by_idle(procs)
+    wait_for_first([("1/2", procs[0]), ("2/2", procs[1])], idle)
+    assert seen == [[True, False]]  # called once, with worker 1 still running
+
+
+def test_idle_is_not_called_when_no_worker_runs_on_after_the_first() -> None:
+    for procs in ([_Proc(3), _Proc(3)], [_Proc(3)]):
+        seen, idle = _seen_by_idle(procs)
+        wait_for_first([(str(i), p) for i, p in enumerate(procs)], idle)
+        assert seen == []
+
+
+def test_an_idle_that_fails_does_not_stop_the_run() -> None:
+    def broken() -> None:
+        raise RuntimeError("the head start failed")
+
+    procs = [_Proc(10), _Proc(1)]
+    t0 = time.perf_counter()
+    wait_for_first([("1/2", procs[0]), ("2/2", procs[1])], broken)
+    assert procs[0].left > 0  # returned without waiting for the last worker
+    assert time.perf_counter() - t0 < 10 * _FIRST_EXIT_POLL
+
+
+def test_prepare_report_loads_the_comparison_libraries_and_the_template() -> None:
+    code = (
+        "import sys, json; import twice.evals.cli; from twice.reports import _html; "
+        "before = 'statsmodels' in sys.modules or 'scipy.stats' in sys.modules; "
+        "_html.prepare_report(); "
+        "print(json.dumps([before, 'statsmodels.stats.proportion' in sys.modules, "
+        "'scipy.stats' in sys.modules, len(_html._ENV.cache or {})]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [False, True, True, 1]
