@@ -4,8 +4,8 @@ A gate rule like ``upper bound of duplication_rate ≤ 0.01`` passes only once t
 interval is narrow enough. With no duplicates observed the Wilson upper bound is
 ``z² / (n + z²)``, so it falls below a rate ``p`` only when ``n ≥ z² (1 − p) / p``: about 381
 trials for 1% at 95%. Every observed duplicate pushes the need up. The interval is the same
-two-sided Wilson interval the report and the gate use (statsmodels), so the table matches
-what ``twice gate`` will decide.
+two-sided Wilson interval the report and the gate use (statsmodels' formula), so the table
+matches what ``twice gate`` will decide.
 """
 
 from __future__ import annotations

@@ -47,14 +47,18 @@ def _wilson_many(k: np.ndarray, n: np.ndarray, alpha: float = ALPHA) -> list[lis
 
 def _wilson_bounds(k: np.ndarray, n: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """statsmodels' ``proportion_confint(k, n, alpha, method="wilson")``, the same arithmetic
-    in the same order (so the same bits: ``tests/reports/test_wilson.py`` checks it against
-    statsmodels).
+    in the same order (so the same bits: ``tests/reports/test_report_intervals.py`` checks it
+    against statsmodels).
 
     Not the call itself: ``statsmodels.stats.proportion`` imports ``scipy.stats`` and costs
     0.8 s of every process that writes a summary (each ``--shard``/``--workers`` worker,
     ``twice gate``), where the interval needs only the normal quantile (``scipy.special``,
     0.13 s). statsmodels stays the reference and computes the comparisons (``_compare``).
     """
+    # As floats, as statsmodels converts them: in int64, n**2 overflows past n ≈ 3.04e9 (the
+    # trial counts `twice trials` searches for rates near 1e-9) and the square root fails.
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
     crit = -ndtri(alpha / 2.0)  # = scipy.stats.norm.isf(alpha / 2), as statsmodels takes it
     q = k / n
     crit2 = crit**2

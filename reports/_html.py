@@ -64,7 +64,7 @@ def pct(x: Any) -> str:
 
 def _bound(x: float) -> str:
     v = 100 * x
-    # statsmodels' Wilson bounds at 0 % / 100 % come back as ±1e-17, not exactly 0 or 1.
+    # Bounds near 0 % and 100 % get a decimal: "0%" beside a nonzero bound would read as none.
     return f"{v:.1f}" if (0.05 <= v < 1 or 99 < v <= 99.95) else f"{v:.0f}"
 
 

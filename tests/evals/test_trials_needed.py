@@ -36,6 +36,13 @@ def test_trials_needed_is_the_smallest_n_that_fits(rate: float, observed: int) -
     assert upper(observed, n) <= rate < upper(observed, n - 1)
 
 
+def test_trials_needed_for_a_rate_near_one_in_a_billion() -> None:
+    # The search doubles n past 3.04e9, where an int64 n**2 overflowed and the bound was nan.
+    n = trials_needed(1e-9)
+    assert n == math.ceil(Z95**2 * (1 - 1e-9) / 1e-9)
+    assert float(proportion_confint(0, n, alpha=0.05, method="wilson")[1]) <= 1e-9
+
+
 def test_trials_needed_grows_with_confidence() -> None:
     assert (
         trials_needed(0.01, confidence=0.99)

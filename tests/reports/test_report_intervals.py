@@ -59,6 +59,18 @@ def test_wilson_bounds_are_statsmodels_bit_for_bit(alpha: float) -> None:
         assert np.array_equal(mine, theirs), np.flatnonzero(mine != theirs)[:5]
 
 
+def test_wilson_bounds_hold_past_int64_squares() -> None:
+    # Integer counts as the frame holds them: n**2 of an int64 overflows past n ≈ 3.04e9, which
+    # `twice trials` reaches for rates near 1e-9; statsmodels works in floats and so must we.
+    k = np.array([0, 1, 7, 4_000_000_000], dtype=np.int64)
+    n = np.full(4, 4_000_000_000, dtype=np.int64)
+    ours = _wilson_bounds(k, n, 0.05)
+    reference = proportion_confint(k, n, alpha=0.05, method="wilson")
+    for mine, theirs in zip(ours, reference, strict=True):
+        assert np.array_equal(mine, theirs)
+    assert 9.5e-10 < wilson(0, 4_000_000_000)[1] < 9.7e-10
+
+
 def test_wilson_of_no_trials_is_nan() -> None:
     assert all(math.isnan(x) for x in wilson(0, 0))
 
