@@ -38,6 +38,13 @@ def imported_packages(source: str) -> set[str]:
                 found.update(alias.name for alias in node.names if alias.name in PACKAGES)
             else:
                 modules.append(node.module)
+        elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args:
+            # importlib.import_module("tasks.refund") or f"tasks.{name}": the literal head.
+            name = node.args[0]
+            if isinstance(name, ast.JoinedStr) and name.values:
+                name = name.values[0]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                modules.append(name.value)
     for module in modules:
         parts = module.split(".")
         if parts[0] == "twice" and len(parts) > 1 and parts[1] in PACKAGES:
@@ -45,6 +52,11 @@ def imported_packages(source: str) -> set[str]:
         elif parts[0] in PACKAGES:
             found.add(BARE)
     return found
+
+
+def _is_import_module(func: ast.expr) -> bool:
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return name == "import_module"
 
 
 @pytest.mark.parametrize("package", ALLOWED)
@@ -64,3 +76,20 @@ def test_layering_check_catches_a_violation() -> None:
 
 def test_layering_check_catches_a_bare_import() -> None:
     assert imported_packages("import mocks\nfrom . import x\n") == {BARE}
+
+
+def test_layering_check_catches_a_bare_dynamic_import() -> None:
+    source = 'import importlib\nimportlib.import_module(f"tasks.{name}.{name}")\n'
+    assert imported_packages(source) == {BARE}
+    assert imported_packages('import_module("twice.tasks.refund")\n') == {"tasks"}
+
+
+def test_tests_import_the_installed_names() -> None:
+    # A test that imports `tasks.refund` passes only when something else put the repository
+    # root on sys.path first, and then exercises a second copy of the package.
+    bare = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").rglob("*.py")
+        if BARE in imported_packages(path.read_text(encoding="utf-8"))
+    ]
+    assert not bare, f"import twice.<package>, not the bare name: {bare}"

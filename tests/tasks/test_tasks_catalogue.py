@@ -416,7 +416,7 @@ def test_catalogue_dataset_has_twenty_valid_samples(task: str) -> None:
 
 @pytest.mark.parametrize("task", ["refund", *CATALOGUE])
 def test_catalogue_mutating_tool_declares_its_class(task: str) -> None:
-    module = importlib.import_module(f"tasks.{task}.{task}")
+    module = importlib.import_module(f"twice.tasks.{task}.{task}")
     ctx = TrialContext(Services(module._services({})), get_protection("bare"))
     tools = getattr(module, f"{task}_tools")(ctx)
     classes = {
