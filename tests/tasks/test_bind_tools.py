@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import traceback
 
 import pytest
 from inspect_ai.model._call_tools import get_tools_info
+from inspect_ai.tool import ToolError
 from inspect_ai.tool._tool_description import tool_description
 from twice.mocks import Services, get_fault
 from twice.tasks._protections import get_protection
@@ -15,9 +17,9 @@ from twice.tasks._toolkit import TrialContext, bind_tools
 from twice.tasks.refund.refund import _services, refund_tools
 
 
-def _trial(*orders: str) -> TrialContext:
+def _trial(*orders: str, fault: str = "none") -> TrialContext:
     state = {"orders": [{"order_id": o, "customer": "C", "amount": 500} for o in orders]}
-    services = Services(_services(state), fault=get_fault("none"))
+    services = Services(_services(state), fault=get_fault(fault))
     return TrialContext(services, get_protection("bare"))
 
 
@@ -59,3 +61,20 @@ def test_a_stand_in_called_outside_a_bound_trial_says_so() -> None:
     fresh = contextvars.Context()  # no trial bound here
     with pytest.raises(RuntimeError, match="outside the trial that bound it"):
         fresh.run(asyncio.run, stand_in(order_id="order_1"))
+
+
+def test_a_tool_error_leaves_a_stand_in_with_the_stand_ins_frame_alone() -> None:
+    # inspect formats the traceback of every failed tool call (its trace log); each frame
+    # costs ~25 µs, the fault path's whole extra cost is a few hundred (docs/BENCHMARKS.md).
+    ctx = _trial("order_1", fault="lost_reply")
+    issue = bind_tools(refund_tools(ctx))[0]
+
+    async def model_turn() -> None:
+        await issue(order_id="order_1", amount=1.0)
+
+    with pytest.raises(ToolError, match="outcome is unknown") as caught:
+        asyncio.run(model_turn())
+    names = [f.name for f in traceback.extract_tb(caught.value.__traceback__)]
+    assert names[-1] == "call", names  # the stand-in raised it, as the last frame
+    assert "execute" not in names, names
+    assert len(ctx.services.ledger.effects) == 1  # the refund was made, the reply lost
