@@ -17,11 +17,13 @@ import gc
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 LIBRARIES = (
@@ -210,8 +212,28 @@ def parallel_ceiling(rounds: int) -> dict[str, float]:
     return {"sequential": sequential, "parallel": parallel, "ceiling": sequential / parallel}
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def code_revision(root: Path = REPO) -> dict[str, Any] | None:
+    """The commit the figures describe, and whether tracked files differed from it
+    (``modified``); None outside a git checkout. results.json is read long after the run,
+    and the figures mean little without the code they measured."""
+    try:
+        commit, status = (
+            subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30
+            ).stdout
+            for args in (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit.strip(), "modified": bool(status.strip())}
+
+
 def machine_info(mode: str) -> dict[str, Any]:
-    """Cores, Python, library versions and load: what the figures depend on."""
+    """Cores, Python, library versions, load and the code's revision: what the figures
+    depend on."""
     libs: dict[str, str | None] = {}
     for name in LIBRARIES:
         try:
@@ -227,4 +249,5 @@ def machine_info(mode: str) -> dict[str, Any]:
         "load_average_at_start": list(os.getloadavg()),
         "mode": mode,
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "revision": code_revision(),
     }

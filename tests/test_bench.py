@@ -88,6 +88,8 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
     machine = results["machine"]
     assert machine["mode"] == "quick"
     assert machine["cores"] >= 1 and machine["libraries"]["inspect_ai"]
+    if (ROOT / ".git").exists():  # which code the figures describe
+        assert re.fullmatch(r"[0-9a-f]{40}", machine["revision"]["commit"]), machine["revision"]
     assert "overhead_ratio" in done.stdout
     if sys.platform == "linux":  # /proc/stat's steal: how contended the hour was
         assert isinstance(machine["steal_seconds"], float) and machine["steal_seconds"] >= 0
@@ -208,3 +210,19 @@ def test_instructions_refuses_a_count_below_one() -> None:
         )
         assert done.returncode == 2
         assert f"argument {flag}: '0' is not a whole number of at least 1" in done.stderr
+
+
+def test_bench_records_the_code_revision_or_none_outside_git(tmp_path: Path) -> None:
+    common = _script("bench_common", ROOT / "bench" / "_common.py")
+    assert common.code_revision(tmp_path) is None  # not a checkout: no revision, no crash
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f.txt").write_text("a\n")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "f.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    head = subprocess.run(
+        [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert common.code_revision(tmp_path) == {"commit": head, "modified": False}
+    (tmp_path / "f.txt").write_text("b\n")
+    assert common.code_revision(tmp_path) == {"commit": head, "modified": True}
