@@ -8,7 +8,8 @@ code, not the machine: memory stalls, which a contended machine makes dearer, ar
 so it complements ``bench/run.py`` and does not replace it.
 
 Each variant runs in two processes, one with ``K`` timed evals after two warm-ups and one
-with none; the difference over ``K x 24`` trials is what one trial costs, imports and
+with none; the difference over ``K x`` an eval's trials (the child counts them: 28 per
+epoch, the refund dataset) is what one trial costs, imports and
 warm-up excluded. ``python bench/instructions.py`` (needs valgrind; about 8 minutes on 2
 cores); ``--only bare,twice`` for some variants; ``--epochs 4`` for evals the size
 ``bench/run.py`` times (four times as long).
@@ -31,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TRIALS_PER_EVAL = 24
+TRIALS_LINE = "trials per eval and epoch:"
 VARIANTS = {
     "bare": "bare inspect trial (the overhead_ratio baseline)",
     "twice": "twice refund trial, stub/retry, fault none (overhead_ratio)",
@@ -58,9 +59,12 @@ def _child(variant: str, evals: int, work: Path, epochs: int = 1) -> None:
         none, lost = _trials.fault_runners(epochs, logs)
         run = {"bare": bare, "twice": twice, "none": none, "lost": lost}[variant]
         for _ in range(2 + evals):
-            run()
+            log = run()
             gc.collect()
-    # How many evals ran is in argv; the parent reads cachegrind's total.
+    # How many evals ran is in argv; how many trials each held is counted here (the dataset's
+    # size can change), and the parent reads cachegrind's total.
+    trials = log.results.completed_samples if log.results else 0
+    print(f"{TRIALS_LINE} {trials // epochs}", flush=True)
 
 
 COUNTS = {"instructions": r"I\s+refs:", "L1 misses": r"LL refs:", "LL misses": r"LL misses:"}
@@ -95,11 +99,14 @@ def _counts(
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     found = {}
+    m = re.search(re.escape(TRIALS_LINE) + r" (\d+)", done.stdout)
+    if m:
+        found["trials"] = int(m[1])
     for name, label in COUNTS.items():
         m = re.search(label + r"\s+([\d,]+)", done.stderr)
         if m:
             found[name] = int(m[1].replace(",", ""))
-    if done.returncode != 0 or "instructions" not in found:
+    if done.returncode != 0 or "instructions" not in found or not found.get("trials"):
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-2000:]}")
     return found
 
@@ -107,13 +114,15 @@ def _counts(
 def per_trial(
     variant: str, evals: int, work: Path, ll: str | None = None, epochs: int = 1
 ) -> dict[str, float]:
-    """Counts of one trial of ``variant``: (K evals - 0 evals) / (K x 24 x epochs), for
+    """Counts of one trial of ``variant``: (K evals - 0 evals) / (K x trials per eval), for
     instructions and, with ``ll`` (a last level's ``SIZE,ASSOC,LINE``), cache misses."""
     with ThreadPoolExecutor(2) as pool:
         with_k = pool.submit(_counts, variant, evals, work, ll, epochs)
         without = pool.submit(_counts, variant, 0, work, ll, epochs)
         k, zero = with_k.result(), without.result()
-    return {name: (k[name] - zero[name]) / (evals * TRIALS_PER_EVAL * epochs) for name in k}
+    trials = evals * k.pop("trials") * epochs
+    zero.pop("trials")
+    return {name: (k[name] - zero[name]) / trials for name in k}
 
 
 def positive(text: str) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from twice.tasks.refund.refund import DATASET
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "bench" / "run.py"
@@ -210,6 +211,23 @@ def test_instructions_refuses_a_count_below_one() -> None:
         )
         assert done.returncode == 2
         assert f"argument {flag}: '0' is not a whole number of at least 1" in done.stderr
+
+
+@pytest.mark.slow
+def test_instructions_counts_the_trials_an_eval_ran(tmp_path: Path) -> None:
+    # The per-trial figure divides by this count; it was a constant 24 while the refund
+    # dataset held 28 samples, so every per-trial count came out 28/24 too high.
+    child = ["--child", "none", "1", "--work", str(tmp_path), "--epochs", "2"]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "instructions.py"), *child],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "INSPECT_DISPLAY": "none"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    samples = sum(1 for line in DATASET.read_text(encoding="utf-8").splitlines() if line.strip())
+    assert f"trials per eval and epoch: {samples}" in done.stdout
 
 
 def test_bench_records_the_code_revision_or_none_outside_git(tmp_path: Path) -> None:
