@@ -6,8 +6,8 @@ after every round of 24 trials, as ``twice run --until-decided`` does:
 * the false-pass rate with the true rate exactly at the threshold (must be ≤ α), next to the
   same gate recomputing the fixed gate's Wilson bound after every round (it is not);
 * for true rates 0, 0.01, 0.05, 0.2, 0.5 and 1.0: the mean trials used and how often it
-  passes, next to the fixed-n gate (96 trials, the run ``evals/gate.toml`` suggests: 24
-  samples × 4 epochs; a Wilson upper bound ≤ 5% there needs 0 duplicates).
+  passes, next to the fixed-n gate (96 trials, the run ``evals/gate.toml`` suggests for a
+  24-sample task × 4 epochs; a Wilson upper bound ≤ 5% there needs 0 duplicates).
 
 The stub run is ``run_until_decided`` on the refund task under ``lost_reply`` with
 ``stub/retry`` (always duplicates: fails in round 1) and ``stub/verify`` (never does: passes

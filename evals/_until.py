@@ -50,8 +50,9 @@ from ._sequential import METHOD
 from ._suite import Cell, Suite, SuiteError
 
 DEFAULT_MAX_TRIALS = 480
-"""Trials per cell at most (20 rounds of the refund task's 24 samples): enough to pass a cell
-whose true rate is 1% against a 5% bound in about 97% of runs (``bench/``)."""
+"""Trials per cell at most (20 rounds of a 24-sample task such as send_email; 17 of the
+refund task's 28): enough to pass a cell whose true rate is 1% against a 5% bound in about
+97% of runs (``bench/``)."""
 
 
 @dataclass
