@@ -314,31 +314,55 @@ def _wait_for_first(procs: Sequence[tuple[Any, ...]], idle: Callable[[], object]
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PARENT_DEATH_SIGNAL = signal.SIGUSR1 if os.name == "posix" else None
+"""What the kernel sends a worker when its run dies; the worker turns it into one SIGTERM."""
+
+_parent_gone = threading.Event()
 
 
 def _stop_with(parent: int) -> None:
     """Stop this worker as a SIGTERM would when ``parent`` (the run) dies, so a run killed
     outright (SIGKILL, the OOM killer) does not leave it running into its log directory.
 
-    On Linux the kernel sends the signal (``prctl(PR_SET_PDEATHSIG)``); elsewhere on POSIX a
+    On Linux the kernel signals the death (``prctl(PR_SET_PDEATHSIG)``); elsewhere on POSIX a
     daemon thread notices the worker was re-parented (macOS has no parent-death signal).
-    Windows does not re-parent, so there it does nothing."""
+    Windows does not re-parent, so there it does nothing.
+
+    The kernel does not signal the death once: it signals again for every thread of the
+    run the worker is handed to while the run's threads die (a run has inspect's threads). A
+    second SIGTERM would cut the orderly stop short (asyncio's runner raises
+    KeyboardInterrupt on a second interrupt, wherever the stop is) or, arriving after the stop
+    left its handler, kill the worker before it writes its shard's summary. So the kernel
+    sends SIGUSR1 instead, and only the first one becomes a SIGTERM (:func:`_parent_died`).
+    Must be called from the main thread (it installs a signal handler)."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         if os.name == "posix":
             watcher = threading.Thread(target=_watch, args=(parent,), daemon=True)
             watcher.start()
         return
+    signal.signal(_PARENT_DEATH_SIGNAL, _parent_died)  # type: ignore[arg-type]
+    prctl(_PR_SET_PDEATHSIG, _PARENT_DEATH_SIGNAL)
     if os.getppid() != parent:  # it died before the request was in place
+        _parent_died()
+
+
+def _parent_died(*_: object) -> None:
+    """The run died: send this worker one SIGTERM, however often the death is reported."""
+    if threading.current_thread() is threading.main_thread() and _PARENT_DEATH_SIGNAL:
+        # Later reports are ignored by the kernel itself: one that came as the interpreter
+        # exits, when Python has put back the default action (terminate), would kill it.
+        signal.signal(_PARENT_DEATH_SIGNAL, signal.SIG_IGN)
+    if not _parent_gone.is_set():
+        _parent_gone.set()
         os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _watch(parent: int, every: float = 1.0) -> None:
     while os.getppid() == parent:
         time.sleep(every)
-    os.kill(os.getpid(), signal.SIGTERM)
+    _parent_died()
 
 
 def stop_with_parent() -> None:

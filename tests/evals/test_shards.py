@@ -841,6 +841,37 @@ def test_a_worker_without_a_parent_death_signal_notices_its_run_died(tmp_path: P
     assert told.read_text() == "SIGTERM"
 
 
+_TOLD_TWICE = """
+import ctypes, os, signal, time
+from twice.evals import _shards
+
+os.environ[_shards.PARENT_ENV] = str(os.getppid())
+_shards.stop_with_parent()
+terms = []
+signal.signal(signal.SIGTERM, lambda *_: terms.append(1))  # as a running worker's handler
+sent = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(sent))  # PR_GET_PDEATHSIG: what the kernel will send
+for _ in range(3):  # the run's threads die one by one: the kernel reports each
+    os.kill(os.getpid(), sent.value)
+    time.sleep(0.2)
+print(len(terms))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_a_worker_told_its_run_died_more_than_once_is_stopped_once(tmp_path: Path) -> None:
+    # A run killed outright dies thread by thread, and the kernel sends a worker the
+    # parent-death signal for each thread it is handed to (seen: twice in 3 kills of a
+    # 5-thread parent). When that was SIGTERM, the second one raised KeyboardInterrupt in the
+    # middle of the worker's orderly stop (once, a worker hung there past 120 s) or, after
+    # the stop, killed it before it wrote its shard's summary.
+    script = tmp_path / "told_twice.py"
+    script.write_text(_TOLD_TWICE)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
+
+
 def test_a_workers_run_stopped_before_any_shard_began_marks_its_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
