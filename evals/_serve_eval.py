@@ -281,6 +281,7 @@ def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> S
         port = _free_port()
         async with agent_bridge(port) as bridge:
             await _wait_for_port(port)
+            first_event = len(transcript().events)
             result = await sandbox().exec(
                 ["sh", "-c", command],
                 env=agent_env(served, state, port),
@@ -289,9 +290,9 @@ def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> S
             )
         # What the command printed may carry the environment's credentials (a traceback
         # with a header, an agent printing its settings): scrubbed here, and in the sandbox
-        # event inspect recorded for the call.
+        # events inspect recorded for the call.
         secrets = secret_values()
-        _scrub_last_sandbox_event(secrets)
+        _scrub_sandbox_events(secrets, since=first_event)
         transcript().info(
             {
                 "agent_cmd": scrub(command, secrets),
@@ -322,18 +323,32 @@ def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> S
     return solve
 
 
-def _scrub_last_sandbox_event(secrets: list[str]) -> None:
-    """Scrub ``secrets`` from the sandbox event inspect recorded for the agent command (its
-    output and input), before the sample is logged."""
+def _scrub_sandbox_events(secrets: list[str], since: int) -> None:
+    """Scrub ``secrets`` from every sandbox event inspect recorded from the transcript's
+    event ``since`` on, before the sample is logged.
+
+    Not only the last: inspect runs a command in the sandbox as a start and a series of
+    polls, one event each, and output printed while it still runs is in the poll that
+    collected it."""
     if not secrets:
         return
-    for event in reversed(transcript().events):
+    for event in transcript().events[since:]:
         if isinstance(event, SandboxEvent):
-            for attr in ("output", "input", "cmd"):
+            for attr in ("cmd", "input", "output", "file", "options"):
                 value = getattr(event, attr, None)
-                if isinstance(value, str):
-                    setattr(event, attr, scrub(value, secrets))
-            return
+                if value is not None:
+                    setattr(event, attr, _scrubbed(value, secrets))
+
+
+def _scrubbed(value: Any, secrets: list[str]) -> Any:
+    """``value`` (text, or a dict or list holding text) with ``secrets`` redacted."""
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(v, secrets) for v in value]
+    return value
 
 
 def served_task(

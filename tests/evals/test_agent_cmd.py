@@ -104,17 +104,24 @@ def test_trials_that_start_together_enter_the_first_agent_bridge_one_at_a_time(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pause", [0.0, 1.5], ids=["exits-at-once", "runs-on-after-printing"])
 def test_a_failed_agent_command_crashed_and_what_it_printed_is_logged_scrubbed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_text: Callable[[Path], str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    logged_text: Callable[[Path], str],
+    pause: float,
 ) -> None:
-    # The command's output tails (twice's info event) and inspect's sandbox event kept a
-    # credential the command printed.
+    # The command's output tails (twice's info event) and inspect's sandbox events kept a
+    # credential the command printed. inspect polls a running command and records each poll
+    # as a sandbox event: output printed before the command's last poll (the pause) lands in
+    # an earlier event than the last, which was once the only one scrubbed.
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
     script = tmp_path / "prints.py"
     script.write_text(
-        "import os, sys\n"
-        "print('token is', os.environ['MY_SERVICE_TOKEN'])\n"
-        "print('and again', os.environ['MY_SERVICE_TOKEN'], file=sys.stderr)\n"
+        "import os, sys, time\n"
+        "print('token is', os.environ['MY_SERVICE_TOKEN'], flush=True)\n"
+        "print('and again', os.environ['MY_SERVICE_TOKEN'], file=sys.stderr, flush=True)\n"
+        f"time.sleep({pause})\n"
         "sys.exit(3)\n"
     )
     out = tmp_path / "logs"
