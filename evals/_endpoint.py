@@ -14,7 +14,6 @@ call (``--timeout``, ``--max-retries``) and puts a guard on every model it loads
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +22,7 @@ import anyio
 from inspect_ai.model import Model
 from twice.tasks import scrub, secret_values
 
-from ._secrets import redact_url
+from ._secrets import redact_url, scrub_value
 
 FATAL_STATUS = {401: "unauthorized", 403: "forbidden", 404: "not found"}
 """HTTP statuses no retry can fix: the key or the endpoint is wrong."""
@@ -55,14 +54,6 @@ def _reason(ex: BaseException) -> str:
     return f"{kind}: {first}" if first else kind
 
 
-def _scrub_value(value: Any, secrets: list[str]) -> Any:
-    if isinstance(value, str):
-        return scrub(value, secrets)
-    if isinstance(value, dict | list):
-        return json.loads(scrub(json.dumps(value), secrets))
-    return value
-
-
 def scrub_exception(ex: BaseException, secrets: list[str] | None = None) -> None:
     """Remove API keys from an exception (and the ones it chains) in place.
 
@@ -79,13 +70,13 @@ def scrub_exception(ex: BaseException, secrets: list[str] | None = None) -> None
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        e.args = tuple(_scrub_value(a, keys) for a in e.args)
+        e.args = tuple(scrub_value(a, keys) for a in e.args)
         for attr in ("message", "body", "doc"):
             value = getattr(e, attr, None)
             if isinstance(value, str | dict | list):
                 # A read-only attribute keeps its text; the args are scrubbed all the same.
                 with contextlib.suppress(AttributeError, TypeError):
-                    setattr(e, attr, _scrub_value(value, keys))
+                    setattr(e, attr, scrub_value(value, keys))
         todo += [e.__cause__, e.__context__]
 
 

@@ -43,6 +43,7 @@ from twice.tasks import (
 from twice.tasks.agents import AGENT_STORE_KEY
 
 from ._lock import wait_for_lock
+from ._secrets import scrub_value
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
@@ -337,18 +338,7 @@ def _scrub_sandbox_events(secrets: list[str], since: int) -> None:
             for attr in ("cmd", "input", "output", "file", "options"):
                 value = getattr(event, attr, None)
                 if value is not None:
-                    setattr(event, attr, _scrubbed(value, secrets))
-
-
-def _scrubbed(value: Any, secrets: list[str]) -> Any:
-    """``value`` (text, or a dict or list holding text) with ``secrets`` redacted."""
-    if isinstance(value, str):
-        return scrub(value, secrets)
-    if isinstance(value, dict):
-        return {k: _scrubbed(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrubbed(v, secrets) for v in value]
-    return value
+                    setattr(event, attr, scrub_value(value, secrets))
 
 
 def served_task(
