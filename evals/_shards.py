@@ -170,6 +170,11 @@ def save_records(path: str, records: LogRecords) -> None:
     Best effort: the records only spare the parent a second read, so a file that cannot be
     written (the parent gone and its directory with it) is skipped, never the run's failure.
     """
+    if _parent_gone.is_set():
+        # Nobody is left to read it, and the run died without its ``finally``: the first
+        # worker to get here takes the run's whole private directory with it.
+        _remove_hand_off_dir(os.path.dirname(path))
+        return
     stamped = {key: (file_stamp(key), recs) for key, recs in records.items()}
     hand_off = {"records": stamped, "headers": known_headers(records)}
     try:
@@ -226,7 +231,7 @@ def run_workers(
     procs: list[tuple[Shard, subprocess.Popen[bytes] | _ForkedWorker, float, Any, str]] = []
     base = ["run", *args, "--log-dir", str(log_dir)]
     fork = _can_fork()
-    private = tempfile.mkdtemp(prefix="twice-workers-")
+    private = _new_hand_off_dir()
     received: list[int] = []
 
     def pass_on(signum: int, frame: FrameType | None) -> None:
@@ -291,6 +296,63 @@ def run_workers(
         for _, _, _, err, _ in procs:
             err.close()
         shutil.rmtree(private, ignore_errors=True)
+
+
+_HAND_OFF_PREFIX = "twice-workers-"
+
+
+def _new_hand_off_dir() -> str:
+    """A private (0700) temporary directory for the workers' record files, named after this
+    process; first removes those a dead run left (:func:`remove_orphaned_hand_offs`)."""
+    remove_orphaned_hand_offs()
+    return tempfile.mkdtemp(prefix=f"{_HAND_OFF_PREFIX}{os.getpid()}-")
+
+
+def remove_orphaned_hand_offs(root: str | None = None) -> list[str]:
+    """Remove the hand-off directories of ``--workers`` runs that died without cleaning up
+    (killed outright, so their ``finally`` never ran, after their workers had ended); returns
+    what was removed.
+
+    Only this user's directories named after a process that no longer exists are taken. One
+    named after a pid that has since been reused is kept until that process ends too, which
+    costs a few kilobytes; removing a live run's would only cost it a second read of its logs
+    (:func:`load_records` treats a missing file as nothing handed off).
+    """
+    removed: list[str] = []
+    if os.name != "posix":  # os.kill(pid, 0) would terminate the process on Windows
+        return removed
+    root = root or tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid, _, rest = entry.name.removeprefix(_HAND_OFF_PREFIX).partition("-")
+        if not entry.name.startswith(_HAND_OFF_PREFIX) or not pid.isdigit() or not rest:
+            continue
+        try:
+            mine = entry.is_dir(follow_symlinks=False) and entry.stat().st_uid == os.getuid()
+        except OSError:  # gone meanwhile
+            continue
+        if mine and not _alive(int(pid)):
+            _remove_hand_off_dir(entry.path)
+            removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # another user's process, or no way to tell
+        return True
+    return True
+
+
+def _remove_hand_off_dir(path: str) -> None:
+    if os.path.basename(path).startswith(_HAND_OFF_PREFIX):  # never anything else
+        shutil.rmtree(path, ignore_errors=True)
 
 
 _FIRST_EXIT_POLL = 0.05

@@ -25,6 +25,7 @@ from twice.evals._shards import (
     default_workers,
     load_records,
     parse_shard,
+    remove_orphaned_hand_offs,
     run_workers,
     save_records,
     shard_cells,
@@ -785,8 +786,10 @@ def test_workers_of_a_run_killed_outright_stop_as_if_sent_sigterm(
     # sends each worker SIGTERM instead, so none keeps running into the directory. Workers
     # started as fresh interpreters used to finish their shards as orphans.
     log_dir = tmp_path / "logs"
+    temp = tmp_path / "tmp"  # the run's own temporary directory, to see what it leaves there
+    temp.mkdir()
     cmd = [sys.executable, "-m", "twice.evals.cli", *STOPPABLE, "--log-dir", str(log_dir)]
-    env = {**os.environ, FORK_ENV: fork}
+    env = {**os.environ, FORK_ENV: fork, "TMPDIR": str(temp)}
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
         start_new_session=True,
@@ -805,6 +808,23 @@ def test_workers_of_a_run_killed_outright_stop_as_if_sent_sigterm(
     for i in (1, 2):
         shard = json.loads((log_dir / f"shard-{i}-of-2" / "summary.json").read_text())
         assert shard["complete"] is False and shard["interrupted"] == "SIGTERM"
+    # The run's finally never ran: its workers take its private hand-off directory with them.
+    assert not list(temp.glob("twice-workers-*"))
+
+
+def test_a_new_workers_run_removes_the_hand_offs_dead_runs_left(tmp_path: Path) -> None:
+    # A run killed outright after its workers had ended leaves its hand-off directory with
+    # nobody to remove it; the next --workers run does.
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    dead = tmp_path / f"twice-workers-{ended.pid}-abc123"
+    live = tmp_path / f"twice-workers-{os.getpid()}-def456"
+    other = tmp_path / "twice-workers-ghi789"  # not named after a process: not twice's
+    for d in (dead, live, other):
+        d.mkdir()
+        (d / "records-1.pickle").write_bytes(b"x")
+    assert remove_orphaned_hand_offs(str(tmp_path)) == [str(dead)]
+    assert not dead.exists() and live.exists() and other.exists()
 
 
 _ORPHAN = """
