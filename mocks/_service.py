@@ -207,7 +207,12 @@ def _params(
     problem = None
     if request.content and request.headers.get("content-type", "").startswith(FORM_TYPE):
         # Stripe's SDKs send form bodies; values stay strings, as on the wire.
-        params.update(urllib.parse.parse_qsl(request.content.decode(), keep_blank_values=True))
+        try:
+            form = request.content.decode()
+        except UnicodeDecodeError:  # raw bytes where percent-escapes belong
+            form = ""
+            problem = "the form body is not UTF-8 (encode its values with percent-escapes)"
+        params.update(urllib.parse.parse_qsl(form, keep_blank_values=True))
     elif request.content:
         try:
             body = json.loads(request.content)

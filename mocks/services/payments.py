@@ -84,6 +84,10 @@ class PaymentsService(Service):
     def create_refund(self, call: Call) -> httpx.Response:
         p = call.params
         named = _order_param(p)
+        if named is None:  # Stripe answers 400 naming the params, not a 404 for "None"
+            return error_response(
+                400, f"Missing required param: one of {', '.join(ORDER_PARAMS)} names the order"
+            )
         order = self.orders.get(str(named))
         if order is None:
             return error_response(404, f"No such order: {named!r}")

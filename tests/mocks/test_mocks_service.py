@@ -59,6 +59,15 @@ def test_service_rejects_refund_past_balance() -> None:
     assert s.ledger.effects == []
 
 
+def test_a_refund_naming_no_order_is_a_400_naming_the_params() -> None:
+    # It was a 404 "No such order: None", which names neither what is missing nor its names.
+    s = services()
+    r = asyncio.run(post(s, body={"amount": 499}))
+    message = r.json()["error"]["message"]
+    assert r.status_code == 400 and "payment_intent" in message and "None" not in message
+    assert s.ledger.effects == []
+
+
 def test_unknown_path_is_recorded_as_404() -> None:
     s = services()
 
@@ -312,19 +321,24 @@ def test_a_commit_fault_passes_over_a_request_that_did_no_work(name: str) -> Non
 
 
 @pytest.mark.parametrize(
-    ("content", "said"),
-    [(b"{not json", "neither JSON nor form data"), (b"[1, 2]", "JSON object of parameters")],
+    ("content", "kind", "said"),
+    [
+        (b"{not json", "application/json", "neither JSON nor form data"),
+        (b"[1, 2]", "application/json", "JSON object of parameters"),
+        # A form body with a raw byte that is not UTF-8 was a 500 (UnicodeDecodeError).
+        (b"order_id=order_1042&x=\xff", "application/x-www-form-urlencoded", "not UTF-8"),
+    ],
 )
-def test_a_body_that_is_not_parameters_is_a_400_saying_so(content: bytes, said: str) -> None:
+def test_a_body_that_is_not_parameters_is_a_400_saying_so(
+    content: bytes, kind: str, said: str
+) -> None:
     # It was read as no parameters at all: "No such order: None" (404), and a lost_reply
     # scheduled on it was spent.
     s = services(LostReply())
 
     async def send() -> httpx.Response:
         async with s.client() as client:
-            return await client.post(
-                URL, content=content, headers={"content-type": "application/json"}
-            )
+            return await client.post(URL, content=content, headers={"content-type": kind})
 
     r = asyncio.run(send())
     assert r.status_code == 400 and said in r.json()["error"]["message"]
