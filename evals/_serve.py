@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 import httpx
@@ -424,6 +425,9 @@ class TwiceServer:
         self.tasks = own_tasks(tasks)
         self.trials: dict[str, ServedTrial] = {}
         self.replayed = self._replay()
+        self.stopping = asyncio.Event()
+        """Set when the server begins to stop: replies held by ``hang`` are dropped at once
+        (they were never going to be answered) instead of holding the stop up."""
 
     # -- durability ------------------------------------------------------------------------
 
@@ -548,7 +552,16 @@ class TwiceServer:
 
     async def _lose_reply(self, trial: ServedTrial, send: Any) -> None:
         if trial.config.lost_reply == "hang":
-            await asyncio.sleep(trial.config.hang_seconds)
+            try:
+                async with asyncio.timeout(trial.config.hang_seconds):
+                    await self.stopping.wait()
+            except TimeoutError:
+                pass
+            except asyncio.CancelledError:
+                # Cut short (a forced stop): the client still sees the reply lost, never
+                # the 500 the server would answer for a cancelled request.
+                drop_connection(send)
+                raise
         if not drop_connection(send):
             # Not uvicorn's protocol: the nearest honest thing is a gateway timeout.
             await _send_json(send, 504, _error("upstream timed out", type="api_error"))
@@ -734,9 +747,30 @@ def _prepare(
     return sock, app
 
 
+def _uvicorn_server(config: Any, app: TwiceServer) -> Any:
+    """uvicorn's server, which also tells ``app`` when it begins to stop and keeps the signal
+    that stopped it (``stopped_by``)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        stopped_by: int | None = None
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.stopped_by is None:
+                self.stopped_by = sig
+            super().handle_exit(sig, frame)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            app.stopping.set()  # before uvicorn waits for the open requests
+            await super().shutdown(sockets)
+
+    return Server(config)
+
+
 async def _serve_async(
     sock: socket.socket, app: TwiceServer, started: Callable[[], None], stop: asyncio.Event | None
-) -> None:
+) -> int | None:
+    """Serve until a stop signal (or ``stop``); returns the signal that stopped it, if any."""
     import uvicorn
 
     config = uvicorn.Config(
@@ -748,7 +782,7 @@ async def _serve_async(
         ws="none",
         timeout_graceful_shutdown=2,
     )
-    server = uvicorn.Server(config)
+    server = _uvicorn_server(config, app)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
         await asyncio.sleep(0.01)
@@ -762,6 +796,8 @@ async def _serve_async(
     await task
     await app.close()
     app.request_log.close()
+    stopped_by: int | None = server.stopped_by
+    return stopped_by
 
 
 def serve(
@@ -771,11 +807,17 @@ def serve(
     token: str | None = None,
     out: TextIO | None = None,
     tasks: Sequence[str] = (),
-) -> None:
-    """Run ``twice serve`` in the foreground until interrupted.
+) -> int | None:
+    """Run ``twice serve`` in the foreground until a stop signal.
 
-    Prints ``listening on http://HOST:PORT`` once it accepts connections. ``tasks``: tasks of
-    your own (``path.py:function``) trials may be made of, beside the built-in ones.
+    Prints ``listening on http://HOST:PORT`` once it accepts connections, as the first line
+    on ``out`` (standard output): a client may read it for the port. ``tasks``: tasks of your
+    own (``path.py:function``) trials may be made of, beside the built-in ones.
+
+    Returns:
+        The signal that stopped it, when that signal's own action did not end the process
+        (one the process was started ignoring); the caller exits with the shell's code for
+        it. A SIGINT otherwise raises ``KeyboardInterrupt``.
 
     Raises:
         ServeError: for a non-loopback host without a token, a busy port, a file that is
@@ -785,14 +827,14 @@ def serve(
     sock, app = _prepare(host, port, db, token, tasks)
 
     def started() -> None:
-        if app.replayed:
+        if app.replayed:  # on stderr: the first line of stdout is the address
             print(
                 f"replayed {app.replayed} logged records: {len(app.trials)} trial(s) restored",
-                file=stream,
+                file=sys.stderr,
             )
         print(f"listening on {app.base_url}", file=stream, flush=True)
 
-    asyncio.run(_serve_async(sock, app, started, None))
+    return asyncio.run(_serve_async(sock, app, started, None))
 
 
 @contextmanager

@@ -802,12 +802,14 @@ def serve(host: str, port: int, db: str, token: str | None, tasks: tuple[str, ..
     from ._serve import serve as run_server
 
     try:
-        run_server(host=host, port=port, db=db, token=token, tasks=tasks)
+        stopped_by = run_server(host=host, port=port, db=db, token=token, tasks=tasks)
     except ServeError as ex:
         click.echo(f"error: {ex}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    if stopped_by is not None:  # a signal it was started ignoring (a script's `&` job)
+        sys.exit(128 + stopped_by)
 
 
 def main() -> None:

@@ -15,8 +15,6 @@ from typing import Any
 import httpx
 import pytest
 
-START_TIMEOUT = 180  # importing inspect on a loaded 2-core machine can take a while
-
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -24,34 +22,38 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(db: Path, port: int) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from twice.evals.cli import main; main()",
-            "serve",
-            "--port",
-            str(port),
-            "--db",
-            str(db),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + START_TIMEOUT
-    lines = []
+def _start(db: Path, port: int, ignore_sigint: bool = False) -> tuple[subprocess.Popen[str], str]:
+    """Start ``twice serve``; its address is the first line of its standard output (what a
+    client reads for the port), stderr goes to a file beside the db."""
+    with (db.parent / "serve.err").open("a") as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from twice.evals.cli import main; main()",
+                "serve",
+                "--port",
+                str(port),
+                "--db",
+                str(db),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            # What a script's background job (`twice serve &`) inherits.
+            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+            if ignore_sigint
+            else None,
+        )
     assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("listening on "):
-            return proc, line.split()[-1]
+    first = proc.stdout.readline()  # blocks until the line or the process's end
+    if first.startswith("listening on "):
+        return proc, first.split()[-1]
     proc.kill()
-    raise AssertionError("twice serve did not start:\n" + "".join(lines))
+    proc.wait(30)
+    raise AssertionError(
+        f"twice serve's first line was {first!r}; stderr:\n" + (db.parent / "serve.err").read_text()
+    )
 
 
 def _ledgers(url: str, ids: list[str]) -> dict[str, Any]:
@@ -156,14 +158,23 @@ def test_kill_9_mid_run_then_restart_restores_every_ledger(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM)])
+@pytest.mark.parametrize(
+    ("sig", "code", "ignore_sigint"),
+    [
+        (signal.SIGINT, 130, False),
+        (signal.SIGTERM, -signal.SIGTERM, False),
+        # Started as a script's background job, with SIGINT ignored: it stops all the same,
+        # and used to exit 0 (uvicorn's re-raise of the signal was ignored too).
+        (signal.SIGINT, 130, True),
+    ],
+)
 def test_a_stop_signal_ends_serve_with_its_documented_code_and_keeps_its_trials(
-    tmp_path: Path, sig: int, code: int
+    tmp_path: Path, sig: int, code: int, ignore_sigint: bool
 ) -> None:
     # README: "with the shell's codes for them: 130 after Ctrl-C (SIGINT), 143 after SIGTERM";
     # subprocess reports a death by SIGTERM (which the shell shows as 143) as -15.
     db = tmp_path / "serve.sqlite"
-    proc, url = _start(db, _free_port())
+    proc, url = _start(db, _free_port(), ignore_sigint)
     try:
         made = httpx.post(f"{url}/_twice/trials", json={"task": "refund"}, timeout=30)
         assert made.status_code == 201, made.text
@@ -182,3 +193,65 @@ def test_a_stop_signal_ends_serve_with_its_documented_code_and_keeps_its_trials(
     finally:
         again.kill()
         again.wait(30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_reply_held_by_hang_is_dropped_when_serve_stops(tmp_path: Path, sig: int) -> None:
+    # The held reply was never going to be answered: the client sees its connection close
+    # (a lost reply), not the 500 uvicorn answered for the request it cancelled after its
+    # 2 s grace under SIGINT, and the stop does not wait for the hang.
+    db = tmp_path / "serve.sqlite"
+    proc, url = _start(db, _free_port())
+    try:
+        body = {"task": "refund", "fault": "lost_reply", "lost_reply": "hang", "hang_seconds": 60}
+        trial = httpx.post(f"{url}/_twice/trials", json=body, timeout=30).json()
+        seen: list[object] = []
+
+        def refund() -> None:
+            try:
+                r = httpx.post(
+                    f"{trial['urls']['payments']}/v1/refunds",
+                    json={"order_id": "order_1042", "amount": 499},
+                    timeout=120,
+                )
+                seen.append(r.status_code)
+            except httpx.HTTPError as ex:
+                seen.append(type(ex).__name__)
+
+        client = threading.Thread(target=refund)
+        client.start()
+        while not _ledgers(url, [trial["id"]])[trial["id"]]["effects"]:
+            time.sleep(0.05)  # committed; its reply is being held
+        proc.send_signal(sig)
+        proc.wait(30)  # well before the 60 s hang ends
+        client.join(30)
+        assert seen == ["RemoteProtocolError"]  # "Server disconnected without sending a response"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    again, url = _start(db, _free_port())
+    try:
+        (attempt,) = _ledgers(url, [trial["id"]])[trial["id"]]["attempts"]
+        assert attempt["delivered"] is False  # as the client saw it
+    finally:
+        again.kill()
+        again.wait(30)
+
+
+@pytest.mark.slow
+def test_a_restarted_serve_still_prints_its_address_first(tmp_path: Path) -> None:
+    # The replay count went to stdout before "listening on": a client reading the first line
+    # for the port read that instead. It now goes to stderr.
+    db = tmp_path / "serve.sqlite"
+    proc, url = _start(db, _free_port())
+    try:
+        assert httpx.post(f"{url}/_twice/trials", json={"task": "refund"}).status_code == 201
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    again, _ = _start(db, _free_port())  # asserts the first line is the address
+    again.send_signal(signal.SIGTERM)
+    again.wait(30)
+    assert "1 trial(s) restored" in (tmp_path / "serve.err").read_text()
