@@ -145,13 +145,29 @@ def require_one_suite(
     """Refuse a merge of shards that ran different suites (another suite, epochs, limit or
     model args, e.g. a cluster shard rerun with changed flags): cells dealt differently
     would be counted twice or lost. Each shard's ``summary.json`` names its suite
-    (``run.shard.suite``); a shard without one (not started yet, or an older twice) is not
-    checked here (a cell found in two shards still is: ``read_log_dir``).
+    (``run.shard.suite``; a summary from an older twice names none and is not checked here,
+    though a cell found in two shards still is: ``read_log_dir``). A shard that holds logs
+    but no readable ``summary.json`` (deleted, truncated, left out of an artifact) is
+    refused: its suite cannot be checked, and another suite's cells would be counted as
+    this one's.
 
     Raises:
-        LogReadError: naming the shards of each suite.
+        LogReadError: naming the shards of each suite, or the shards whose suite is unknown.
     """
     summaries = shard_summaries(shards) if summaries is None else summaries
+    unknown = [
+        _without_summary(d)
+        for i, d in sorted(shards.dirs.items())
+        if not summaries.get(i) and _began(d)
+    ]
+    if unknown:
+        raise LogReadError(
+            f"log directory {str(log_dir)!r} has logs in {', '.join(unknown)}: a shard's "
+            "summary.json names the suite it ran, and without it another suite's cells would "
+            f"be counted as this run's. Rerun it (`twice run --shard i/{shards.count} "
+            f"--log-dir {log_dir}` with the run's flags: it resumes and writes its summary "
+            "again), or move it elsewhere"
+        )
     suites: dict[str, list[str]] = {}
     for i, summary in sorted(summaries.items()):
         digest = _suite_of(summary)
@@ -165,6 +181,11 @@ def require_one_suite(
             f"suite (`twice run --shard i/{shards.count} --log-dir {log_dir}` with the same "
             "flags), or move them elsewhere"
         )
+
+
+def _without_summary(shard_dir: Location) -> str:
+    state = "unreadable" if is_file(join(shard_dir, "summary.json")) else "missing"
+    return f"{name_of(shard_dir)} (summary.json {state})"
 
 
 def _suite_of(summary: dict[str, Any]) -> str | None:

@@ -304,6 +304,29 @@ def test_shards_of_different_suites_are_not_merged(twice: Twice, tmp_path: Path)
     assert {c["trials"] for c in merged["cells"]} == {1}
 
 
+@pytest.mark.parametrize(("summary", "said"), [(None, "missing"), ("{trunc", "unreadable")])
+def test_a_shard_without_a_readable_summary_is_not_merged(
+    twice: Twice, tmp_path: Path, summary: str | None, said: str
+) -> None:
+    # Its summary names the suite it ran: without one, a shard rerun with other flags (here
+    # more epochs) was merged with the rest, cells of 2 trials beside cells of 1, exit 0.
+    log_dir = tmp_path / "logs"
+    (tmp_path / "gate.toml").write_text(GATE)
+    for i, epochs in ((1, "2"), (2, "1")):
+        args = [*ONE_CELL, *FOUR_FAULTS, "--epochs", epochs, "--shard", f"{i}/2"]
+        assert twice("run", *args, "--log-dir", log_dir).exit_code == 0
+    stale = log_dir / "shard-1-of-2" / "summary.json"
+    if summary is None:
+        stale.unlink()
+    else:
+        stale.write_text(summary)
+    for args in (("report", log_dir), ("gate", log_dir, "--config", tmp_path / "gate.toml")):
+        result = twice(*args)
+        assert result.exit_code == 2, result.output
+        assert f"has logs in shard-1-of-2 (summary.json {said})" in result.output
+    assert not (log_dir / "summary.json").exists()
+
+
 def test_an_empty_shard_directory_is_a_missing_shard(twice: Twice, tmp_path: Path) -> None:
     # A shard job that failed before it began can leave an empty artifact directory: the
     # gate passed on the other shard's cells alone.
