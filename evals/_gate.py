@@ -398,11 +398,16 @@ def _certain_fail(rule: Rule, lo: float, hi: float) -> bool:
 
 
 def _no_match(rule: Rule, cells: list[_Cell]) -> Check:
+    want = ", ".join(f"{axis}={list(p)}" for axis, p in rule.filters.items()) or "(no filters)"
+    if not cells:  # e.g. --allow-errors on a run interrupted before any trial finished
+        return Check(
+            "rule", rule.name, "(no cell)", "fail",
+            f"no cell matches {want}: the logs hold no scored trial",
+        )  # fmt: skip
     present = {
         axis: sorted({str(c.keys[axis]) for c in cells}) for axis in (rule.filters or {"model": ()})
     }
     have = "; ".join(f"{axis}: {', '.join(v)}" for axis, v in present.items())
-    want = ", ".join(f"{axis}={list(p)}" for axis, p in rule.filters.items()) or "(no filters)"
     return Check(
         "rule", rule.name, "(no cell)", "fail", f"no cell matches {want}; the logs hold {have}"
     )

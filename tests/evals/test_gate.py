@@ -82,6 +82,14 @@ def test_gate_rule_matching_no_cell_fails(make_trials: Trials) -> None:
     assert "lost_reply_typo" in check.message and "fault: lost_reply" in check.message
 
 
+def test_gate_on_no_trial_at_all_says_so(make_trials: Trials) -> None:
+    # --allow-errors on a run interrupted before any trial finished: the message listed the
+    # axes the logs hold, "model: " and nothing after it.
+    result = evaluate_gate(make_trials(24).iloc[0:0], parse_gate(rule()))
+    (check,) = result.failures
+    assert check.message.endswith("the logs hold no scored trial"), check.message
+
+
 def test_gate_errored_trials_are_excluded_and_noted(make_trials: Trials) -> None:
     result = evaluate_gate(make_trials(24, errors=3), parse_gate(rule()))
     assert result.passed
