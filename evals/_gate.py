@@ -49,6 +49,7 @@ from twice.reports import (
     AGENT_CRASHED,
     CELL,
     COMPARED,
+    as_location,
     baseline_test,
     crashed,
     is_remote,
@@ -583,6 +584,6 @@ def write_junit(
     if is_remote(path):
         write_text(str(path), data.decode("utf-8"))  # an object is replaced whole
         return str(path)
-    out = Path(path)
+    out = Path(as_location(path))  # a file:// URI as the path it names
     _atomic_write(out, data)
     return out

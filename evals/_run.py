@@ -440,7 +440,7 @@ def write_atomic(path: Location, write: Callable[[Path], object]) -> Location:
             write(local)
             write_text(path, scrub(local.read_text(encoding="utf-8"), secret_values()))
         return path
-    path = Path(path)
+    path = Path(as_location(path))  # a file:// URI as the path it names
     tmp = temp_beside(path)
     try:
         write(tmp)

@@ -76,8 +76,12 @@ def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
     return args
 
 
-def _writable_output(path: Path, what: str) -> None:
-    """Refuse an output path whose directory cannot be made or written, before any work."""
+def _writable_output(output: str | Path, what: str) -> None:
+    """Refuse an output path (or ``file://`` URI) whose directory cannot be made or written,
+    before any work."""
+    from twice.reports import as_location
+
+    path = Path(as_location(output))
     parent = path.parent
     blocker = next((p for p in (parent, *parent.parents) if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
@@ -650,7 +654,7 @@ def gate(
     from ._gate import GateError, evaluate_gate, format_gate, load_gate, write_junit
 
     if junit is not None and not is_remote(junit):
-        _writable_output(Path(junit), "--junit")
+        _writable_output(junit, "--junit")
     try:
         cfg = load_gate(config)
     except GateError as ex:
@@ -729,7 +733,7 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     run = read_run(log_dir, warn=lambda m: click.echo(f"warning: {m}", err=True))
     out = output or str(join(log_dir, "report.html"))
     if not is_remote(out):
-        _writable_output(Path(out), "-o")
+        _writable_output(out, "-o")
     # Render to a temporary file, then replace the target whole (a rename beside it, or one
     # upload to object storage): a failure never leaves a half-written report or deletes the
     # previous one.

@@ -65,7 +65,7 @@ def file_stamp(location: Location) -> tuple[int, int] | None:
     if is_remote(location):
         return None
     try:
-        st = os.stat(location)
+        st = os.stat(_local(location))
     except OSError:
         return None
     return (st.st_size, st.st_mtime_ns)
@@ -83,11 +83,18 @@ def as_location(location: Location) -> Location:
     return Path(text)
 
 
+def _local(location: Location) -> Path:
+    """A location that is not remote as a path (a ``file://`` URI as the path it names)."""
+    local = as_location(location)
+    assert isinstance(local, Path)
+    return local
+
+
 def join(base: Location, *names: str) -> Location:
     """``base/name/...``: a URI joined with ``/``, a path with pathlib."""
     if is_remote(base):
         return posixpath.join(str(base).rstrip("/"), *names)
-    return Path(base).joinpath(*names)
+    return _local(base).joinpath(*names)
 
 
 def name_of(location: Location) -> str:
@@ -95,7 +102,7 @@ def name_of(location: Location) -> str:
     return (
         posixpath.basename(str(location).rstrip("/"))
         if is_remote(location)
-        else Path(location).name
+        else _local(location).name
     )
 
 
@@ -103,7 +110,7 @@ def parent_of(location: Location) -> str:
     """The directory holding ``location``, as a string."""
     if is_remote(location):
         return posixpath.dirname(str(location).rstrip("/"))
-    return str(Path(location).parent)
+    return str(_local(location).parent)
 
 
 def _fs(location: str) -> tuple[Any, str]:
@@ -124,7 +131,7 @@ def _protocol(location: str) -> str:
 def is_dir(location: Location) -> bool:
     """True when the directory (or, in object storage, the prefix) exists and is not a file."""
     if not is_remote(location):
-        return Path(location).is_dir()
+        return _local(location).is_dir()
     fs, path = _fs(str(location))
     return bool(fs.isdir(path))
 
@@ -133,7 +140,7 @@ def is_dir(location: Location) -> bool:
 def is_file(location: Location) -> bool:
     """True when ``location`` is an existing file (object)."""
     if not is_remote(location):
-        return Path(location).is_file()
+        return _local(location).is_file()
     fs, path = _fs(str(location))
     return bool(fs.isfile(path))
 
@@ -142,7 +149,7 @@ def is_file(location: Location) -> bool:
 def list_dir(location: Location) -> list[Location]:
     """The immediate children of a directory (empty when it does not exist)."""
     if not is_remote(location):
-        root = Path(location)
+        root = _local(location)
         return sorted(root.iterdir()) if root.is_dir() else []
     fs, path = _fs(str(location))
     if not fs.isdir(path):
@@ -156,7 +163,7 @@ def list_files(location: Location) -> list[Location]:
     """The files directly in a directory (not in its subdirectories), sorted; empty when it
     does not exist."""
     if not is_remote(location):
-        root = Path(location)
+        root = _local(location)
         return sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else []
     fs, path = _fs(str(location))
     if not fs.isdir(path):
@@ -170,7 +177,7 @@ def list_files(location: Location) -> list[Location]:
 def find_files(location: Location) -> list[Location]:
     """Every file under a directory, recursively, sorted (empty when it does not exist)."""
     if not is_remote(location):
-        root = Path(location)
+        root = _local(location)
         return sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
     fs, path = _fs(str(location))
     proto = _protocol(str(location))
@@ -181,7 +188,7 @@ def find_files(location: Location) -> list[Location]:
 def open_binary(location: Location) -> IO[bytes]:
     """Open a file for reading bytes (seekable: a zip archive can be read in place)."""
     if not is_remote(location):
-        return open(location, "rb")
+        return open(_local(location), "rb")
     fs, path = _fs(str(location))
     return fs.open(path, "rb")  # type: ignore[no-any-return]
 
@@ -190,7 +197,7 @@ def open_binary(location: Location) -> IO[bytes]:
 def read_text(location: Location) -> str:
     """A whole UTF-8 text file."""
     if not is_remote(location):
-        return Path(location).read_text(encoding="utf-8")
+        return _local(location).read_text(encoding="utf-8")
     with open_binary(location) as f:
         return f.read().decode("utf-8")
 
@@ -206,7 +213,7 @@ def write_text(location: Location, text: str) -> None:
         fs, path = _fs(str(location))
         fs.pipe_file(path, text.encode("utf-8"))
         return
-    out = Path(location)
+    out = _local(location)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
@@ -225,7 +232,7 @@ def make_dirs(location: Location) -> None:
         StorageError: for a bucket that does not exist or cannot be reached.
     """
     if not is_remote(location):
-        Path(location).mkdir(parents=True, exist_ok=True)
+        _local(location).mkdir(parents=True, exist_ok=True)
         return
     if _protocol(str(location)) in _BUCKETED:
         fs, path = _fs(str(location))

@@ -62,6 +62,32 @@ def test_report_cli_output_and_baseline(
     assert isinstance(call["baseline"], pd.DataFrame) and len(call["baseline"]) == 48
 
 
+def test_report_and_gate_write_file_uris_where_they_point(
+    twice: Twice, logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `twice report file:///abs/logs` wrote ./file:/abs/logs/report.html, relative to the
+    # working directory, and said "report: file:/abs/logs/report.html": pathlib collapses
+    # the URI's "//". -o and --junit took file:// URIs the same way.
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    (logs / "report.html").unlink(missing_ok=True)
+    result = twice("report", logs.as_uri())
+    assert result.exit_code == 0, result.output
+    assert (logs / "report.html").is_file()
+    assert f"report: {logs / 'report.html'}" in result.stdout
+    out = tmp_path / "out" / "r.html"
+    assert twice("report", logs.as_uri(), "-o", out.as_uri()).exit_code == 0
+    assert out.is_file()
+    gate_toml = tmp_path / "gate.toml"
+    gate_toml.write_text('[[rule]]\nmetric = "duplication_rate"\nmax = 0.5\n')
+    junit = tmp_path / "junit" / "gate.xml"
+    gate = twice("gate", logs.as_uri(), "--config", gate_toml, "--junit", junit.as_uri())
+    assert gate.exit_code == 1, gate.output  # stub/retry duplicates
+    assert "<testsuite" in junit.read_text()
+    assert list(cwd.iterdir()) == []  # nothing under ./file:
+
+
 def test_report_cli_real_write_report_renders(twice: Twice, logs: Path) -> None:
     result = twice("report", logs, "-o", logs / "page.html")
     assert result.exit_code == 0, result.output
