@@ -492,7 +492,8 @@ def _baseline_section(trials: pd.DataFrame, baseline: pd.DataFrame) -> dict[str,
                     **dict(zip(CELL, cell, strict=True)),
                     "flag": first["flag"],
                     "prompt_changed": bool(first["prompt_changed"]),
-                    "metrics": [r for r in recs if r.get("metric")],
+                    # a new or gone cell's one row has no metric (NaN here, which is truthy)
+                    "metrics": [r for r in recs if isinstance(r.get("metric"), str)],
                 }
             )
     rows.sort(key=lambda r: FLAGS.index(r["flag"]))

@@ -149,6 +149,19 @@ def test_write_report_with_baseline_flags_regressions(tmp_path: Path) -> None:
     assert "cell(s) regressed" in page  # called out in the headline too
 
 
+def test_write_report_against_a_baseline_sharing_some_cells(tmp_path: Path) -> None:
+    # The usual comparison: a prompt added since the baseline, another dropped. The new and
+    # gone cells' placeholder rows (metric NaN, which is truthy) were rendered as metrics:
+    # TypeError in pts_ci, no report.
+    common = {"models": ("m/a",), "faults": ("lost_reply",), "protections": ("bare",)}
+    before = write_synthetic_logs(tmp_path / "b", trials=40, prompts=("p1", "p2"), **common)
+    after = write_synthetic_logs(tmp_path / "a", trials=40, prompts=("p1", "p3"), **common)
+    now, base = trials_frame(after.log_dir), trials_frame(before.log_dir)
+    page = write_report(now, tmp_path / "r.html", baseline=base).read_text(encoding="utf-8")
+    assert 'id="baseline"' in page
+    assert "1 new" in page and "1 gone" in page
+
+
 def test_report_size_stays_bounded_as_trials_grow(tmp_path: Path) -> None:
     axes = {"models": ("m/a", "m/b"), "prompts": ("baseline",), "faults": ("lost_reply",)}
     sizes = []
