@@ -310,7 +310,7 @@ def build_tasks(
                     fault=cell.fault,
                     protection=cell.protection,
                     prompt=cell.prompt,
-                    solver=command_agent(suite.agent_cmd),
+                    solver=command_agent(suite.agent_cmd, timeout=suite.agent_timeout),
                     sandbox="local",
                     agent=cell.agent,
                 )

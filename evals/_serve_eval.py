@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageSystem
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import mcp_connection, mcp_server_http
-from inspect_ai.util import sandbox, store
+from inspect_ai.util import store
 from twice.assertions import side_effects
 from twice.mocks import LEDGER_STORE_KEY, get_fault
 from twice.tasks import (
@@ -44,6 +46,7 @@ from twice.tasks.agents import AGENT_STORE_KEY
 
 from ._lock import wait_for_lock
 from ._secrets import scrub_value
+from ._suite import AGENT_TIMEOUT
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
@@ -179,6 +182,104 @@ def mcp_agent() -> Solver:
 BRIDGE_API_KEY = "twice-agent-bridge"
 """The dummy key an external agent is given: the bridge ignores it, and it is no secret."""
 OUTPUT_TAIL = 2000
+_KEPT_OUTPUT = 64 * 1024  # of each stream: the tails logged, and the last line of stderr
+_STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL to the command's processes
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """How an agent command ended: its exit code (negative: killed by that signal), the
+    tails of its output, and whether it ran out of time."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+async def run_command(command: str, env: dict[str, str], cwd: str, timeout: float) -> CommandRun:
+    """Run ``sh -c COMMAND`` with ``env`` added to this process's environment.
+
+    The command gets a process group of its own, and every process in it is stopped (SIGTERM,
+    then SIGKILL after a grace) when the command runs out of ``timeout``, when the trial is
+    cancelled, and after the command exits: a shell's child or an agent's background job
+    would otherwise outlive the trial, and hold its output pipes open so it never ends.
+    """
+    proc = await asyncio.create_subprocess_exec(
+        "sh", "-c", command,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env={**os.environ, **env},
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [asyncio.create_task(_tail(proc.stdout)), asyncio.create_task(_tail(proc.stderr))]
+    try:
+        timed_out = not await _exited(proc, timeout)
+        await _stop_group(proc)
+        out, err = await asyncio.gather(*readers)
+    except BaseException:  # cancelled: nothing of the command may outlive its trial
+        _signal_group(proc, signal.SIGKILL)
+        for reader in readers:
+            reader.cancel()
+        raise
+    returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    return CommandRun(returncode, out, err, timed_out)
+
+
+async def _tail(stream: asyncio.StreamReader) -> str:
+    kept = b""
+    while chunk := await stream.read(65536):
+        kept = (kept + chunk)[-_KEPT_OUTPUT:]
+    return kept.decode("utf-8", "replace")
+
+
+_EXIT_POLL = 0.02
+
+
+async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
+    """Whether the command's own process exited within ``timeout`` seconds.
+
+    Its exit status, not ``proc.wait()``: on Python 3.11 that also waits for every holder of
+    its output pipes to close them, which a background job it left may never do."""
+    deadline = time.monotonic() + timeout
+    while proc.returncode is None:
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(_EXIT_POLL)
+    return True
+
+
+async def _stop_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM to the command's process group, SIGKILL to what is left after the grace."""
+    if not _signal_group(proc, signal.SIGTERM):
+        return  # nothing left
+    deadline = time.monotonic() + _STOP_GRACE
+    while time.monotonic() < deadline:
+        if proc.returncode is not None and not _signal_group(proc, 0):
+            return
+        await asyncio.sleep(_EXIT_POLL)
+    _signal_group(proc, signal.SIGKILL)
+
+
+def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> bool:
+    """Send ``sig`` to the command's process group; False when none of it is left."""
+    if os.name != "posix":  # no process groups: the command's own process only
+        if proc.returncode is not None:
+            return False
+        if sig:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+        return True
+    try:
+        os.killpg(proc.pid, sig)  # its pid is its group's id (start_new_session)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # the group's id reused by another user's processes
+        return False
+    return True
 
 
 def _free_port() -> int:
@@ -262,14 +363,17 @@ def agent_env(served: dict[str, Any], state: TaskState, model_port: int) -> dict
 
 
 @solver
-def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> Solver:
+def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None = None) -> Solver:
     """Run an external agent command for the trial (``twice run --agent-cmd``).
 
     The command runs through ``sh -c`` in ``cwd`` (default: the current directory) with
-    :func:`agent_env`; its model calls go through inspect's ``sandbox_agent_bridge`` (the
-    ``local`` sandbox: a proxy process on a free loopback port) to the eval's model, stub
-    models included. The trial is scored from its ledger whatever the command does; its exit
-    status and output tails are in the transcript.
+    :func:`agent_env`, in a process group of its own (:func:`run_command`): after
+    ``timeout`` seconds, or when it exits, every process it started is stopped. Its model
+    calls go through inspect's ``sandbox_agent_bridge`` (the ``local`` sandbox: a proxy
+    process on a free loopback port) to the eval's model, stub models included. The trial is
+    scored from its ledger whatever the command does; a command that exits non-zero or runs
+    out of time crashed (``crashed_rate``). Its exit status and output tails are in the
+    transcript.
 
     Raises:
         RuntimeError: when the command cannot be run at all (exit 126 or 127: not found or
@@ -283,30 +387,32 @@ def command_agent(command: str, timeout: int = 600, cwd: str | None = None) -> S
         async with agent_bridge(port) as bridge:
             await _wait_for_port(port)
             first_event = len(transcript().events)
-            result = await sandbox().exec(
-                ["sh", "-c", command],
-                env=agent_env(served, state, port),
-                cwd=where,
-                timeout=timeout,
-            )
+            result = await run_command(command, agent_env(served, state, port), where, timeout)
         # What the command printed may carry the environment's credentials (a traceback
-        # with a header, an agent printing its settings): scrubbed here, and in the sandbox
-        # events inspect recorded for the call.
+        # with a header, an agent printing its settings): scrubbed here. The sandbox events
+        # inspect recorded meanwhile (its model bridge's proxy runs in the sandbox) are
+        # scrubbed too: a command's output is not in them, but what the bridge logs may be.
         secrets = secret_values()
         _scrub_sandbox_events(secrets, since=first_event)
         transcript().info(
             {
                 "agent_cmd": scrub(command, secrets),
                 "returncode": result.returncode,
+                "timed_out": result.timed_out,
                 "stdout": scrub(result.stdout[-OUTPUT_TAIL:], secrets),
                 "stderr": scrub(result.stderr[-OUTPUT_TAIL:], secrets),
             }
         )
-        # A command that fails is an agent that crashed, as an in-process agent's exception
-        # is: the trial is still scored from its ledger, and crashed_rate counts it.
-        failed = result.returncode != 0
+        # A command that fails, or hangs until it is stopped, is an agent that crashed, as
+        # an in-process agent's exception is: the trial is still scored from its ledger, and
+        # crashed_rate counts it.
+        failed = result.returncode != 0 or result.timed_out
         last = (result.stderr.strip().splitlines() or [""])[-1]
-        error = scrub(f"exit {result.returncode}: {last}".rstrip(": "), secrets) if failed else ""
+        if result.timed_out:
+            error = f"timed out after {timeout:g} s (--agent-timeout); its processes were stopped"
+        else:
+            error = f"exit {result.returncode}: {last}".rstrip(": ") if failed else ""
+        error = scrub(error, secrets)
         store().set(
             AGENT_STORE_KEY,
             {"agent": scrub(command, secrets), "crashed": failed, "error": error},
@@ -328,9 +434,9 @@ def _scrub_sandbox_events(secrets: list[str], since: int) -> None:
     """Scrub ``secrets`` from every sandbox event inspect recorded from the transcript's
     event ``since`` on, before the sample is logged.
 
-    Not only the last: inspect runs a command in the sandbox as a start and a series of
-    polls, one event each, and output printed while it still runs is in the poll that
-    collected it."""
+    Not only the last: inspect runs a command in the sandbox (the bridge's proxy) as a start
+    and a series of polls, one event each, and output printed while it still runs is in the
+    poll that collected it."""
     if not secrets:
         return
     for event in transcript().events[since:]:

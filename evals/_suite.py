@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -71,6 +72,8 @@ class SuiteError(ValueError):
     """A suite that cannot run: names the bad value and what would be accepted."""
 
 
+AGENT_TIMEOUT = 600.0
+"""Default seconds an ``--agent-cmd`` command may run in one trial (``--agent-timeout``)."""
 AGENT_CMD_PREFIX = "cmd:"
 """How the agent axis names an external agent command (``--agent-cmd``)."""
 
@@ -122,6 +125,9 @@ class Suite:
     agent_cmd: str | None = None
     """An external agent command run per trial against ``twice serve`` (``--agent-cmd``);
     None: twice's own agent loop."""
+    agent_timeout: float = AGENT_TIMEOUT
+    """Seconds the agent command may run in one trial before its processes are stopped and
+    the trial counts as crashed (``--agent-timeout``)."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order.
@@ -222,6 +228,16 @@ class Suite:
             raise SuiteError(f"limit must be a positive integer, got {self.limit!r}")
         if self.agent_cmd is not None and not self.agent_cmd.strip():
             raise SuiteError("agent_cmd is empty; give the command that runs your agent")
+        timeout = self.agent_timeout
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise SuiteError(f"agent_timeout must be a positive number of seconds, got {timeout!r}")
+        if timeout != AGENT_TIMEOUT and self.agent_cmd is None:
+            raise SuiteError("agent_timeout bounds an --agent-cmd command; there is none to bound")
 
     def _validate_agents(self) -> None:
         """Check each agent once, then every cell an agent other than ``react`` is in."""
@@ -312,7 +328,9 @@ def load_suite(path: str | Path) -> Suite:
         ) from None
     except tomllib.TOMLDecodeError as ex:
         raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
-    known_top = {"matrix", "epochs", "limit", "description", "local_model", "agent_cmd"}
+    known_top = {
+        "matrix", "epochs", "limit", "description", "local_model", "agent_cmd", "agent_timeout"
+    }  # fmt: skip
     unknown = set(data) - known_top
     if unknown:
         raise SuiteError(
@@ -343,6 +361,7 @@ def load_suite(path: str | Path) -> Suite:
     agent_cmd = data.get("agent_cmd")
     if agent_cmd is not None and not isinstance(agent_cmd, str):
         raise SuiteError(f"{p}: 'agent_cmd' must be a string (a shell command), got {agent_cmd!r}")
+    agent_timeout = data.get("agent_timeout", AGENT_TIMEOUT)
     local_model = None
     if "local_model" in data:
         try:
@@ -356,6 +375,7 @@ def load_suite(path: str | Path) -> Suite:
         source=str(p),
         local_model=local_model,
         agent_cmd=agent_cmd,
+        agent_timeout=agent_timeout,
     )
 
 
@@ -382,6 +402,7 @@ def suite_from_flags(
     epochs: int | None,
     limit: int | None,
     agent_cmd: str | None = None,
+    agent_timeout: float | None = None,
 ) -> Suite:
     """The suite a ``twice run`` command line asks for.
 
@@ -420,6 +441,8 @@ def suite_from_flags(
         suite = replace(suite, limit=limit)
     if agent_cmd is not None:
         suite = replace(suite, agent_cmd=agent_cmd)
+    if agent_timeout is not None:
+        suite = replace(suite, agent_timeout=agent_timeout)
     if mocks:
         suite = replace(suite, mocks=dict(mocks))
     suite.validate()

@@ -235,6 +235,12 @@ def cli() -> None:
     "it gets TWICE_<SERVICE>_URL, TWICE_INPUT, TWICE_SYSTEM_PROMPT and OPENAI_BASE_URL / "
     "OPENAI_API_KEY for the eval's model (model name 'inspect').",
 )
+@click.option(
+    "--agent-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds the --agent-cmd command may run in one trial (default 600): then every "
+    "process it started is stopped and the trial counts as crashed.",
+)
 def run(
     models: tuple[str, ...],
     prompts: tuple[str, ...],
@@ -257,6 +263,7 @@ def run(
     batch: int | None,
     max_trials: int | None,
     agent_cmd: str | None,
+    agent_timeout: float | None = None,
     agents: tuple[str, ...] = (),
     mocks: tuple[str, ...] = (),
 ) -> None:
@@ -302,6 +309,7 @@ def run(
             epochs=epochs,
             limit=limit,
             agent_cmd=agent_cmd,
+            agent_timeout=agent_timeout,
             agents=agents,
             mocks=_mocks(mocks),
         )

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -134,6 +137,66 @@ def test_a_failed_agent_command_crashed_and_what_it_printed_is_logged_scrubbed(
     (cell,) = json.loads((out / "summary.json").read_text())["cells"]
     assert cell["crashed_rate"] == 1.0 and cell["errors"] == 0
     assert "exit 3: and again [redacted]" in logged
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name != "posix", reason="process groups are POSIX's")
+@pytest.mark.parametrize(
+    ("ending", "crashed"),
+    [
+        # Runs out of --agent-timeout: stopped, with the child the shell waits for. Only the
+        # shell used to be killed, at a fixed 600 s, and the trial then waited for the child
+        # (which held its output pipes), to end as a sample error with an empty message.
+        ("wait", True),
+        # Exits, leaving a background job behind, which held the pipes: the trial waited
+        # for the job.
+        ("exit 0", False),
+    ],
+)
+def test_an_agent_command_and_every_process_it_started_end_with_its_trial(
+    tmp_path: Path, logged_text: Callable[[Path], str], ending: str, crashed: bool
+) -> None:
+    pid_file = tmp_path / "child.pid"
+    out = tmp_path / "logs"
+    command = f"sleep 3600 & echo $! > {pid_file}; {ending}"
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "twice.evals.cli", "run", "--task", "refund", "--model",
+             "stub/no-retry", "--fault", "none", "--limit", "1", "--no-report", "--display",
+             "none", "--log-dir", str(out), "--agent-cmd", command, "--agent-timeout", "3"],
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert not _alive(int(pid_file.read_text()))
+    finally:
+        if pid_file.exists() and _alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    (cell,) = json.loads((out / "summary.json").read_text())["cells"]
+    assert cell["errors"] == 0 and cell["crashed_rate"] == (1.0 if crashed else 0.0)
+    if crashed:
+        assert "timed out after 3 s (--agent-timeout)" in logged_text(out)
+
+
+def test_agent_timeout_needs_an_agent_command_and_a_positive_number(tmp_path: Path) -> None:
+    run = ["run", "--task", "refund", "--model", "stub/retry", "--log-dir", str(tmp_path / "l")]
+    bad = CliRunner().invoke(cli, [*run, "--agent-timeout", "5"])
+    assert bad.exit_code == 2 and "agent_timeout bounds an --agent-cmd command" in bad.output
+    bad = CliRunner().invoke(cli, [*run, "--agent-cmd", "true", "--agent-timeout", "0"])
+    assert bad.exit_code == 2 and "--agent-timeout" in bad.output
+    toml = tmp_path / "suite.toml"
+    toml.write_text(
+        'agent_cmd = "true"\nagent_timeout = "soon"\n[[matrix]]\nmodels = ["stub/retry"]\n'
+    )
+    with pytest.raises(SuiteError, match="agent_timeout must be a positive number of seconds"):
+        load_suite(toml).validate()
 
 
 def test_agent_cmd_in_toml_and_its_bad_values(tmp_path: Path) -> None:
