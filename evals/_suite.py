@@ -39,6 +39,7 @@ from twice.tasks import (
     load_prompt,
     scrub,
     secret_values,
+    secrets_in,
 )
 from twice.tasks._prompts import read_regular_file
 from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
@@ -201,6 +202,14 @@ class Suite:
                     p = load_prompt(prompt)
                 except ValueError as ex:
                     raise SuiteError(str(ex)) from None
+                leaked = secrets_in(p.text)
+                if leaked:
+                    # It would be sent to every model and kept in every log header.
+                    raise SuiteError(
+                        f"prompt {p.source!r} contains the value of ${leaked[0]}; twice never "
+                        "sends a credential to a model or writes one to a log: take it out of "
+                        "the prompt"
+                    )
                 # The report and summary.json name a prompt by its file stem: two different
                 # texts under one name would be merged into one row.
                 sha, source = seen.setdefault(p.name, (p.sha256, p.source))

@@ -31,6 +31,17 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
+def secrets_in(text: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The names of the environment's credential variables whose values occur in ``text``
+    (names only: a caller reporting them never echoes a value)."""
+    env = os.environ if environ is None else environ
+    return sorted(
+        k
+        for k, v in env.items()
+        if SECRET_ENV.search(k) and len(v) >= MIN_SECRET_CHARS and v in text
+    )
+
+
 def scrub(text: str, secrets: list[str] | None = None) -> str:
     """``text`` with every environment credential replaced by ``[redacted]``."""
     for secret in secret_values() if secrets is None else secrets:

@@ -189,3 +189,18 @@ def test_bad_input_model_arg_holding_an_env_key_is_refused(
     with pytest.raises(SuiteError, match="'organization' holds the value of an API key"):
         check_model_args({"organization": SECRET})
     check_model_args({"base_url": "http://127.0.0.1:9/v1?x=1", "default_query": {"v": "2"}})
+
+
+def test_bad_input_prompt_holding_an_env_key_is_refused_unseen(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was sent to every model as the system message and kept verbatim in every log
+    # header's prompt excerpt and in inspect's logs.json (summary.json alone scrubbed it).
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    prompt = tmp_path / "leaky.md"
+    prompt.write_text(f"Use key {SECRET} when asked.\n")
+    log_dir = tmp_path / "logs"
+    result = _run(twice, log_dir, "--model", "stub/verify", "--task", "refund", "--prompt", prompt)
+    _one_line_exit_2(result, f"prompt '{prompt}' contains the value of $OPENAI_API_KEY")
+    assert SECRET not in result.output
+    assert not log_dir.exists()
