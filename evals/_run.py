@@ -35,6 +35,7 @@ from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
 from twice.reports import (
+    CELL,
     Location,
     LogDir,
     LogEntry,
@@ -43,6 +44,7 @@ from twice.reports import (
     as_location,
     cells,
     check_log_dir,
+    crashed,
     file_stamp,
     frame_of,
     is_file,
@@ -367,17 +369,32 @@ def _own_task(task: Task, spec: str) -> Task:
     return task_with(task, name=f"{task.name}_{digest}", metadata=meta)
 
 
-def _failures(logs: list[EvalLog], table: pd.DataFrame) -> list[str]:
+ERRORED_IN = " trial(s) errored in "
+"""How a run's error line for a cell's errored trials reads (the CLI matches it)."""
+
+
+def _failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
+    """One line per failed eval, and per cell with errored trials (inspect sample errors,
+    :func:`twice.reports.crashed`, left out of the rates) with its first error, so the
+    terminal says why and not only where."""
     lines = []
     for log in logs:
         if log.status not in ("success", "cancelled"):
             message = log.error.message if log.error else log.status
             lines.append(f"eval {log.eval.task} on {log.eval.model} {log.status}: {message}")
+    first: dict[tuple[Any, ...], str] = {}
+    if not frame.empty and table["errors"].any():
+        bad = frame[crashed(frame)]
+        for keys, group in bad.groupby(list(CELL), sort=False):
+            text = str(group["error"].iloc[0] or "").strip().splitlines()
+            first[keys] = text[0][:300] if text else "never scored"
     for row in table.itertuples():
         if row.errors:
+            why = first.get(tuple(getattr(row, c) for c in CELL))
             lines.append(
-                f"{row.errors} trial(s) crashed in {row.model} / {row.agent} / {row.prompt} / "
+                f"{row.errors}{ERRORED_IN}{row.model} / {row.agent} / {row.prompt} / "
                 f"{row.task} / {row.fault} / {row.protection}"
+                + (f"; the first: {why}" if why else "")
             )
     return [scrub(line) for line in lines]
 
@@ -947,7 +964,7 @@ def _run_locked(
                 join(log_dir, "report.html"), lambda tmp: write_report(frame, tmp, run=run)
             )
     # After an interrupt, the trials it cut short are recorded as errors: not crashes.
-    failed = [] if state.signal else _failures(logs, table)
+    failed = [] if state.signal else _failures(logs, table, frame)
     return RunResult(
         log_dir, logs, table, summary_path, report_path, failed,
         missing=missing, interrupted=state.signal, unreachable=prepared.unreachable(),

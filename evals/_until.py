@@ -311,7 +311,7 @@ class _Rounds:
             )
         table = cells(frame) if not frame.empty else pd.DataFrame()
         # After an interrupt, the trials it cut short are recorded as errors: not crashes.
-        failed = [] if state.signal else _failures(logs, table)
+        failed = [] if state.signal else _failures(logs, table, frame)
         return RunResult(
             self.prepared.log_dir, logs, table, summary_path, report_path, failed,
             missing=unsettled, interrupted=state.signal,

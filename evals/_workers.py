@@ -283,7 +283,7 @@ def _merge_workers(
             return RunResult(log_dir, [], empty, summary_path, None, failed,
                              missing=planned, interrupted=interrupted)  # fmt: skip
         if not interrupted:  # an interrupt's cut-short trials are not crashes
-            failed += merged.logs.problems() + _failures([], merged.table)
+            failed += merged.logs.problems() + _failures([], merged.table, merged.frame)
         report_path = None
         if report and not merged.frame.empty:
             from twice.reports import write_report

@@ -273,7 +273,7 @@ def run(
     """
     from twice.tasks import scrub
 
-    from ._run import LAST_INTERRUPT, default_log_dir, format_table, run_suite
+    from ._run import ERRORED_IN, LAST_INTERRUPT, default_log_dir, format_table, run_suite
     from ._shards import default_workers, parse_shard, shard_cells
     from ._workers import run_parallel
 
@@ -419,7 +419,7 @@ def run(
         click.echo(f"error: {line}", err=True)
     for line in result.failed:
         # An unreachable model's crashed trials are said by its one line above.
-        if not (result.unreachable and " trial(s) crashed in " in line):
+        if not (result.unreachable and ERRORED_IN in line):
             click.echo(f"error: {line}", err=True)
     if result.missing:
         shown = ", ".join(

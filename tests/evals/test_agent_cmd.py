@@ -279,3 +279,22 @@ def test_a_served_server_named_by_variable_is_read_when_used(
     monkeypatch.delenv("MY_TWICE")
     with pytest.raises(RuntimeError, match="MY_TWICE is not set"):
         server_url("$MY_TWICE")
+
+
+@pytest.mark.slow
+def test_a_command_that_cannot_run_errors_its_trials_and_the_terminal_says_why(
+    tmp_path: Path,
+) -> None:
+    # The terminal said only "1 trial(s) crashed in <cell>": why was in the log alone.
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "none", "--limit",
+         "1", "--no-report", "--display", "none", "--log-dir", str(tmp_path / "logs"),
+         "--agent-cmd", "no_such_binary_xyz"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "error: 1 trial(s) errored in stub/no-retry / cmd:no_such_binary_xyz" in result.output
+    assert (
+        "; the first: RuntimeError(\"agent command 'no_such_binary_xyz' could not run (exit 127)"
+        in result.output
+    )
