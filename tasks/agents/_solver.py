@@ -102,7 +102,13 @@ def agent_solver(
         try:
             with serve_trial(services, hosts):
                 async with agent_bridge() as bridge:
-                    answer = str(await fn(state.input_text, actx))
+                    result = await fn(state.input_text, actx)
+                    if not isinstance(result, str):  # str(None) would pass for an answer
+                        raise TypeError(
+                            f"the agent returned {type(result).__name__} {result!r:.80}, not "
+                            "its final answer (a str)"
+                        )
+                    answer = result
         except LimitExceededError:
             raise  # inspect's own message/token/time limits end the sample as usual
         except Exception as ex:

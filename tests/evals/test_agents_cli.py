@@ -55,6 +55,25 @@ def test_twice_run_runs_a_user_agent_file_with_its_production_url(
     assert f"stub/retry · {spec}" in (out / "report.html").read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize("returned", ["42", "None"])
+def test_an_agent_returning_no_answer_crashed_saying_so(
+    twice: Callable[..., Any], tmp_path: Path, returned: str
+) -> None:
+    # str() made any value an answer: exit 0, not crashed, the final answer "42" or "None".
+    agent = tmp_path / "wrong.py"
+    agent.write_text(f"async def agent(request, ctx):\n    return {returned}\n", encoding="utf-8")
+    out = tmp_path / "logs"
+    result = twice(
+        "run", "--agent", f"{agent}:agent", "--task", "refund", "--fault", "none",
+        "--model", "stub/retry", "--limit", "1", "--log-dir", out, "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (cell,) = _cells(out).values()
+    assert cell["crashed_rate"] == 1.0
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "not its final answer (a str)" in html
+
+
 def test_twice_run_scores_a_crashing_agent_and_reports_it(
     twice: Callable[..., Any], tmp_path: Path
 ) -> None:
