@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-EXAMPLES = sorted((ROOT / "docs" / "examples").rglob("*.py"))
+EXAMPLES = sorted(
+    p for p in (ROOT / "docs" / "examples").rglob("*") if p.suffix in (".py", ".jsonl")
+)
 
 
 def test_readme_shows_every_example_verbatim(readme_blocks: dict[str, str]) -> None:
