@@ -48,6 +48,11 @@ def _pct(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.1%}"
 
 
+NO_GUARANTEE = "; no anytime-valid guarantee: this rule is judged once its min_trials are in"
+"""Said of a rule the rounds cannot settle by a bound: a mean, or a rate's point or lenient
+bound (a pass after the first round may be luck; rules with the cautious bound are not)."""
+
+
 def rule_state(
     rule: Rule, scored: pd.DataFrame, confidence: float, excluded: str = ""
 ) -> RuleState:
@@ -74,7 +79,7 @@ def rule_state(
         value = float(scored[column].mean()) if n else math.nan
         ok = enough and (value <= rule.bound if rule.direction == "max" else value >= rule.bound)
         msg = f"point {rule.metric} = {value:.3g} over {n} trials{need}{excluded}"
-        return RuleState("pass" if ok else "fail", enough, msg)
+        return RuleState("pass" if ok else "fail", enough, msg + NO_GUARANTEE)
     x = ordered(scored, column)
     b = bounds(x, alpha)
     level = f"{confidence:.0%}"
@@ -120,4 +125,4 @@ def rule_state(
     ok = enough and (value <= rule.bound if rule.direction == "max" else value >= rule.bound)
     op = ("≤" if ok else ">") if rule.direction == "max" else ("≥" if ok else "<")
     msg = f"{rule.statistic} of {rule.metric} = {_pct(value)} {op} {op_word} {bound}"
-    return RuleState("pass" if ok else "fail", enough, f"{msg} ({evidence})")
+    return RuleState("pass" if ok else "fail", enough, f"{msg} ({evidence}){NO_GUARANTEE}")

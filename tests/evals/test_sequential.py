@@ -133,6 +133,25 @@ def test_sequential_gate_passes_clean_cells_with_enough_trials(make_trials: Tria
     assert not state.settled
 
 
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"name": "p", "metric": "duplication_rate", "max": 0.05, "statistic": "point"},
+        {"name": "m", "metric": "excess_effects_mean", "max": 0.1},
+    ],
+)
+def test_a_rule_without_a_bound_to_settle_it_says_so(
+    make_trials: Trials, rule: dict[str, object]
+) -> None:
+    # It passed as "settled" after the first round (2 trials), with nothing in the verdict
+    # to say that no anytime-valid bound stood behind it.
+    state = rule_state(parse_gate({"rule": [rule]}).rules[0], make_trials(2), 0.95)
+    assert state.settled and state.status == "pass"
+    assert "no anytime-valid guarantee" in state.message
+    cautious = rule_state(parse_gate(gate()).rules[0], make_trials(73), 0.95)
+    assert "no anytime-valid guarantee" not in cautious.message
+
+
 def test_min_rules_settle_both_ways(make_trials: Trials) -> None:
     cfg = parse_gate({"rule": [{"name": "done", "metric": "completion_rate", "min": 0.8}]})
     rule = cfg.rules[0]
