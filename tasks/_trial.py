@@ -30,7 +30,7 @@ from twice.mocks import (
 from ._prompts import Prompt, load_prompt
 from ._protections import get_protection
 from ._toolkit import ActionLog, RunCrashed, TrialContext, bind_tools
-from .agents import REACT, AgentError, agent_solver, check_agent
+from .agents import REACT, AgentError, agent_solver, check_agent, parse_hosts
 
 ServicesFactory = Callable[[dict[str, Any]], list[Service]]
 """Builds a trial's services from the sample's ``state`` (fresh objects every call)."""
@@ -322,6 +322,17 @@ def _check_samples(
     _CHECKED.add(key)
 
 
+def _check_mocks(dataset: Dataset, services: ServicesFactory, mocks: dict[str, str] | None) -> None:
+    """Check ``--mock SERVICE=URL`` against every sample's services now (as each trial would,
+    :func:`~twice.tasks.agents.parse_hosts`): a service the task does not have is a usage
+    error when the task is built, not an error in every trial."""
+    if not mocks:
+        return
+    for sample in dataset:
+        built = Services(list(services((sample.metadata or {}).get("state", {}))))
+        parse_hosts(mocks, {n: s.base_url for n, s in built.services.items()})
+
+
 def _signatures(tools: list[Tool]) -> dict[str, tuple[set[str], set[str]]]:
     """Each tool's name: (the arguments it takes, the ones it requires)."""
     found = {}
@@ -417,6 +428,7 @@ def twice_task(
     get_fault(fault)
     check_agent_cell(agent, name, fault, protection, mocks)
     _check_samples(name, dataset, services, tools, protection)
+    _check_mocks(dataset, services, mocks)
     protection_obj = get_protection(protection)
     if action_log is not None and not isinstance(action_log, bool):
         raise ValueError(f"action_log must be true or false, got {action_log!r}")

@@ -55,6 +55,23 @@ def test_twice_run_runs_a_user_agent_file_with_its_production_url(
     assert f"stub/retry · {spec}" in (out / "report.html").read_text(encoding="utf-8")
 
 
+def test_a_mock_of_a_service_the_task_lacks_is_a_usage_error_before_the_run(
+    twice: Callable[..., Any], tmp_path: Path
+) -> None:
+    # It ran every trial, each ending in the same sample error, exit 1.
+    agent = tmp_path / "agent.py"
+    agent.write_text("async def agent(request, ctx):\n    return 'ok'\n", encoding="utf-8")
+    out = tmp_path / "logs"
+    result = twice(
+        "run", "--agent", f"{agent}:agent", "--task", "refund", "--fault", "none",
+        "--model", "stub/retry", "--limit", "1", "--log-dir", out, "--display", "none",
+        "--mock", "nosvc=https://api.example.com",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "this task has no service 'nosvc'; its services are: payments" in result.output
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("returned", ["42", "None"])
 def test_an_agent_returning_no_answer_crashed_saying_so(
     twice: Callable[..., Any], tmp_path: Path, returned: str
