@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from twice.tasks.agents import REACT
 
 from ._suite import Matrix, Suite
 
@@ -35,7 +36,7 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class CellRates:
-    """The rates of one cell (model, prompt, task, fault, protection).
+    """The rates of one cell (model, prompt, task, fault, protection, and the agent).
 
     The named attributes are DESIGN.md's summary.json keys; ``row`` holds every column
     ``reports.cells`` produced (``cell["divergence_rate"]`` reads any of them). ``frame``
@@ -61,6 +62,8 @@ class CellRates:
     excess_effects_mean: float
     row: Mapping[str, Any]
     frame: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False, compare=False)
+    agent: str = REACT
+    """The agent under test (``react``: twice's own loop)."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], trials: pd.DataFrame | None = None) -> CellRates:
@@ -91,14 +94,17 @@ class CellRates:
             excess_effects_mean=float(r["excess_effects_mean"]),
             row=r,
             frame=mine,
+            agent=str(r.get("agent", REACT)),
         )
 
     def __getitem__(self, key: str) -> Any:
         return self.row[key]
 
     def label(self) -> str:
-        """``stub/retry / baseline / refund / lost_reply / bare``."""
-        return " / ".join(str(getattr(self, a)) for a in _AXES)
+        """``stub/retry / baseline / refund / lost_reply / bare`` (the agent after the model
+        when it is not ``react``)."""
+        axes = _AXES if self.agent == REACT else ("model", "agent", *_AXES[1:])
+        return " / ".join(str(getattr(self, a)) for a in axes)
 
     def trials_where(self, column: str) -> list[str]:
         """The trials (``sample#epoch``) where a per-trial metric column is true
@@ -198,10 +204,10 @@ class EvalRates:
             ValueError: for an unknown axis name.
             LookupError: when no cell or several cells match, listing the cells.
         """
-        unknown = set(axes) - set(_AXES)
+        unknown = set(axes) - {*_AXES, "agent"}
         if unknown:
             raise ValueError(
-                f"unknown axis {', '.join(sorted(unknown))}; expected: {', '.join(_AXES)}"
+                f"unknown axis {', '.join(sorted(unknown))}; expected: {', '.join(_AXES)}, agent"
             )
         found = [c for c in self.cells if all(getattr(c, k) == v for k, v in axes.items())]
         if len(found) != 1:
@@ -226,6 +232,8 @@ def eval_rates(
     limit: int | None = None,
     model_args: dict[str, Any] | None = None,
     allow_errors: bool = False,
+    agent: str | Sequence[str] = REACT,
+    mocks: Mapping[str, str] | None = None,
 ) -> EvalRates:
     """Run twice on task × model × fault × protection × prompt and return the per-cell rates.
 
@@ -240,6 +248,9 @@ def eval_rates(
         limit: Samples per task (first N); None runs them all.
         model_args: Model arguments (as ``-M``).
         allow_errors: Return the rates even when an eval errored or a trial crashed.
+        agent: The agent(s) under test, as ``--agent``: ``react`` (twice's own loop), a
+            built-in framework agent (``langgraph``...), or ``path.py:function``.
+        mocks: As ``--mock``: production URL by service name, for an agent's own tools.
 
     Raises:
         ValueError: for an unknown task, fault, protection, prompt or model, naming the
@@ -257,11 +268,13 @@ def eval_rates(
                 tasks=_axis(task, "task"),
                 faults=_axis(fault, "fault"),
                 protections=_axis(protection, "protection"),
+                agents=_axis(agent, "agent"),
             ),
         ),
         epochs=epochs,
         limit=limit,
         source="eval_rates()",
+        mocks=dict(mocks or {}),
     )
     suite.validate()
     result = run_suite(suite, Path(log_dir), model_args=model_args, display="none", report=False)

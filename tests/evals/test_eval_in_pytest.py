@@ -66,6 +66,31 @@ def test_eval_rates_cell_lookup_errors_list_the_cells(tmp_path: Path) -> None:
         rates.cell(models="stub/retry")
 
 
+def test_eval_rates_gates_an_agent_under_test(tmp_path: Path) -> None:
+    # eval_rates had no agent axis: TypeError on agent=..., so a framework or user agent
+    # could only be gated with `twice gate`.
+    agent = tmp_path / "twice_refunds.py"
+    agent.write_text(
+        "import httpx\n\n\n"
+        "async def agent(request, ctx):\n"
+        "    async with httpx.AsyncClient() as http:\n"
+        "        for _ in range(2):  # a retry without a key\n"
+        "            await http.post(ctx.urls['payments'] + '/v1/refunds',\n"
+        "                            json={'order_id': 'order_1042', 'amount': 499})\n"
+        "    return 'done'\n",
+        encoding="utf-8",
+    )
+    spec = f"{agent}:agent"
+    rates = eval_rates(
+        task="refund", model="stub/verify", fault="none", agent=["react", spec], limit=1,
+        log_dir=tmp_path / "logs",
+    )  # fmt: skip
+    assert rates.cell(agent="react").duplication_rate == 0.0
+    mine = rates.cell(agent=spec)
+    assert mine.duplication_rate == 1.0 and mine.agent == spec
+    assert mine.label().startswith(f"stub/verify / {spec} / baseline / refund")
+
+
 def test_evals_plugin_also_loads_the_mock_fixtures(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_ledger(ledger):\n    assert ledger.effects == []\n")
     pytester.runpytest("-p", "twice.evals.pytest_plugin").assert_outcomes(passed=1)
