@@ -116,8 +116,8 @@ def test_run_errors_check_model_args_lets_settings_through() -> None:
         ("[[matrix]]\nmodels = 'stub/retry'\nfaults = []\n", "has an empty 'faults' list"),
         (
             "seed = 1\n[[matrix]]\nmodels = ['stub/retry']\n",
-            "unknown key(s) seed; expected: agent_cmd, description, epochs, limit, local_model, "
-            "matrix",
+            "unknown key(s) seed; expected: agent_cmd, agent_timeout, description, epochs, "
+            "limit, local_model, matrix",
         ),
     ],
 )  # fmt: skip
