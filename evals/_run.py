@@ -22,7 +22,7 @@ import os
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -830,12 +830,18 @@ def ran_trials(
     return without_cut_short(frame) if interrupted else frame
 
 
-def without_cut_short(frame: pd.DataFrame) -> pd.DataFrame:
+def without_cut_short(frame: pd.DataFrame, logs: Collection[str] | None = None) -> pd.DataFrame:
     """The trials of an interrupted run without those the interrupt cut short: inspect logs
-    them as errors (``CancelledError``), but they did not run (the rerun runs them)."""
+    them as errors (``CancelledError``), but they did not run (the rerun runs them).
+
+    ``logs``: only those of these logs (``log`` column values: the logs inspect marked
+    ``cancelled``), when no summary says the whole run was interrupted."""
     if frame.empty:
         return frame
-    return frame[~frame["error"].str.startswith("CancelledError")]
+    cut = frame["error"].str.startswith("CancelledError")
+    if logs is not None:
+        cut &= frame["log"].isin(list(logs))
+    return frame[~cut]
 
 
 def incomplete_fields(

@@ -27,6 +27,7 @@ from twice.reports import (
     is_remote,
     join,
     log_records,
+    log_uri,
     prepare_report,
     read_log_dir,
     read_summary,
@@ -139,6 +140,10 @@ def merge(
     frame = frame_of(logs.files, {**known, **log_records(unread)})
     if extra.get("interrupted"):  # an interrupt's cut-short trials are not crashes
         frame = without_cut_short(frame)
+    else:  # nor are they without a summary to say so: the logs inspect marked cancelled do
+        cancelled = {log_uri(e.path) for e in logs.current if e.status == "cancelled"}
+        if cancelled:
+            frame = without_cut_short(frame, cancelled)
     table = cells(frame)
     if shards is None:
         return Merged(logs, frame, table, run or read_run(log_dir), None)

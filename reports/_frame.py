@@ -182,7 +182,7 @@ def _read_log(path: Location) -> list[tuple[str | None, dict[str, Any], dict[str
         "task_name": header.task,
         # one string per log, so tidy() parses each eval's metadata once
         "eval_metadata": json.dumps(header.metadata or {}, default=str),
-        "log": str(path) if is_remote(path) else Path(path).resolve().as_uri(),
+        "log": log_uri(path),
     }
     out = []
     for sample in sample_records(path):
@@ -287,6 +287,11 @@ def _score_dict(value: Any) -> dict[str, float]:
         except ValueError:
             return {}
     return value if isinstance(value, dict) else {}
+
+
+def log_uri(path: Location) -> str:
+    """How the ``log`` column names a log: its URI (``file://`` for a local file)."""
+    return str(path) if is_remote(path) else Path(path).resolve().as_uri()
 
 
 def local_path(location: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -138,6 +139,24 @@ def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
     )  # fmt: skip
     assert gate.returncode == 2, gate.stderr
     assert "has status 'cancelled'" in gate.stderr and "CancelledError" not in gate.stderr
+    # The same logs without their summary (a copied artifact): the cancelled log still says
+    # which trials were cut short. They were counted as errored trials, so the gate's trial
+    # count and its list depended on summary.json's presence.
+    bare = tmp_path / "no-summary"
+    shutil.copytree(log_dir, bare, ignore=shutil.ignore_patterns("summary.json", ".twice.lock"))
+    again = subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "gate", str(bare), "--config", str(gate_file),
+         "--allow-errors"],
+        capture_output=True, text=True, timeout=DEADLINE_S,
+    )  # fmt: skip
+    allowed = subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "gate", str(log_dir), "--config",
+         str(gate_file), "--allow-errors"],
+        capture_output=True, text=True, timeout=DEADLINE_S,
+    )  # fmt: skip
+    assert "CancelledError" not in again.stderr, again.stderr
+    counted = re.compile(r"\(\d+ log\(s\), \d+ trial\(s\)")
+    assert counted.findall(again.stdout) == counted.findall(allowed.stdout), again.stdout
 
     rerun = subprocess.run(
         _hang_run(log_dir, marks), env=env, capture_output=True, text=True, timeout=DEADLINE_S
