@@ -41,6 +41,7 @@ from ._run import (
     EXIT_INTERRUPTED,
     RunResult,
     _failures,
+    _prepare_log_dir,
     cell_dict,
     finished_in,
     gc_for_trials,
@@ -131,6 +132,13 @@ def merge(
         extra = incomplete_fields(missing, prompt_names(planned), interrupted)
     elif shards is not None:
         extra = shards_status(summaries)
+        if logs.missing and extra.get("complete", True):
+            # Every shard finished, yet a log its eval-set.json plans is gone (deleted,
+            # left out of an artifact): the merged run is not complete, whatever they say.
+            extra = {
+                **extra, "complete": False, "status": "incomplete",
+                "missing_logs": list(logs.missing),
+            }  # fmt: skip
     else:  # one process's directory: its own summary says whether an interrupt stopped it
         top = read_summary(log_dir)
         if top.get("complete") is False and top.get("interrupted"):
@@ -228,6 +236,10 @@ def run_parallel(
     planned = list(suite.cells())
     run = run_metadata(suite, model_args)
     summary_path = join(log_dir, "summary.json")
+    if is_remote(log_dir):
+        # A bucket that is missing or cannot be reached is one line here, as in one process,
+        # not every worker's usage error wrapped in the run's.
+        _prepare_log_dir(log_dir)
     with contextlib.ExitStack() as stack:
         if not is_remote(log_dir) and is_dir(log_dir):
             # The lock a one-process run takes: the two never run into one directory at once.

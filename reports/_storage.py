@@ -74,7 +74,8 @@ def file_stamp(location: Location) -> tuple[int, int] | None:
 def as_location(location: Location) -> Location:
     """A URI as the string it is, anything else (a path, ``file://``) as a :class:`Path`."""
     if is_remote(location):
-        return str(location).rstrip("/")
+        proto, _, rest = str(location).partition("://")
+        return f"{proto}://{rest.rstrip('/')}"  # "s3://" stays a URI, never the path "s3:"
     text = str(location)
     if text.startswith("file://"):
         from urllib.parse import unquote, urlparse
@@ -237,6 +238,8 @@ def make_dirs(location: Location) -> None:
     if _protocol(str(location)) in _BUCKETED:
         fs, path = _fs(str(location))
         bucket = path.strip("/").split("/", 1)[0]
+        if not bucket:
+            raise FileNotFoundError(f"{str(location)!r} names no bucket (s3://BUCKET/PATH)")
         if not fs.exists(bucket):
             raise FileNotFoundError(f"bucket {bucket!r} does not exist")
 

@@ -69,6 +69,7 @@ def test_storage_helpers_keep_uris(s3: Any) -> None:
     from twice.reports import write_text as put
 
     assert as_location("s3://twice/run/") == "s3://twice/run"
+    assert as_location("s3://") == "s3://" and is_remote(as_location("s3://"))
     assert join("s3://twice/run", "shard-1-of-2", "x.eval") == "s3://twice/run/shard-1-of-2/x.eval"
     assert is_remote("s3://twice/x") and not is_remote("file:///tmp/x")
     assert not is_remote("logs/run")
@@ -123,6 +124,16 @@ def test_storage_that_cannot_be_used_is_one_line_and_exit_2(
     assert result.exit_code == 2, result.output
     assert "bucket 'nobucket' does not exist" in result.stderr
     assert "Traceback" not in result.output
+    # With --workers it was every worker's usage error, wrapped in the run's.
+    result = twice("run", *RUN, "--workers", "2", "--log-dir", "s3://nobucket/run")
+    assert result.exit_code == 2, result.output
+    assert "bucket 'nobucket' does not exist" in result.stderr
+    assert "worker 1/2" not in result.stderr and "Usage: python" not in result.stderr
+    # A URI with no bucket became the local path "s3:": the run wrote ./s3:/ and exited 0.
+    monkeypatch.chdir(tmp_path)
+    result = twice("run", *RUN, "--log-dir", "s3://")
+    assert result.exit_code == 2, result.output
+    assert "names no bucket" in result.stderr and not (tmp_path / "s3:").exists()
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         dead = sock.getsockname()[1]
