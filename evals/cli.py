@@ -733,7 +733,15 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     from ._run import write_atomic
     from ._workers import read_run
 
-    _, frame = _trials(log_dir, "LOG_DIR")
+    logs, frame = _trials(log_dir, "LOG_DIR")
+    for line in logs.missing[:SHOWN_PROBLEMS]:  # the report shows what there is; say what not
+        click.echo(f"warning: {line}", err=True)
+    if logs.missing:
+        click.echo(
+            f"warning: {len(logs.missing)} planned log(s) missing: the report covers part of "
+            "the run (twice gate refuses it); rerun `twice run` with the same --log-dir",
+            err=True,
+        )
     extra: dict[str, Any] = {}
     if baseline_dir is not None:
         extra["baseline"] = _trials(baseline_dir, "--baseline", write=False)[1]

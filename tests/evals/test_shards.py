@@ -327,6 +327,25 @@ def test_a_shard_without_a_readable_summary_is_not_merged(
     assert not (log_dir / "summary.json").exists()
 
 
+def test_a_shards_lost_log_marks_the_merged_summary_incomplete(
+    twice: Twice, tmp_path: Path
+) -> None:
+    # Both shards finished and said so; then a log of one was lost (deleted, left out of an
+    # artifact). The merged summary said complete: true, 3 of the 4 cells, and the report
+    # said nothing, while the gate refused the directory.
+    log_dir = tmp_path / "logs"
+    for i in (1, 2):
+        result = twice("run", *ONE_CELL, *FOUR_FAULTS, "--shard", f"{i}/2", "--log-dir", log_dir)
+        assert result.exit_code == 0, result.output
+    next((log_dir / "shard-1-of-2").glob("*.eval")).unlink()
+    report = twice("report", log_dir)
+    assert report.exit_code == 0, report.output
+    assert "warning: 1 planned log(s) missing" in report.stderr
+    merged = json.loads((log_dir / "summary.json").read_text())
+    assert merged["complete"] is False and merged["status"] == "incomplete"
+    assert len(merged["missing_logs"]) == 1 and len(merged["cells"]) == 3
+
+
 def test_an_empty_shard_directory_is_a_missing_shard(twice: Twice, tmp_path: Path) -> None:
     # A shard job that failed before it began can leave an empty artifact directory: the
     # gate passed on the other shard's cells alone.
