@@ -53,6 +53,7 @@ import httpx
 from twice.assertions import score_trial
 from twice.mocks import FAULTS, KEY_HEADER, Services, get_fault
 from twice.tasks import (
+    AGENT_FAULTS_REFUSED,
     PROTECTIONS,
     TASKS,
     ActionLog,
@@ -123,6 +124,10 @@ def _json(value: Any) -> str:
         return repr(value)
 
 
+SERVE_FAULTS = tuple(f for f in FAULTS if f not in AGENT_FAULTS_REFUSED)
+"""The faults a served trial takes: all but those only twice's own agent loop can run."""
+
+
 def parse_trial_config(body: Any, tasks: Sequence[str] = ()) -> TrialConfig:
     """Validate a ``POST /_twice/trials`` body.
 
@@ -190,10 +195,20 @@ def parse_trial_config(body: Any, tasks: Sequence[str] = ()) -> TrialConfig:
             f"hang_seconds {_json(hang)} must be a number in (0, {MAX_HANG_SECONDS:g}]",
             "hang_seconds",
         )
+    fault = given("fault", "none")
+    if fault in AGENT_FAULTS_REFUSED:
+        # A served trial's agent is the client's own: nothing restarts its run from twice's
+        # checkpoints, so the fault would act as "none" while its evidence said "crashed".
+        raise ControlError(
+            400,
+            f"fault {_json(fault)} restarts twice's own agent loop from its checkpoints, which "
+            f"a served trial's agent does not have; one of: {', '.join(SERVE_FAULTS)}",
+            "fault",
+        )
     return TrialConfig(
         task=task,
         sample=sample,
-        fault=choice("fault", FAULTS, "none"),
+        fault=choice("fault", SERVE_FAULTS, "none"),
         protection=choice("protection", PROTECTIONS, "bare"),
         lost_reply=choice("lost_reply", LOST_REPLY_MODES, "drop"),
         hang_seconds=float(hang),

@@ -32,6 +32,7 @@ from ._toolkit import (
     read,
 )
 from ._trial import (
+    AGENT_FAULTS_REFUSED,
     HeldMetadata,
     TaskParts,
     check_agent_cell,
@@ -132,6 +133,7 @@ _PARTS: dict[str, TaskParts] = {}
 
 __all__ = [
     "ACTION_LOG_STORE_KEY",
+    "AGENT_FAULTS_REFUSED",
     "COMPENSATIONS_STORE_KEY",
     "IDEMPOTENCY_CLASSES",
     "PROMPTS_DIR",

@@ -92,6 +92,9 @@ def test_serve_create_trial_gives_per_trial_urls(server: str, trial: Callable[..
         ({}, "task"),
         ({"task": "refund", "sample": "refund-999"}, "sample"),
         ({"task": "refund", "fault": "gremlins"}, "fault"),
+        # Accepted, it acted as "none" (nothing restarts a client's agent) while the verdict
+        # said the run crashed before the agent saw the reply.
+        ({"task": "refund", "fault": "crash_after_commit"}, "fault"),
         ({"task": "refund", "protection": "prayer"}, "protection"),
         ({"task": "refund", "lost_reply": "vanish"}, "lost_reply"),
         ({"task": "refund", "hang_seconds": 0}, "hang_seconds"),
@@ -313,6 +316,7 @@ def test_parse_trial_config_defaults() -> None:
         ({"task": "refund", "fault": True}, "fault true is not one of"),
         ({"task": "refund", "hang_seconds": True}, "hang_seconds true must be a number"),
         ({"task": "refund", "sample": 7}, "sample 7 is not in task 'refund'"),
+        ({"task": "refund", "fault": "crash_after_commit"}, "restarts twice's own agent loop"),
     ]:
         with pytest.raises(ControlError, match=re.escape(said)):
             parse_trial_config(body)
