@@ -99,6 +99,8 @@ class Mutation:
     attempts: int = 1
     from_action_log: bool = False
     """The result was returned from the action log: nothing was sent this time."""
+    after_restart: bool = False
+    """The call was the restarted run's repeat of one made before the run crashed."""
     replayed: bool = False
     """The service returned the saved result of an earlier request with the same key."""
     problems: list[Problem] = field(default_factory=list)
@@ -122,10 +124,9 @@ class Mutation:
             this call did not make.
         """
         if self.from_action_log:
-            return (
-                "Already done before the run restarted (from the action log; nothing was sent "
-                f"this time): {what}."
-            )
+            # "Restarted" only when it was: a model repeating a call in one run is told so.
+            when = "before the run restarted" if self.after_restart else "earlier in this run"
+            return f"Already done {when} (from the action log; nothing was sent this time): {what}."
         earlier = self._earlier()
         if self.found_by_lookup:
             return (
@@ -255,7 +256,9 @@ def _consult_log(ctx: TrialContext, call: _Call) -> Mutation | None:
         return None
     prior = ctx.action_log.latest(call.intent)
     if prior is not None and prior.state == "done" and prior.body is not None:
-        return call.result(prior.body, attempts=0, from_action_log=True)
+        return call.result(
+            prior.body, attempts=0, from_action_log=True, after_restart=call.source == "resume"
+        )
     if prior is not None and prior.state == "dispatched" and prior.key is not None:
         # Sent before with an unknown outcome: only the same key makes a repeat safe.
         call.key = prior.key

@@ -40,7 +40,8 @@ def refund_tools(ctx: TrialContext) -> list[Tool]:
     async def issue_refund(order_id: str, amount: float, reason: str = "") -> str:
         cents = round(amount * 100)
         if cents <= 0:
-            raise ToolError(f"amount must be positive, got {amount!r}. No refund was made.")
+            why = "is less than one cent" if amount > 0 else "must be positive"
+            raise ToolError(f"amount {why}, got {amount!r}. No refund was made.")
         result = await payments.mutate(
             "payments.refund.create",
             "/v1/refunds",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from inspect_ai.dataset import MemoryDataset, Sample
-from inspect_ai.tool import Tool, ToolDef
+from inspect_ai.tool import Tool, ToolDef, ToolError
 from twice.mocks import (
     ErrorAfterCommit,
     Fault,
@@ -62,9 +62,18 @@ def test_a_result_from_the_action_log_does_not_claim_it_was_created() -> None:
     _refund(tool)
     again = _refund(tool)
     assert not again.startswith("Created")
-    assert again.startswith("Already done before the run restarted (from the action log; nothing")
+    # No restart happened: the model repeated the call (it said "before the run restarted").
+    assert again.startswith("Already done earlier in this run (from the action log; nothing")
     assert "refund re_1" in again
     assert len([a for a in ctx.services.ledger.attempts if a.mutating]) == 1  # nothing sent
+
+
+@pytest.mark.parametrize(("amount", "said"), [(0.004, "less than one cent"), (-1.0, "positive")])
+def test_a_refund_amount_of_no_cents_says_why(amount: float, said: str) -> None:
+    # 0.004 is positive: "amount must be positive, got 0.004" read as a contradiction.
+    _, tool = _refund_tool("bare")
+    with pytest.raises(ToolError, match=said):
+        asyncio.run(tool(order_id="order_1042", amount=amount))
 
 
 def test_a_keyed_replay_for_a_second_call_says_nothing_new_was_made() -> None:
