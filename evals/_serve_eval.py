@@ -275,9 +275,7 @@ def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> bool:
         return True
     try:
         os.killpg(proc.pid, sig)  # its pid is its group's id (start_new_session)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # the group's id reused by another user's processes
+    except (ProcessLookupError, PermissionError):  # gone (or its id reused by another user)
         return False
     return True
 

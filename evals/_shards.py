@@ -345,7 +345,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OSError):  # another user's process, or no way to tell
+    except OSError:  # another user's process (PermissionError), or no way to tell
         return True
     return True
 

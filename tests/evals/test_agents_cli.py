@@ -20,6 +20,14 @@ def _cells(log_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
     return {(c["model"], c["fault"]): c for c in summary["cells"]}
 
 
+def _run_agent(twice: Callable[..., Any], agent: Path, out: Path, fault: str, *extra: str) -> Any:
+    """``twice run`` of a user agent file on one refund trial with stub/retry."""
+    return twice(
+        "run", "--agent", f"{agent}:agent", "--task", "refund", "--fault", fault,
+        "--model", "stub/retry", "--limit", "1", "--log-dir", out, "--display", "none", *extra,
+    )  # fmt: skip
+
+
 def test_twice_run_runs_a_user_agent_file_with_its_production_url(
     twice: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -62,11 +70,7 @@ def test_a_mock_of_a_service_the_task_lacks_is_a_usage_error_before_the_run(
     agent = tmp_path / "agent.py"
     agent.write_text("async def agent(request, ctx):\n    return 'ok'\n", encoding="utf-8")
     out = tmp_path / "logs"
-    result = twice(
-        "run", "--agent", f"{agent}:agent", "--task", "refund", "--fault", "none",
-        "--model", "stub/retry", "--limit", "1", "--log-dir", out, "--display", "none",
-        "--mock", "nosvc=https://api.example.com",
-    )  # fmt: skip
+    result = _run_agent(twice, agent, out, "none", "--mock", "nosvc=https://api.example.com")
     assert result.exit_code == 2, result.output
     assert "this task has no service 'nosvc'; its services are: payments" in result.output
     assert not out.exists()
@@ -80,10 +84,7 @@ def test_an_agent_returning_no_answer_crashed_saying_so(
     agent = tmp_path / "wrong.py"
     agent.write_text(f"async def agent(request, ctx):\n    return {returned}\n", encoding="utf-8")
     out = tmp_path / "logs"
-    result = twice(
-        "run", "--agent", f"{agent}:agent", "--task", "refund", "--fault", "none",
-        "--model", "stub/retry", "--limit", "1", "--log-dir", out, "--display", "none",
-    )  # fmt: skip
+    result = _run_agent(twice, agent, out, "none")
     assert result.exit_code == 0, result.output
     (cell,) = _cells(out).values()
     assert cell["crashed_rate"] == 1.0
@@ -105,10 +106,7 @@ def test_twice_run_scores_a_crashing_agent_and_reports_it(
         encoding="utf-8",
     )
     out = tmp_path / "logs"
-    result = twice(
-        "run", "--agent", f"{agent}:agent", "--task", "refund", "--fault", "lost_reply",
-        "--model", "stub/retry", "--limit", "1", "--log-dir", out, "--display", "none",
-    )  # fmt: skip
+    result = _run_agent(twice, agent, out, "lost_reply")
     assert result.exit_code == 0, result.output  # a crashed agent is a result, not an error
     (cell,) = _cells(out).values()
     assert cell["crashed_rate"] == 1.0 and cell["errors"] == 0
@@ -147,10 +145,7 @@ def test_an_agent_crash_that_quotes_a_credential_is_logged_scrubbed(
         encoding="utf-8",
     )
     out = tmp_path / "logs"
-    result = twice(
-        "run", "--agent", f"{agent}:agent", "--task", "refund", "--fault", "none",
-        "--model", "stub/retry", "--limit", "1", "--log-dir", out, "--display", "none",
-    )  # fmt: skip
+    result = _run_agent(twice, agent, out, "none")
     assert result.exit_code == 0, result.output
     logged = logged_text(out)
     assert "auth failed for [redacted]" in logged
