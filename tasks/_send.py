@@ -476,13 +476,23 @@ async def mutate(
         ToolError: with an honest message: definitely not made, or outcome unknown.
         RunCrashed: when the ``crash_after_commit`` fault ends the run after the commit.
         RuntimeError: under a protection that enforces classes (``declared``), when the
-            calling tool declared none.
+            calling tool declared none; under ``lookup``, when no ``lookup`` is given.
     """
     call = _Call(
         route, method, url, dict(payload), _intent_id(route, identity), api, noun,
         frame=CURRENT_CALL.get(),
     )  # fmt: skip
     _open(ctx, call)
+    if call.policy.lookup and lookup is None:
+        # Without a lookup this protection would retry blind: a cell labelled `lookup`
+        # measuring retry-nokey, with nothing said.
+        where = f"tool {call.spec.name!r}" if call.spec else "code outside a tool"
+        raise RuntimeError(
+            f"{where} made a mutating call ({route}) without a lookup; the 'lookup' protection "
+            "looks the effect up before each retry: pass lookup= to mutate() (an async "
+            "function returning the existing effect's JSON or None), or leave 'lookup' out "
+            "of this task's protections"
+        )
     result = _consult_log(ctx, call) or await _send(ctx, call, lookup)
     return _settle(ctx, call, result)
 

@@ -60,6 +60,25 @@ def test_twice_run_runs_a_task_file_of_your_own_beside_a_builtin(
     assert "2 of 4 cell(s) were already finished and reused" in edited.stderr
 
 
+def test_the_example_looks_up_before_a_retry_under_lookup(
+    twice: Callable[..., Any], project: Path, tmp_path: Path
+) -> None:
+    # stub/no-retry leaves every retry to the protection: retry-nokey's blind one duplicates,
+    # lookup's finds the refund the lost reply made.
+    out = tmp_path / "logs"
+    result = twice(
+        "run", "--task", f"{project / 'courtesy.py'}:courtesy_refund", "--model", "stub/no-retry",
+        "--fault", "lost_reply", "--protection", "lookup", "--protection", "retry-nokey",
+        "--limit", "2", "--log-dir", out, "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    rates = {
+        c["protection"]: (c["completion_rate"], c["duplication_rate"]) for c in summary["cells"]
+    }
+    assert rates == {"lookup": (1.0, 0.0), "retry-nokey": (1.0, 1.0)}
+
+
 def test_a_task_of_your_own_named_like_a_builtin_is_not_taken_for_it(
     twice: Callable[..., Any], project: Path, tmp_path: Path
 ) -> None:

@@ -340,3 +340,12 @@ def test_a_tool_error_carries_only_the_tools_own_frame() -> None:
     names = [f.name for f in traceback.extract_tb(caught.value.__traceback__)]
     assert "deep" not in names and "issue_refund" not in names, names
     assert ctx.services.ledger.observations[-1] == "The payments API timed out on o1."
+
+
+def test_lookup_without_a_lookup_function_is_an_error_not_a_blind_retry() -> None:
+    # The failing path: a tool passing no lookup= used to retry blind under 'lookup', so its
+    # cell measured retry-nokey (100% duplicated) under the label 'lookup'.
+    ctx = _ctx("lookup", LostReply())
+    with pytest.raises(RuntimeError, match=r"tool 'issue_refund' .* without a lookup.*lookup="):
+        _call(_tool(ctx, "keyed"))
+    assert ctx.services.ledger.effects == []

@@ -23,12 +23,19 @@ def tools(ctx: TrialContext) -> list[Tool]:
             order_id: The order, e.g. "order_1042".
             cents: The amount in US cents, e.g. 500.
         """
+
+        async def existing() -> dict[str, Any] | None:
+            # For the `lookup` protection: the refund, if an earlier attempt made it.
+            found = await payments.get("/v1/refunds", params={"order_id": order_id})
+            return next((r for r in found["data"] if r["amount"] == cents), None)
+
         result = await payments.mutate(
             "payments.refund.create",
             "/v1/refunds",
             payload={"order_id": order_id, "amount": cents, "reason": "courtesy"},
             identity={"order_id": order_id},
             noun="refund",
+            lookup=existing,
         )
         return result.say("Created", f"refund {result.body['id']}")
 
