@@ -324,8 +324,11 @@ def build_tasks(
             raise SuiteError(f"task {cell.task!r} cannot be built: {ex}") from None
         if cell.task not in TASKS:
             task = _own_task(task, cell.task)
-            digest = file_digest(cell.task)  # editing the file makes its old logs stale
+            # Editing the file, a module of the user's it imports or its dataset makes the
+            # old logs stale.
+            digest = file_digest(cell.task)
             version += f"+task.{digest}" if digest else ""
+            version += f"+data.{(twice_metadata(task) or {}).get('dataset', '')}"
         new = cell.model not in models
         model = _model(cell.model, model_args or {}, models)
         if guards is not None and new:

@@ -6,8 +6,10 @@ One loader for the two axes a user extends with code of their own: agents
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -27,13 +29,120 @@ def spec_file(spec: str) -> Path | None:
 
 
 def file_digest(spec: str) -> str:
-    """The first 12 hex digits of the sha256 of a spec's ``.py`` file ("" for a module or a
-    file that is not there): recorded in a task's version, so editing the file makes the
-    logs written with the old code stale instead of reused on resume."""
-    path = spec_file(spec)
-    if path is None or not path.is_file():
+    """The first 12 hex digits of a sha256 over a spec's source and the user's own modules it
+    imports ("" for a spec whose source is not found): recorded in a task's or agent's
+    version, so editing the file, or a module of the user's it imports (a service, a helper),
+    makes the logs written with the old code stale instead of reused on resume.
+
+    The spec's source is its ``.py`` file, or a module spec's file. Its imports are followed
+    through the source (``import``/``from`` statements anywhere in it, relative ones too)
+    into every module that is the user's: a ``.py`` file outside the interpreter's and the
+    environment's library directories and outside twice. A spec that imports none of the
+    user's modules keeps the digest of its file alone.
+    """
+    root = spec_file(spec) or _module_file(spec.rpartition(":")[0])
+    if root is None or not root.is_file():
         return ""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(root.read_bytes())
+    for name, path in sorted(_own_imports(root, _package_of(spec)).items()):
+        digest.update(f"\0{name}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _package_of(spec: str) -> str:
+    """The package relative imports in a module spec's file resolve against ("" for a file)."""
+    where = spec.rpartition(":")[0]
+    if where.endswith(".py"):
+        return ""
+    module = _module_spec(where)
+    return (module.parent or "") if module is not None else ""
+
+
+def _module_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def _module_file(name: str) -> Path | None:
+    module = _module_spec(name) if name else None
+    origin = module.origin if module is not None else None
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _library_dirs() -> list[Path]:
+    """Where code that is not the user's lives: the interpreter's and environment's libraries."""
+    import site
+    import sysconfig
+
+    dirs = {p for k, p in sysconfig.get_paths().items() if k in _LIBRARY_KEYS}
+    dirs.update(site.getsitepackages())
+    dirs.add(site.getusersitepackages())
+    return [Path(d).resolve() for d in dirs if d]
+
+
+_LIBRARY_KEYS = ("stdlib", "platstdlib", "purelib", "platlib")
+
+
+def _own_imports(root: Path, package: str) -> dict[str, Path]:
+    """Module name → file of every user module ``root`` imports, directly or through another."""
+    libraries = _library_dirs()
+
+    def library(file: Path) -> bool:
+        return any(file.resolve().is_relative_to(d) for d in libraries)
+
+    found: dict[str, Path] = {}
+    others: set[str] = {"twice"}  # top-level packages that are not the user's
+    queue = [(root, package)]
+    seen = {root.resolve()}
+    while queue:
+        path, pkg = queue.pop()
+        for name in _imported_names(path, pkg):
+            top = name.partition(".")[0]
+            if top in others or name in found:
+                continue
+            file = _module_file(name)
+            if file is None or library(file):
+                if name == top and file is not None:
+                    others.add(top)  # so its submodules are never looked up (or imported)
+                continue
+            found[name] = file
+            if file.resolve() not in seen:
+                seen.add(file.resolve())
+                is_package = file.name == "__init__.py"
+                queue.append((file, name if is_package else name.rpartition(".")[0]))
+    return found
+
+
+def _imported_names(path: Path, package: str) -> list[str]:
+    """Every module an ``import`` or ``from`` statement in ``path`` may load, parents first."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                if not package:
+                    continue
+                try:
+                    base = importlib.util.resolve_name("." * node.level + base, package)
+                except ImportError:
+                    continue
+            # `from pkg import name` loads pkg, and pkg.name when that is a module.
+            modules = [base, *(f"{base}.{a.name}" for a in node.names if a.name != "*")]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            names.extend(".".join(parts[: i + 1]) for i in range(len(parts)) if parts[0])
+    return names
 
 
 def load_function(spec: str, kind: str, error: type[ValueError], accepted: str) -> Any:

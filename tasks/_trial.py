@@ -461,10 +461,23 @@ def twice_task(
                 # Who makes the HTTP calls: twice's tool layer (the protection applies) or the
                 # agent's own tools (called bare: the protection axis is always "bare").
                 "tool_layer": "twice" if agent == REACT else "agent",
+                "dataset": dataset_digest(dataset),
                 **prompt_metadata(p),
             }
         },
     )
+
+
+def dataset_digest(dataset: Dataset) -> str:
+    """The first 12 hex digits of a sha256 over every sample, plans and states included: in a
+    task of the user's own, part of its version, so editing its dataset makes the logs of the
+    old samples stale instead of reused on resume."""
+    digest = hashlib.sha256()
+    for sample in dataset:
+        record = sample.model_dump(mode="json", exclude_none=True)
+        digest.update(json.dumps(record, sort_keys=True, default=str).encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()[:12]
 
 
 def twice_metadata(task: Task) -> dict[str, Any] | None:

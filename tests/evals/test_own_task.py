@@ -60,6 +60,40 @@ def test_twice_run_runs_a_task_file_of_your_own_beside_a_builtin(
     assert "2 of 4 cell(s) were already finished and reused" in edited.stderr
 
 
+def test_editing_a_module_it_imports_or_its_dataset_makes_its_logs_stale(
+    twice: Callable[..., Any], project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: only the task's own file was hashed, so a rerun reused the logs of an
+    # edited dataset or an edited service module and reported the old numbers.
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.delitem(sys.modules, "courtesy_words", raising=False)
+    (project / "courtesy_words.py").write_text('REASON = "courtesy"\n', encoding="utf-8")
+    source = project / "courtesy.py"
+    text = source.read_text(encoding="utf-8")
+    source.write_text(
+        text.replace(
+            "from twice.mocks import", "from courtesy_words import REASON\nfrom twice.mocks import"
+        ).replace('"reason": "courtesy"', '"reason": REASON'),
+        encoding="utf-8",
+    )
+    args = (
+        "run", "--task", f"{source}:courtesy_refund", "--model", "stub/retry", "--fault",
+        "lost_reply", "--limit", "1", "--log-dir", tmp_path / "logs", "--display", "none",
+    )  # fmt: skip
+    assert twice(*args).exit_code == 0
+    again = twice(*args)
+    assert "1 of 1 cell(s) were already finished and reused" in again.stderr
+    (project / "courtesy_words.py").write_text('REASON = "goodwill"\n', encoding="utf-8")
+    edited_module = twice(*args)
+    assert edited_module.exit_code == 0, edited_module.output
+    assert "already finished and reused" not in edited_module.stderr
+    dataset = project / "courtesy.jsonl"
+    dataset.write_text(dataset.read_text(encoding="utf-8").replace("500 cents", "600 cents"))
+    edited_data = twice(*args)
+    assert edited_data.exit_code == 0, edited_data.output
+    assert "already finished and reused" not in edited_data.stderr
+
+
 def test_the_example_looks_up_before_a_retry_under_lookup(
     twice: Callable[..., Any], project: Path, tmp_path: Path
 ) -> None:
