@@ -445,6 +445,24 @@ def _check_baseline(name: str, cell: _Cell, base: pd.DataFrame, policy: Baseline
     )
 
 
+def _no_pair(name: str, cells: list[_Cell], base: pd.DataFrame, policy: BaselinePolicy) -> Check:
+    """A baseline metric no cell could be compared on fails: a gate that compared nothing (a
+    renamed agent, a baseline of other tasks) must not pass a release as "no regression"."""
+    scored = base[base["completed"].notna()]
+    differ = []
+    for key in policy.match:
+        ours = sorted({str(c.keys[key]) for c in cells})
+        theirs = sorted(set(scored[key].astype(str)))
+        if set(ours) != set(theirs):
+            differ.append(f"{key}: {', '.join(ours) or '-'} vs baseline {', '.join(theirs) or '-'}")
+    why = "; ".join(differ) or "neither side has scored trials in a shared cell"
+    return Check(
+        "baseline", name, "(no cell)", "fail",
+        f"no cell could be compared with the baseline on {', '.join(policy.match) or 'all trials'}"
+        f" ({why})",
+    )  # fmt: skip
+
+
 def _check_sequential(rule: Rule, cell: _Cell, confidence: float) -> Check:
     from ._seqgate import rule_state
 
@@ -483,7 +501,10 @@ def evaluate_gate(
         checks.extend(check(rule, c, config.confidence) for c in matched)
     if baseline is not None:
         for name in config.baseline.metrics:
-            checks.extend(_check_baseline(name, c, baseline, config.baseline) for c in cells)
+            compared = [_check_baseline(name, c, baseline, config.baseline) for c in cells]
+            checks.extend(compared)
+            if all(c.status == "skip" for c in compared):
+                checks.append(_no_pair(name, cells, baseline, config.baseline))
     notes = []
     if sequential is not None:
         from ._sequential import describe

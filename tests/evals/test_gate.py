@@ -172,10 +172,43 @@ def test_gate_baseline_match_pools_unmatched_keys(make_trials: Trials) -> None:
     strict = evaluate_gate(
         new, parse_gate({"baseline": {"metrics": ["duplication_rate"]}}), baseline=old
     )
-    assert [c.status for c in strict.checks] == ["skip"]
+    assert [c.status for c in strict.checks] == ["skip", "fail"]
     assert "the baseline has no scored trials for model=new/model" in strict.checks[0].message
     cross = parse_gate({"baseline": {"metrics": ["duplication_rate"], "match": ["task", "fault"]}})
     assert not evaluate_gate(new, cross, baseline=old).passed
+
+
+def test_gate_baseline_that_compared_no_cell_fails(make_trials: Trials) -> None:
+    # The failing path: the same agent spelt ./agents/a.py in the new run paired with nothing,
+    # every check skipped, and the gate passed a 0% → 100% duplication regression.
+    cfg = parse_gate({"baseline": {"metrics": ["duplication_rate"]}})
+    old = make_trials(4, agent="agents/a.py:run")
+    new = make_trials(4, duplicated=4, agent="./agents/a.py:run")
+    result = evaluate_gate(new, cfg, baseline=old)
+    assert not result.passed
+    (check,) = result.failures
+    assert check.cell == "(no cell)"
+    assert "no cell could be compared with the baseline" in check.message
+    assert "agent: ./agents/a.py:run vs baseline agents/a.py:run" in check.message
+    # One compared cell is enough: the others may be new (a task added since the baseline).
+    both = pd.concat([new, make_trials(4, agent="agents/a.py:run")], ignore_index=True)
+    assert [c.status for c in evaluate_gate(both, cfg, baseline=old).checks] == ["skip", "pass"]
+
+
+def test_gate_shipped_baseline_compares_each_agent_with_itself(make_trials: Trials) -> None:
+    # The failing path: the shipped match left out "agent", so the new run's keyed agent
+    # (now 4/4 duplicated) was compared with both baseline agents pooled (4/8) and passed.
+    shipped = load_gate(SHIPPED_GATE)
+    cfg = parse_gate(
+        {"baseline": {"metrics": ["duplication_rate"], "match": list(shipped.baseline.match)}}
+    )
+    old = pd.concat(
+        [make_trials(4, agent="keyed"), make_trials(4, duplicated=4, agent="nokey")],
+        ignore_index=True,
+    )
+    result = evaluate_gate(make_trials(4, duplicated=4, agent="keyed"), cfg, baseline=old)
+    assert not result.passed
+    assert "100.0% (4/4) vs baseline 0.0% (0/4)" in result.failures[0].message
 
 
 @pytest.mark.parametrize(
