@@ -42,6 +42,7 @@ from twice.tasks import (
     secrets_in,
 )
 from twice.tasks._prompts import read_regular_file
+from twice.tasks._spec import normal_spec
 from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
 from twice.tasks.agents import check_agent as _check_agent_name
 
@@ -97,6 +98,13 @@ class Matrix:
     tasks: tuple[str, ...] = tuple(TASKS)
     faults: tuple[str, ...] = tuple(DEFAULT_FAULTS)
     protections: tuple[str, ...] = ("bare",)
+
+    def __post_init__(self) -> None:
+        # `./my_agent.py:run` and `my_agent.py:run` are one agent: one cell, one set of logs.
+        for axis in ("agents", "tasks"):
+            values = getattr(self, axis)
+            if isinstance(values, tuple):
+                object.__setattr__(self, axis, tuple(normal_spec(v) for v in values))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,6 +21,15 @@ def is_spec(value: str) -> bool:
     """Whether ``value`` has the shape ``where:function`` (not whether it loads)."""
     where, sep, attr = value.rpartition(":")
     return bool(sep and where and attr.isidentifier())
+
+
+def normal_spec(spec: str) -> str:
+    """A file spec with its path normalised (``./agents/a.py:run`` → ``agents/a.py:run``), so
+    two spellings of one path name one cell (and find its logs); other values unchanged."""
+    where, sep, attr = spec.rpartition(":")
+    if not (sep and where.endswith(".py") and is_spec(spec)):
+        return spec
+    return f"{os.path.normpath(where)}:{attr}"
 
 
 def spec_file(spec: str) -> Path | None:

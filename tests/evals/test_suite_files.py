@@ -70,3 +70,20 @@ def test_shipped_files_are_found_by_their_repository_path_outside_a_checkout(
     (tmp_path / "evals").mkdir()  # a file of the user's own wins
     (tmp_path / "evals" / "default.toml").write_text('[[matrix]]\nmodels = ["stub/retry"]\n')
     assert {c.model for c in load_suite("evals/default.toml").cells()} == {"stub/retry"}
+
+
+def test_one_agent_file_under_two_spellings_is_one_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--agent ./docs/examples/my_agent.py:agent` named another agent than the same file
+    # without `./`: its logs were not reused, and a baseline run under the other spelling
+    # paired with nothing.
+    from twice.evals import suite_from_flags
+
+    monkeypatch.chdir(Path(__file__).parents[2])
+    suite = suite_from_flags(
+        config=None, models=["stub/retry"], prompts=[], tasks=["refund"], faults=["none"],
+        agents=["./docs/examples/my_agent.py:agent", "docs//examples/my_agent.py:agent"],
+        mocks={"payments": "https://api.example.com"}, protections=[], epochs=None, limit=1,
+    )  # fmt: skip
+    assert [c.agent for c in suite.cells()] == ["docs/examples/my_agent.py:agent"]
