@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 from inspect_ai import Task, eval_set, task_with
@@ -551,6 +551,52 @@ def _read_or_none(log_dir: Location) -> LogDir | None:
         return None
 
 
+def rerun_errored(logs: LogDir | None, planned: list[Cell]) -> int:
+    """Have the next ``eval_set`` run again the errored trials of the planned cells' finished
+    logs, reusing their clean ones; returns how many trials.
+
+    Inspect counts a log whose trials partly errored as finished (``fail_on_error=False``),
+    so a rerun after the endpoint (or the task) was fixed reused the errors and exited 1
+    again. Their samples are invalidated, inspect's own mark for "run this again" that its
+    ``eval_set`` honours; the errors stay in the log, which is rewritten whole.
+    """
+    from inspect_ai.log import ProvenanceData, invalidate_samples, read_eval_log
+
+    if logs is None:
+        return 0
+    total = 0
+    for _, entry in matched_logs(logs, planned):
+        if entry.status != "success" or not entry.unfinished:
+            continue
+        log = read_eval_log(str(entry.path))
+        errored = [s.uuid for s in log.samples or [] if s.error is not None and s.uuid]
+        if not errored:
+            continue
+        reason = "an errored trial, run again when the run resumes"
+        log = invalidate_samples(log, errored, ProvenanceData(author="twice", reason=reason))
+        _rewrite_log(log, entry.path)
+        total += len(errored)
+    return total
+
+
+def _rewrite_log(log: EvalLog, path: Location) -> None:
+    """Write ``log`` over ``path`` whole: a local file through a temporary beside it, so an
+    interrupted write leaves the old log (an object store's put is whole already)."""
+    from inspect_ai.log import write_eval_log
+
+    fmt: Literal["eval", "json"] = "json" if str(path).endswith(".json") else "eval"
+    if is_remote(path):
+        write_eval_log(log, str(path), format=fmt)
+        return
+    target = Path(as_location(path))
+    tmp = target.with_name(f"{target.name}.twice-tmp")
+    try:
+        write_eval_log(log, str(tmp), format=fmt)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _finished_logs(logs: LogDir | None, planned: list[Cell]) -> dict[Cell, tuple[str, Any]]:
     """Each planned cell with a finished log: the log's path and size/mtime (None remote)."""
     if logs is None:
@@ -942,7 +988,9 @@ def _run_locked(
     names = prompt_names(planned)
     # A cell counts as reused when its finished log is still the one that counts at the end,
     # unchanged (a log extended to more epochs, or run again, is not).
-    before = _finished_logs(_read_or_none(log_dir), planned)
+    earlier = _read_or_none(log_dir)
+    rerun_errored(earlier, planned)
+    before = _finished_logs(earlier, planned)
     summary_path = join(log_dir, "summary.json")
     write_running(summary_path, run, [cell_dict(c, names) for c in planned])
     state = LAST_INTERRUPT

@@ -35,6 +35,7 @@ from ._run import (
     RunResult,
     _failures,
     _finished_cells,
+    _read_or_none,
     _stop_on_sigterm,
     cell_dict,
     evaluate,
@@ -42,6 +43,7 @@ from ._run import (
     prepared_run,
     prompt_names,
     ran_trials,
+    rerun_errored,
     run_metadata,
     write_atomic,
 )
@@ -229,6 +231,7 @@ def run_until_decided(
     with prepared_run(
         suite, log_dir, settings, model_args=model_args, planned=planned, check=plan
     ) as prepared:
+        rerun_errored(_read_or_none(prepared.log_dir), prepared.planned)
         record: dict[str, Any] = {
             "method": METHOD,
             "confidence": gate.confidence,

@@ -123,6 +123,8 @@ class LogEntry:
     twice: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
     """The header's ``metadata["twice"]`` (the cell a twice log belongs to), empty when
     none: readers that match logs to cells need not read the header again."""
+    unfinished: int = 0
+    """Samples the log planned that did not finish (a finished log's errored trials)."""
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,14 @@ def _entry(path: Location) -> LogEntry:
         created=str(log.eval.created),
         error=log.error.message if log.error else "",
         twice=_twice_record(log.eval.metadata),
+        unfinished=_unfinished(log.results),
     )
+
+
+def _unfinished(results: Any) -> int:
+    if results is None:
+        return 0
+    return max(0, int(results.total_samples or 0) - int(results.completed_samples or 0))
 
 
 def _twice_record(metadata: Any) -> Mapping[str, Any]:

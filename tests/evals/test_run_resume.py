@@ -280,3 +280,44 @@ def test_an_incomplete_run_says_how_to_resume_it(
     else:
         assert "1 of 2 cell(s) did not finish" in result.stderr
         assert "Rerun it with --log-dir logs/run-" in result.stderr
+
+
+def test_resume_reruns_the_errored_trials_of_a_finished_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: inspect counted a log whose trials partly errored as finished, so a
+    # rerun after the fault was fixed sent nothing and exited 1 again with the same errors.
+    import shutil
+
+    project = tmp_path / "proj"
+    shutil.copytree(Path(__file__).parents[2] / "docs" / "examples" / "own_task", project)
+    source = project / "courtesy.py"
+    calls, broken = tmp_path / "calls.txt", tmp_path / "broken"
+    source.write_text(
+        source.read_text(encoding="utf-8").replace(
+            "        async def existing()",
+            f"        with open({str(calls)!r}, 'a') as f:\n"
+            "            f.write(order_id + '\\n')\n"
+            f"        if __import__('os').path.exists({str(broken)!r}):\n"
+            "            if order_id == 'order_1054':\n"
+            "                raise RuntimeError('the payments client broke')\n\n"
+            "        async def existing()",
+        ),
+        encoding="utf-8",
+    )
+    suite = suite_from_flags(
+        config=None, models=["stub/no-retry"], prompts=[], tasks=[f"{source}:courtesy_refund"],
+        faults=["none"], protections=[], epochs=None, limit=None,
+    )  # fmt: skip
+    broken.touch()
+    first = run_suite(suite, tmp_path / "logs", report=False)
+    assert first.failed and list(first.table["errors"]) == [1]
+    broken.unlink()
+    calls.write_text("")
+    again = run_suite(suite, tmp_path / "logs", report=False)
+    assert not again.failed
+    assert list(again.table["errors"]) == [0] and list(again.table["trials"]) == [2]
+    # Only the errored trial ran again; the clean one was reused from the log.
+    assert calls.read_text().split() == ["order_1054"]
+    (log,) = (e for e in read_log_dir(tmp_path / "logs").current)
+    assert len(read_eval_log(str(log.path)).samples or []) == 2
