@@ -12,6 +12,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -173,6 +174,9 @@ def load_function(spec: str, kind: str, error: type[ValueError], accepted: str) 
         raise error(f"unknown {kind} {spec!r}; {accepted}")
     module = _load_file(spec, kind, error) if where.endswith(".py") else None
     if module is None:
+        # As `python -m` does: a package in the working directory imports.
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
         try:
             module = importlib.import_module(where)
         except Exception as ex:
@@ -197,6 +201,10 @@ def _load_file(spec: str, kind: str, error: type[ValueError]) -> ModuleType:
     if module_spec is None or module_spec.loader is None:
         raise error(f"cannot load {kind} file {where!r}")
     module = importlib.util.module_from_spec(module_spec)
+    # As `python file.py` does: the file's own directory is where its imports look first, so
+    # a helper beside it imports (at load, and when the function runs later).
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
     try:
         module_spec.loader.exec_module(module)
     except Exception as ex:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .._spec import load_function
@@ -17,6 +19,27 @@ REACT = "react"
 
 EXTRA = "agents"
 """The optional extra that installs the framework packages."""
+
+PLACEHOLDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+DUMMY_KEY = "twice-agent-bridge"
+"""The API key set (only when none is set) so SDK clients can be built; the bridge never sends
+it anywhere: requests for model ``inspect`` are answered in-process."""
+
+
+@contextmanager
+def placeholder_keys() -> Iterator[None]:
+    """The placeholder keys, where none is set, while an agent's file is imported: a client
+    built at import (the usual production layout) captures one. They are taken away after,
+    so a real provider without its key still says so."""
+    unset = [var for var in PLACEHOLDER_KEYS if var not in os.environ]
+    for var in unset:
+        os.environ[var] = DUMMY_KEY
+    try:
+        yield
+    finally:
+        for var in unset:
+            if os.environ.get(var) == DUMMY_KEY:
+                del os.environ[var]
 
 
 @dataclass(frozen=True)
@@ -113,7 +136,8 @@ def load_agent(spec: str) -> AgentFunction:
         f"expected {REACT!r}, one of {', '.join(BUILTIN_AGENTS)}, "
         "path/to/agent.py:function or package.module:function"
     )
-    fn = load_function(spec, "agent", AgentError, accepted)
+    with placeholder_keys():
+        fn = load_function(spec, "agent", AgentError, accepted)
     _check_signature(spec, fn)
     return fn  # type: ignore[no-any-return]
 

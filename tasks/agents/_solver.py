@@ -15,7 +15,7 @@ from inspect_ai.util import LimitExceededError, store
 from .._redact import scrub
 from ._context import AgentContext, AgentLimitError
 from ._hosts import parse_hosts, serve_trial
-from ._load import load_agent
+from ._load import DUMMY_KEY, PLACEHOLDER_KEYS, load_agent
 
 if TYPE_CHECKING:
     from .._trial import TrialContexts
@@ -29,10 +29,6 @@ MAX_ERROR_CHARS = 500
 EVAL_ONLY_METADATA = frozenset({"plan", "intents", "state"})
 """Sample metadata an agent is not shown: the stubs' gold plan, the expected effects and the
 services' starting state are the eval's ground truth, not the user's request."""
-
-DUMMY_KEY = "twice-agent-bridge"
-"""The API key set (only when none is set) so SDK clients can be built; the bridge never sends
-it anywhere: requests for model ``inspect`` are answered in-process."""
 
 
 def _find_limit(ex: BaseException) -> AgentLimitError | None:
@@ -94,7 +90,7 @@ def agent_solver(
             epoch=state.epoch,
             metadata={k: v for k, v in state.metadata.items() if k not in EVAL_ONLY_METADATA},
         )
-        for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        for var in PLACEHOLDER_KEYS:
             os.environ.setdefault(var, DUMMY_KEY)
         record: dict[str, Any] = {"agent": agent, "crashed": False, "error": ""}
         bridge = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,34 @@ def test_an_agent_returning_no_answer_crashed_saying_so(
     assert cell["crashed_rate"] == 1.0
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "not its final answer (a str)" in html
+
+
+def test_an_agent_file_imports_its_neighbours_and_builds_its_client_at_import(
+    twice: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing paths: `import helper` beside the agent file was ModuleNotFoundError, and a
+    # client built at import (no key in the environment) failed with "Missing credentials":
+    # the placeholder key was set only once a trial ran.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the run puts the agent's folder on it
+    project = tmp_path / "their_agent"
+    project.mkdir()
+    (project / "agent_helper_words.py").write_text('ANSWER = "done"\n', encoding="utf-8")
+    agent = project / "agent.py"
+    agent.write_text(
+        "from openai import AsyncOpenAI\n"
+        "from agent_helper_words import ANSWER\n\n"
+        "client = AsyncOpenAI()\n\n\n"
+        "async def agent(request, ctx):\n"
+        "    return ANSWER\n",
+        encoding="utf-8",
+    )
+    monkeypatch.delitem(sys.modules, "agent_helper_words", raising=False)
+    out = tmp_path / "logs"
+    result = _run_agent(twice, agent, out, "none")
+    assert result.exit_code == 0, result.output
+    (cell,) = _cells(out).values()
+    assert cell["crashed_rate"] == 0.0
 
 
 def test_twice_run_scores_a_crashing_agent_and_reports_it(
