@@ -307,6 +307,20 @@ def _check_one_fault(request: pytest.FixtureRequest, options: dict[str, Any]) ->
         )
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A ``twice_mock`` marker on a test that does not use the fixture mocks nothing: its
+    requests would reach the real hosts, and no fault would fire, with the test passing."""
+    marker = item.get_closest_marker(MARKER)
+    if marker is None or "twice_mock" in getattr(item, "fixturenames", ("twice_mock",)):
+        return
+    pytest.fail(
+        f"twice: @pytest.mark.{MARKER} on {item.name} does nothing without the twice_mock "
+        "fixture, so its requests would go to the real hosts: take `twice_mock` or `ledger` as "
+        "an argument, or add @pytest.mark.usefixtures('twice_mock')",
+        pytrace=False,
+    )
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]

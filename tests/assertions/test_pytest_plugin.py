@@ -336,6 +336,31 @@ def test_plugin_bad_marker_option_and_fault_name_error(project: pytest.Pytester)
     )
 
 
+def test_plugin_marker_without_the_fixture_is_an_error(project: pytest.Pytester) -> None:
+    # The failing path: the marker alone mocked nothing, the request reached the real host
+    # and the test passed with its fault never fired.
+    project.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.twice_mock(fault="lost_reply", unmocked="fail")
+        def test_forgot_the_fixture():
+            pass
+
+        @pytest.mark.twice_mock(fault="lost_reply", assert_fault_fired=False)
+        @pytest.mark.usefixtures("twice_mock")
+        def test_uses_it_by_marker():
+            pass
+        """
+    )
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*@pytest.mark.twice_mock on test_forgot_the_fixture does nothing without the "
+         "twice_mock fixture*"]
+    )  # fmt: skip
+
+
 def test_plugin_marker_is_registered_for_strict_markers(project: pytest.Pytester) -> None:
     result = project.runpytest(*PLUGIN, "--markers")
     result.stdout.fnmatch_lines(
