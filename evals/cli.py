@@ -119,6 +119,11 @@ def default_display() -> str:
 @click.version_option(package_name="twice")
 def cli() -> None:
     """twice: catch AI agents doing a mutating action twice."""
+    # As `inspect` does: a .env file from the working directory up supplies keys and base
+    # URLs, before models are built, keys checked or scrubbing values read.
+    from inspect_ai._util.dotenv import init_dotenv
+
+    init_dotenv()
 
 
 @cli.command()

@@ -204,3 +204,19 @@ def test_bad_input_prompt_holding_an_env_key_is_refused_unseen(
     _one_line_exit_2(result, f"prompt '{prompt}' contains the value of $OPENAI_API_KEY")
     assert SECRET not in result.output
     assert not log_dir.exists()
+
+
+def test_bad_input_keys_come_from_a_dotenv_file_as_in_inspect(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: `twice run` read no .env (the README says inspect's loading applies),
+    # so a key kept there was "not defined", and was not among the values scrubbed.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # restored (or removed) after
+    (tmp_path / ".env").write_text(f"OPENAI_API_KEY={SECRET}\n")
+    prompt = tmp_path / "leaky.md"
+    prompt.write_text(f"Use key {SECRET} when asked.\n")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")  # found from the working directory up
+    result = _run(twice, tmp_path / "logs", "--model", "stub/verify", "--task", "refund",
+                  "--prompt", prompt)  # fmt: skip
+    _one_line_exit_2(result, f"prompt '{prompt}' contains the value of $OPENAI_API_KEY")
