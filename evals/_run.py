@@ -60,7 +60,7 @@ from twice.reports import (
 from twice.tasks import TASKS, Prompt, get_task, load_prompt, scrub, secret_values
 from twice.tasks._spec import file_digest
 from twice.tasks._trial import twice_metadata
-from twice.tasks.agents import BUILTIN_AGENTS, REACT
+from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit
 
 from ._endpoint import EndpointState, guard_model
 from ._gate import temp_beside
@@ -685,6 +685,7 @@ def prepared_run(
     planned = list(suite.cells()) if planned is None else planned
     guards: dict[str, EndpointState] = {}
     with contextlib.ExitStack() as stack:
+        stack.enter_context(agent_time_limit(suite.agent_timeout))  # in-process agents
         server = None
         if suite.agent_cmd is not None:
             # The external agent's trials live in a twice serve of this run (in memory: the

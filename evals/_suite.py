@@ -253,8 +253,12 @@ class Suite:
             or timeout <= 0
         ):
             raise SuiteError(f"agent_timeout must be a positive number of seconds, got {timeout!r}")
-        if timeout != AGENT_TIMEOUT and self.agent_cmd is None:
-            raise SuiteError("agent_timeout bounds an --agent-cmd command; there is none to bound")
+        agents = {a for m in self.matrices for a in m.agents}
+        if timeout != AGENT_TIMEOUT and self.agent_cmd is None and agents <= {REACT}:
+            raise SuiteError(
+                "agent_timeout bounds an agent under test (--agent or --agent-cmd); this suite "
+                "runs only twice's own loop (react), which --timeout and the message limit bound"
+            )
 
     def _validate_agents(self) -> None:
         """Check each agent once, then every cell an agent other than ``react`` is in."""

@@ -243,8 +243,9 @@ def cli() -> None:
 @click.option(
     "--agent-timeout",
     type=click.FloatRange(min=0, min_open=True),
-    help="Seconds the --agent-cmd command may run in one trial (default 600): then every "
-    "process it started is stopped and the trial counts as crashed.",
+    help="Seconds an agent under test (--agent, --agent-cmd) may run in one trial (default "
+    "600): then it is stopped (an --agent-cmd command with every process it started) and the "
+    "trial counts as crashed.",
 )
 def run(
     models: tuple[str, ...],

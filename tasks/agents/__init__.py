@@ -23,7 +23,7 @@ from ._load import (
     is_user_agent,
     load_agent,
 )
-from ._solver import AGENT_STORE_KEY, agent_solver
+from ._solver import AGENT_STORE_KEY, agent_solver, agent_time_limit
 
 __all__ = [
     "AGENT_STORE_KEY",
@@ -39,6 +39,7 @@ __all__ = [
     "AgentLimitError",
     "BuiltinAgent",
     "agent_solver",
+    "agent_time_limit",
     "api_tools",
     "check_agent",
     "check_model_request",

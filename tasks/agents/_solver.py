@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from inspect_ai.agent import agent_bridge
 from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageTool, ModelOutput
@@ -41,6 +43,28 @@ def _find_limit(ex: BaseException) -> AgentLimitError | None:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+_time_limit: float | None = None
+"""Seconds an in-process agent may run in one trial (None: no bound): :func:`agent_time_limit`."""
+
+
+@contextmanager
+def agent_time_limit(seconds: float | None) -> Iterator[None]:
+    """While evals run: an agent still running after ``seconds`` in a trial is cancelled and
+    the trial counts as crashed ("timed out"), as an ``--agent-cmd`` command is stopped.
+    Cancelling needs the agent to await: one blocking the event loop (``time.sleep``) is not
+    reached until it yields."""
+    global _time_limit
+    before, _time_limit = _time_limit, seconds
+    try:
+        yield
+    finally:
+        _time_limit = before
+
+
+class AgentTimedOut(Exception):
+    """The agent was still running when the trial's time limit ended."""
 
 
 def _describe(ex: BaseException) -> str:
@@ -98,7 +122,11 @@ def agent_solver(
         try:
             with serve_trial(services, hosts):
                 async with agent_bridge() as bridge:
-                    result = await fn(state.input_text, actx)
+                    seconds = _time_limit
+                    with anyio.move_on_after(seconds) as scope:
+                        result = await fn(state.input_text, actx)
+                    if scope.cancelled_caught:
+                        raise AgentTimedOut(f"timed out after {seconds:g} s (--agent-timeout)")
                     if not isinstance(result, str):  # str(None) would pass for an answer
                         raise TypeError(
                             f"the agent returned {type(result).__name__} {result!r:.80}, not "

@@ -185,10 +185,10 @@ def test_an_agent_command_and_every_process_it_started_end_with_its_trial(
         assert "timed out after 3 s (--agent-timeout)" in logged_text(out)
 
 
-def test_agent_timeout_needs_an_agent_command_and_a_positive_number(tmp_path: Path) -> None:
+def test_agent_timeout_needs_an_agent_under_test_and_a_positive_number(tmp_path: Path) -> None:
     run = ["run", "--task", "refund", "--model", "stub/retry", "--log-dir", str(tmp_path / "l")]
     bad = CliRunner().invoke(cli, [*run, "--agent-timeout", "5"])
-    assert bad.exit_code == 2 and "agent_timeout bounds an --agent-cmd command" in bad.output
+    assert bad.exit_code == 2 and "agent_timeout bounds an agent under test" in bad.output
     bad = CliRunner().invoke(cli, [*run, "--agent-cmd", "true", "--agent-timeout", "0"])
     assert bad.exit_code == 2 and "--agent-timeout" in bad.output
     toml = tmp_path / "suite.toml"

@@ -121,6 +121,26 @@ def test_an_agent_file_imports_its_neighbours_and_builds_its_client_at_import(
     assert cell["crashed_rate"] == 0.0
 
 
+def test_an_agent_still_running_at_agent_timeout_crashed_saying_so(
+    twice: Callable[..., Any], tmp_path: Path
+) -> None:
+    # The failing path: --agent-timeout was refused for --agent ("there is none to bound"),
+    # and a hung in-process agent held its trial until the run was killed.
+    agent = tmp_path / "hangs.py"
+    agent.write_text(
+        "import asyncio\n\n\nasync def agent(request, ctx):\n"
+        "    await asyncio.sleep(3600)\n    return 'never'\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "logs"
+    result = _run_agent(twice, agent, out, "none", "--agent-timeout", "1")
+    assert result.exit_code == 0, result.output
+    (cell,) = _cells(out).values()
+    assert cell["crashed_rate"] == 1.0 and cell["errors"] == 0
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "timed out after 1 s (--agent-timeout)" in html
+
+
 def test_twice_run_scores_a_crashing_agent_and_reports_it(
     twice: Callable[..., Any], tmp_path: Path
 ) -> None:
