@@ -78,7 +78,19 @@ class Call:
         self.attempt = attempt
 
     def commit(self, name: str, prefix: str, fields: dict[str, Any]) -> Effect:
-        """Record a committed state change; returns the effect with a fresh id (``re_1``)."""
+        """Record a committed state change; returns the effect with a fresh id (``re_1``).
+
+        Raises:
+            ValueError: when ``name`` is not the route's own name: intents, the scorer and
+                the idempotency classes all know an effect by the route that makes it, so an
+                effect under another name would count for nothing.
+        """
+        if name != self.attempt.route:
+            raise ValueError(
+                f"{type(self.service).__name__}: the handler of route {self.attempt.route!r} "
+                f"committed an effect named {name!r}; a route commits effects under its own "
+                f"name (call.commit({self.attempt.route!r}, ...))"
+            )
         effect = Effect(
             id=self.service.next_id(prefix),
             name=name,

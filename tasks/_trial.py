@@ -311,7 +311,9 @@ def _check_samples(
             if effect not in made:
                 raise ValueError(
                     f"task {name!r}, sample {sample.id!r}: intent effect {effect!r} is not an "
-                    f"effect its services make; they make: {', '.join(sorted(made)) or 'none'}"
+                    f"effect its services make; they make: {', '.join(sorted(made)) or 'none'} "
+                    "(an effect is named after the route that makes it, declared "
+                    "Route(..., mutating=True))"
                 )
         plan = metadata.get("plan") or []
         if plan:

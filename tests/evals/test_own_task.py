@@ -211,3 +211,39 @@ def test_an_agent_needs_a_task_that_passes_it_on(
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "takes no agent and mocks arguments, so it cannot run agent" in result.output
+
+
+def test_the_readme_service_makes_one_effect_per_request_and_honours_keys() -> None:
+    # The README's own service, as a user copies it: a lost reply and a keyless retry send
+    # two invoices; the same retry with its key gets the saved reply and sends one.
+    import asyncio
+    import contextlib
+
+    import httpx
+
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        from invoices import InvoicesService
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    from twice.mocks import LostReply, Services, services_from_state
+
+    async def send_twice(key: str | None) -> Services:
+        state = {"customers": [{"customer_id": "c1"}]}
+        services = Services(services_from_state(state, InvoicesService), fault=LostReply())
+        headers = {"Idempotency-Key": key} if key else {}
+        async with services.client() as client:
+            for _ in range(2):
+                # The first reply is lost (a timeout); the send happened anyway.
+                with contextlib.suppress(httpx.TimeoutException):
+                    await client.post(
+                        "https://billing.example.test/v1/invoices",
+                        json={"customer_id": "c1", "period": "2026-11"},
+                        headers=headers,
+                    )
+        return services
+
+    assert [e.name for e in asyncio.run(send_twice(None)).ledger.effects] == [
+        "invoices.invoice.send", "invoices.invoice.send",
+    ]  # fmt: skip
+    assert len(asyncio.run(send_twice("k1")).ledger.effects) == 1

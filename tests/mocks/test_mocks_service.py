@@ -236,6 +236,22 @@ def test_handler_that_raises_after_committing_saves_a_500() -> None:
     assert len(s.ledger.effects) == 1
 
 
+def test_a_handler_committing_under_another_name_than_its_route_is_an_error() -> None:
+    # The failing path: 'payments.refund.created' on the route 'payments.refund.create' was
+    # recorded, and the intent on the route's name counted nothing: two refunds made, 0%
+    # duplicated and 0% completed.
+    class Misnamed(PaymentsService):
+        def create_refund(self, call: Call) -> httpx.Response:
+            call.commit("payments.refund.created", "re", {"order_id": "order_1042"})
+            return httpx.Response(200, json={"id": "re_1"})
+
+    s = Services([Misnamed(orders=[ORDER])])
+    with pytest.raises(ValueError, match=r"route 'payments.refund.create' committed an effect "
+                       r"named 'payments.refund.created'"):  # fmt: skip
+        asyncio.run(post(s))
+    assert s.ledger.effects == []
+
+
 def test_sync_path_serves_threads_one_request_at_a_time() -> None:
     # Switch threads as often as possible, so an unserialised path races within a few rounds.
     old = sys.getswitchinterval()
