@@ -5,6 +5,9 @@ call (``--timeout``, ``--max-retries``) and puts a guard on every model it loads
 
 * a provider error has the environment's API keys scrubbed from it before inspect records
   it (a gateway's 401 can echo the ``Authorization`` header into the message);
+* the provider's SDK client does not retry on its own (the OpenAI and Anthropic clients retry
+  twice by default, inside each of inspect's attempts): ``--max-retries N`` means N + 1
+  requests per call, and the attempts the guard counts are the requests sent;
 * once a model is known unreachable (a 401/403/404, or ``max_retries + 1`` failed attempts in
   a row with no success between: refused connections, 5xx, timeouts), every later call fails
   at once instead of spending the retry budget again for each trial. The run then ends with
@@ -130,6 +133,9 @@ def guard_model(model: Model, *, max_retries: int, attempt_timeout: float | None
     async def guarded(*args: Any, **kwargs: Any) -> Any:
         if state.down is not None:
             raise ModelUnreachableError(state.line())
+        client: Any = getattr(api, "client", None)  # providers may rebuild it: every call
+        if isinstance(getattr(client, "max_retries", None), int) and client.max_retries:
+            client.max_retries = 0
         state.calls += 1
         started = time.monotonic()
         try:

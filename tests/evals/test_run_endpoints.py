@@ -25,9 +25,11 @@ Twice = Callable[..., Any]
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     mode = "401"
+    requests: list[str]
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.requests.append(self.path)
         if self.mode == "hang":
             time.sleep(30)  # longer than any --timeout below; the server thread is a daemon
             return
@@ -45,12 +47,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+REQUESTS: list[str] = []
+"""The requests the endpoint fixture's servers got, in this test."""
+
+
 @pytest.fixture
 def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], str]]:
     """``endpoint(mode)`` → a base URL on 127.0.0.1 that answers 401, 500, hangs or is dead."""
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     servers: list[http.server.ThreadingHTTPServer] = []
+    requests = REQUESTS
+    requests.clear()
 
     def start(mode: str) -> str:
         if mode == "dead":
@@ -58,7 +66,7 @@ def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], str]]:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             return f"http://127.0.0.1:{port}/v1"
-        handler = type("H", (_Handler,), {"mode": mode})
+        handler = type("H", (_Handler,), {"mode": mode, "requests": requests})
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -77,8 +85,8 @@ def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], str]]:
         ("401", "HTTP 401 unauthorized"),
         ("500", "HTTP 500 server error"),
         ("hang", "no answer within 2 s"),
-        # The provider's client retries a refused connection itself, which may use up the
-        # attempt's 2 s first: either reason names what happened.
+        # A refused connection on a loaded machine may take the attempt's 2 s first: either
+        # reason names what happened.
         ("dead", "APIConnectionError|no answer within 2 s"),
     ],
 )
@@ -92,8 +100,7 @@ def test_endpoints_unreachable_model_exits_1_naming_endpoint_and_reason(
 ) -> None:
     url = endpoint(mode)
     log_dir = tmp_path / "logs"
-    # The provider's client retries a 5xx itself within one attempt: give those retries room
-    # on a loaded machine, so the 500 (not the attempt timeout) is what ends the attempt.
+    # Room on a loaded machine, so the 500 (not the attempt timeout) is what ends an attempt.
     timeout = "2" if mode in ("hang", "dead") else "20"
     started = time.monotonic()
     result = twice(
@@ -116,6 +123,23 @@ def test_endpoints_unreachable_model_exits_1_naming_endpoint_and_reason(
     assert SECRET not in result.output
     summary = json.loads((log_dir / "summary.json").read_text())
     assert summary["complete"] is True  # every trial ran (and crashed): nothing to resume
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_endpoints_max_retries_is_the_number_of_requests_retried(
+    twice: Twice, endpoint: Callable[[str], str], tmp_path: Path, retries: int
+) -> None:
+    # The failing path: the OpenAI client's own 2 retries ran inside each of inspect's
+    # attempts, so --max-retries 0 sent 3 requests and the error line said "1 attempts".
+    url = endpoint("500")
+    result = twice(
+        "run", "--model", "openai/gpt-4o-mini", "-M", f"base_url={url}", "--task", "refund",
+        "--fault", "none", "--limit", "1", "--log-dir", tmp_path / "logs", "--display", "none",
+        "--timeout", "20", "--max-retries", str(retries),
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert len(REQUESTS) == retries + 1
+    assert f"({retries + 1} attempts in a row failed)" in result.stderr
 
 
 def test_endpoints_secret_echo_is_scrubbed_from_sample_errors_and_report(
