@@ -58,6 +58,7 @@ from twice.reports import (
     wilson,
     write_text,
 )
+from twice.tasks._prompts import read_regular_file
 
 from ._suite import shipped_file
 
@@ -266,10 +267,12 @@ def load_gate(path: str | Path) -> GateConfig:
             what would be accepted.
     """
     p = shipped_file(path)
+    try:  # a FIFO is refused, never waited on; a directory or unreadable file is named
+        raw = read_regular_file(p, "gate file")
+    except ValueError as ex:
+        raise GateError(str(ex)) from None
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GateError(f"gate file {str(p)!r} does not exist") from None
+        data = tomllib.loads(raw.decode("utf-8-sig"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as ex:
         raise GateError(f"gate file {str(p)!r} is not valid TOML: {ex}") from None
     return parse_gate(data, source=str(p))

@@ -16,6 +16,8 @@ from twice.reports import wilson
 
 DEFAULT_RATES = (0.10, 0.05, 0.02, 0.01, 0.005, 0.001)
 DEFAULT_OBSERVED = (0, 1, 2)
+MIN_RATE = 1e-9
+"""The smallest bound :func:`trials_needed` computes (≈ 3.8 × 10⁹ trials at 95%)."""
 
 
 def trials_needed(max_rate: float, confidence: float = 0.95, observed: int = 0) -> int:
@@ -31,6 +33,13 @@ def trials_needed(max_rate: float, confidence: float = 0.95, observed: int = 0) 
     """
     if not 0 < max_rate < 1:
         raise ValueError(f"max_rate must be strictly between 0 and 1, got {max_rate!r}")
+    if max_rate < MIN_RATE:
+        # The interval's floating-point arithmetic overflows long before: 1e-300 gave 1.9e300
+        # trials where the closed form says 3.8e300.
+        raise ValueError(
+            f"max_rate {max_rate!r} is below {MIN_RATE:g}: proving it takes more than "
+            "10^9 trials, past what this computes exactly"
+        )
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence!r}")
     if observed < 0:
@@ -65,7 +74,7 @@ def trials_table(
         "| " + " | ".join(["---"] + ["---:"] * len(observed)) + " |",
     ]
     for rate in rates:
-        cells = [f"≤ {rate * 100:g}% at {confidence:.0%}"]
+        cells = [f"≤ {rate * 100:g}% at {confidence * 100:g}%"]
         cells += [f"{trials_needed(rate, confidence, k):,}" for k in observed]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -496,6 +496,14 @@ def _prepare_log_dir(log_dir: Location) -> None:
             f"log directory {str(log_dir)!r} cannot be created: {ex.strerror or ex}; "
             "pass a --log-dir you can write to"
         ) from None
+    if is_remote(log_dir):
+        return
+    for name in ("summary.json", "report.html"):  # written after every trial has run
+        path = Path(as_location(join(log_dir, name)))
+        if path.is_dir():
+            raise SuiteError(
+                f"{str(path)!r} is a directory; twice writes its {name} there: move it away"
+            )
 
 
 def _finished_cells(

@@ -16,7 +16,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -296,6 +296,13 @@ def run(
         raise click.UsageError(
             "--until-decided runs in one process: drop --shard/--workers (the rounds need "
             "every cell's verdict)"
+        )
+    if log_dir is not None and not log_dir.strip():
+        # An empty CI variable: a new directory each time would never resume.
+        raise click.BadParameter(
+            "is empty; give a directory or URI, or leave --log-dir out for a new "
+            "logs/run-<time> directory",
+            param_hint="--log-dir",
         )
     if until_decided is not None and log_dir and "://" in log_dir:
         raise click.UsageError(f"--until-decided needs a local --log-dir, not {log_dir!r}")
@@ -691,9 +698,9 @@ def gate(
             err=True,
         )
     if problems and not allow_errors:
-        if junit:
-            write_junit([], junit, errors=problems)
         _echo_some(problems, "error")
+        if junit:
+            _junit_or_exit(lambda: write_junit([], junit, errors=problems), junit)
         click.echo(
             f"twice gate: {len(problems)} errored log(s)/trial(s); a gate on partial results "
             "could pass by accident. Rerun `twice run` with the same --log-dir to resume, or "
@@ -713,9 +720,19 @@ def gate(
     click.echo(format_gate(result))
     if junit:
         suite = "twice gate (sequential: anytime-valid bounds)" if sequential else "twice gate"
-        write_junit(result.checks, junit, suite=suite)
+        _junit_or_exit(lambda: write_junit(result.checks, junit, suite=suite), junit)
         click.echo(f"junit:  {junit}")
     sys.exit(0 if result.passed else 1)
+
+
+def _junit_or_exit(write: Callable[[], object], junit: str) -> None:
+    """Write the JUnit file, or end with exit 2 and one line saying why (a path that passed
+    the up-front check can still fail: a full disk, a file-size limit, a /sys path as root)."""
+    try:
+        write()
+    except OSError as ex:
+        click.echo(f"error: cannot write --junit {junit!r}: {ex.strerror or ex}", err=True)
+        sys.exit(2)
 
 
 @cli.command()
@@ -789,7 +806,11 @@ def trials(rates: tuple[float, ...], confidence: float) -> None:
     """How many trials a bound like "duplication ≤ 1% at 95%" needs (Wilson upper bound)."""
     from ._power import DEFAULT_RATES, trials_table
 
-    click.echo(trials_table(rates or DEFAULT_RATES, confidence))
+    try:
+        table = trials_table(rates or DEFAULT_RATES, confidence)
+    except ValueError as ex:
+        raise click.BadParameter(str(ex), param_hint="--rate") from None
+    click.echo(table)
 
 
 @cli.command()

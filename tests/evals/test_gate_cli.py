@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -46,6 +47,35 @@ def test_gate_cli_passes_for_stub_verify(twice: Twice, stub_logs: Path, tmp_path
     assert "upper 95% bound of duplication_rate = 13.8% ≤ max 20.0%" in result.stdout
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None and suite.get("failures") == "0" and suite.get("tests") == "1"
+
+
+def test_gate_cli_fifo_config_is_refused_not_waited_on(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    # The failing path: the gate file was read with read_text(), which waits for a writer.
+    fifo = tmp_path / "gate.toml"
+    os.mkfifo(fifo)
+    result = twice("gate", stub_logs, "--config", fifo)
+    assert result.exit_code == 2, result.output
+    assert f"gate file '{fifo}' is not a regular file" in result.stderr
+
+
+def test_gate_cli_junit_that_cannot_be_written_is_one_line_exit_2(
+    twice: Twice, stub_logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: a path that passes the up-front check and fails at the write (a full
+    # disk, a file-size limit, /sys as root) ended in a traceback and exit 1 after "passed".
+    import twice.evals._gate as gate_module
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gate_module, "_atomic_write", full)
+    junit = tmp_path / "gate.xml"
+    config = gate_file(tmp_path, 'model = "stub/verify"')
+    result = twice("gate", stub_logs, "--config", config, "--junit", junit)
+    assert result.exit_code == 2, result.output
+    assert f"error: cannot write --junit '{junit}': No space left on device" in result.stderr
 
 
 def test_gate_cli_fails_for_stub_retry_and_junit_says_why(

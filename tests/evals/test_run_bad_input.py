@@ -44,6 +44,7 @@ def files(tmp_path: Path) -> Path:
     }
     for name, text in toml.items():
         (tmp_path / name).write_text(text)
+    (tmp_path / "has-dir-report" / "report.html").mkdir(parents=True)
     return tmp_path
 
 
@@ -64,6 +65,10 @@ def files(tmp_path: Path) -> Path:
         (("--model", "stub/retry", "-M", "p=[1"), "the value of 'p' is not valid YAML"),
         (("--log-dir", "{d}/binary.toml/logs"), "cannot be created: Not a directory"),
         (("--log-dir", "/proc/twice-logs"), "log directory '/proc/twice-logs' cannot be created"),
+        # An empty CI variable ran into a new logs/run-<time> each time, never resuming.
+        (("--log-dir", ""), "--log-dir: is empty"),
+        # Found after every trial had run, as a traceback.
+        (("--log-dir", "{d}/has-dir-report"), "report.html' is a directory"),
     ],
 )  # fmt: skip
 def test_bad_input_run_is_one_line_and_exit_2(
@@ -76,6 +81,7 @@ def test_bad_input_run_is_one_line_and_exit_2(
     result = _run(twice, log_dir, *args)  # the last --log-dir given wins
     _one_line_exit_2(result, expected.format(d=files))
     assert not log_dir.exists()
+    assert not list(files.glob("has-dir-report/*.eval"))  # refused before any trial ran
 
 
 def test_bad_input_unreadable_prompt_file(

@@ -57,6 +57,8 @@ def test_trials_needed_grows_with_confidence() -> None:
         ({"max_rate": 0.0}, "max_rate"),
         ({"max_rate": 0.01, "confidence": 1.0}, "confidence"),
         ({"max_rate": 0.01, "observed": -1}, "observed"),
+        # 1e-300 overflowed the arithmetic and printed 1.9e300 (the closed form: 3.8e300).
+        ({"max_rate": 1e-300}, "below 1e-09"),
     ],
 )
 def test_trials_needed_rejects_bad_arguments(kwargs: dict[str, float], message: str) -> None:
@@ -66,6 +68,12 @@ def test_trials_needed_rejects_bad_arguments(kwargs: dict[str, float], message: 
 
 def test_trials_table_row_for_one_percent() -> None:
     assert "| ≤ 1% at 95% | 381 | 563 | 726 |" in trials_table().splitlines()
+
+
+def test_trials_table_names_the_confidence_it_used() -> None:
+    # It was rounded to whole percent: 0.975 read "98%", and 0.995 to 0.9999 all "100%".
+    assert "| ≤ 1% at 97.5% |" in trials_table([0.01], 0.975)
+    assert "| ≤ 1% at 99.99% |" in trials_table([0.01], 0.9999)
 
 
 def test_trials_cli_prints_the_table(twice: Callable[..., Any]) -> None:
