@@ -559,6 +559,37 @@ def _read_or_none(log_dir: Location) -> LogDir | None:
         return None
 
 
+def refuse_fewer_trials(logs: LogDir | None, run: PreparedRun, suite: Suite) -> None:
+    """Refuse a run whose cells would have fewer trials than their finished logs hold.
+
+    Inspect reuses a log with more samples than a smaller ``--limit`` asks for (and the cell
+    then counts the old trials: 6 where a fresh run has 4), and rewrites one with more
+    epochs than asked, dropping the rest. Either way the directory no longer says what the
+    command ran, so the command is refused. More epochs or a larger limit extend the logs.
+
+    Raises:
+        SuiteError: naming the directory's epochs and samples per cell and the run's.
+    """
+    if logs is None:
+        return
+    sizes = {cell: len(task.dataset) for cell, task in zip(run.planned, run.tasks, strict=True)}
+    for cell, entry in matched_logs(logs, run.planned):
+        size = sizes.get(cell, 0)
+        samples = min(suite.limit or size, size)
+        if suite.epochs < entry.epochs or samples < entry.samples:
+            raise SuiteError(
+                f"log directory {str(run.log_dir)!r} holds cell {_cell_name(cell)} run with "
+                f"{entry.samples} sample(s) × {entry.epochs} epoch(s); this run asks for "
+                f"{samples} × {suite.epochs}, and fewer would count the old trials or drop "
+                "them: give it another --log-dir, or an --epochs and --limit no smaller"
+            )
+
+
+def _cell_name(cell: Cell) -> str:
+    agent = "" if cell.agent == REACT else f" / {cell.agent}"
+    return f"{cell.model}{agent} / {cell.prompt} / {cell.task} / {cell.fault} / {cell.protection}"
+
+
 def rerun_errored(logs: LogDir | None, planned: list[Cell]) -> int:
     """Have the next ``eval_set`` run again the errored trials of the planned cells' finished
     logs, reusing their clean ones; returns how many trials.
@@ -998,6 +1029,7 @@ def _run_locked(
     # A cell counts as reused when its finished log is still the one that counts at the end,
     # unchanged (a log extended to more epochs, or run again, is not).
     earlier = _read_or_none(log_dir)
+    refuse_fewer_trials(earlier, prepared, suite)
     rerun_errored(earlier, planned)
     before = _finished_logs(earlier, planned)
     summary_path = join(log_dir, "summary.json")

@@ -125,6 +125,10 @@ class LogEntry:
     none: readers that match logs to cells need not read the header again."""
     unfinished: int = 0
     """Samples the log planned that did not finish (a finished log's errored trials)."""
+    epochs: int = 1
+    """The epochs the log ran (or plans) of each sample."""
+    samples: int = 0
+    """The samples it ran (or plans) in each epoch: its ``--limit`` of its dataset."""
 
 
 @dataclass(frozen=True)
@@ -229,7 +233,20 @@ def _entry(path: Location) -> LogEntry:
         error=log.error.message if log.error else "",
         twice=_twice_record(log.eval.metadata),
         unfinished=_unfinished(log.results),
+        epochs=int(log.eval.config.epochs or 1),
+        samples=_samples(log.eval.dataset, log.eval.config.limit),
     )
+
+
+def _samples(dataset: Any, limit: Any) -> int:
+    if dataset.sample_ids:
+        return len(dataset.sample_ids)
+    size = int(dataset.samples or 0)
+    if isinstance(limit, int):
+        return min(limit, size)
+    if isinstance(limit, tuple | list) and len(limit) == 2:
+        return max(0, min(int(limit[1]), size) - int(limit[0]))
+    return size
 
 
 def _unfinished(results: Any) -> int:

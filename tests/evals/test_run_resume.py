@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from inspect_ai.log import read_eval_log
@@ -321,3 +322,26 @@ def test_resume_reruns_the_errored_trials_of_a_finished_cell(
     assert calls.read_text().split() == ["order_1054"]
     (log,) = (e for e in read_log_dir(tmp_path / "logs").current)
     assert len(read_eval_log(str(log.path)).samples or []) == 2
+
+
+def test_a_rerun_asking_for_fewer_trials_than_the_logs_hold_is_refused(tmp_path: Path) -> None:
+    # The failing paths: a smaller --limit reused the log and counted its 6 trials where a
+    # fresh run has 4; fewer --epochs rewrote the log with only the first epoch's samples.
+    from twice.evals import SuiteError
+
+    def suite(limit: int, epochs: int) -> Any:
+        return suite_from_flags(
+            config=None, models=["stub/retry"], prompts=[], tasks=["refund"], faults=["none"],
+            protections=[], epochs=epochs, limit=limit,
+        )  # fmt: skip
+
+    log_dir = tmp_path / "logs"
+    run_suite(suite(3, 2), log_dir, report=False)
+    before = _snapshot(log_dir)
+    for limit, epochs in ((2, 2), (3, 1)):
+        with pytest.raises(SuiteError, match=r"run with 3 sample\(s\) × 2 epoch\(s\); this run"):
+            run_suite(suite(limit, epochs), log_dir, report=False)
+        assert _snapshot(log_dir) == before
+    # More of either extends the logs.
+    more = run_suite(suite(4, 3), log_dir, report=False)
+    assert list(more.table["trials"]) == [12]
