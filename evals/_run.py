@@ -1059,7 +1059,8 @@ def _run_locked(
             from twice.reports import write_report
 
             report_path = write_atomic(
-                join(log_dir, "report.html"), lambda tmp: write_report(frame, tmp, run=run)
+                join(log_dir, "report.html"),
+                lambda tmp: write_report(frame, tmp, run=run, status=extra),
             )
     # After an interrupt, the trials it cut short are recorded as errors: not crashes.
     failed = [] if state.signal else _failures(logs, table, frame)

@@ -765,7 +765,7 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
             "the run (twice gate refuses it); rerun `twice run` with the same --log-dir",
             err=True,
         )
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"status": _run_status(log_dir, logs)}
     if baseline_dir is not None:
         extra["baseline"] = _trials(baseline_dir, "--baseline", write=False)[1]
     # The run record: the merged one when LOG_DIR holds shards (just written), else the run's.
@@ -783,6 +783,19 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
             f"cannot write {str(out)!r}: {ex.strerror or ex}", param_hint="-o"
         ) from None
     click.echo(f"report: {out}")
+
+
+def _run_status(log_dir: str, logs: Any) -> dict[str, Any]:
+    """The run's state for the report: ``summary.json``'s (merged shards' included), and any
+    planned log missing from the directory."""
+    from twice.reports import read_summary
+
+    summary = read_summary(log_dir)
+    keys = ("complete", "status", "interrupted", "missing", "missing_logs")
+    status = {k: summary[k] for k in keys if k in summary}
+    if logs.missing:
+        status["missing_logs"] = list(logs.missing)
+    return status
 
 
 @cli.command()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jinja2
@@ -705,13 +705,36 @@ def prepare_report() -> None:
     _ENV.get_template(TEMPLATE)
 
 
+def partial_note(status: Mapping[str, Any] | None) -> str | None:
+    """What the report says first when it covers part of a run, from ``summary.json``'s
+    ``status``/``interrupted``/``missing``/``missing_logs`` (None: the run is complete)."""
+    if not status:
+        return None
+    missing = len(status.get("missing") or []) + len(status.get("missing_logs") or [])
+    if status.get("status") == "running":
+        why = "The run is still going"
+    elif status.get("interrupted"):
+        why = f"The run was interrupted ({status['interrupted']})"
+    elif missing or status.get("complete") is False:
+        why = "The run is incomplete"
+    else:
+        return None
+    left = f": {missing} planned cell(s) or log(s) have no finished log" if missing else ""
+    return (
+        f"{why}{left}. These rates cover only the trials that finished; rerun the same "
+        "twice run command to finish it."
+    )
+
+
 def render_report(
     trials: pd.DataFrame,
     run: dict[str, Any] | None = None,
     baseline: pd.DataFrame | None = None,
+    status: Mapping[str, Any] | None = None,
 ) -> str:
-    """The report as an HTML string."""
-    return _ENV.get_template(TEMPLATE).render(**report_data(trials, run, baseline))
+    """The report as an HTML string (``status``: see :func:`write_report`)."""
+    data = report_data(trials, run, baseline)
+    return _ENV.get_template(TEMPLATE).render(**data, partial=partial_note(status))
 
 
 def write_report(
@@ -719,6 +742,7 @@ def write_report(
     path: Location,
     run: dict[str, Any] | None = None,
     baseline: pd.DataFrame | None = None,
+    status: Mapping[str, Any] | None = None,
 ) -> Location:
     """Write the report to ``path`` and return it.
 
@@ -729,7 +753,10 @@ def write_report(
             records it; anything missing is read from the logs.
         baseline: The trial frame of an earlier run: cells are compared and regressions and
             improvements flagged.
+        status: The run's state as ``summary.json`` records it (``complete``, ``status``,
+            ``interrupted``, ``missing``, ``missing_logs``): a report of part of a run says
+            so above everything else.
     """
     out = as_location(path)
-    write_text(out, render_report(trials, run, baseline))
+    write_text(out, render_report(trials, run, baseline, status))
     return out

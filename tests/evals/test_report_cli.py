@@ -51,6 +51,22 @@ def test_report_cli_writes_into_the_log_dir_with_run_metadata(
     assert set(call["trials"]["model"]) == {"stub/retry", "stub/verify"}
 
 
+def test_report_cli_of_a_run_still_going_says_its_results_are_partial(
+    twice: Twice, logs: Path
+) -> None:
+    summary = json.loads((logs / "summary.json").read_text())
+    summary.update(complete=False, status="running")
+    (logs / "summary.json").write_text(json.dumps(summary))
+    result = twice("report", logs)
+    assert result.exit_code == 0, result.output
+    html = (logs / "report.html").read_text(encoding="utf-8")
+    assert "Partial results.</b> The run is still going." in html
+    summary.update(complete=True, status="complete")
+    (logs / "summary.json").write_text(json.dumps(summary))
+    assert twice("report", logs).exit_code == 0
+    assert "Partial results" not in (logs / "report.html").read_text(encoding="utf-8")
+
+
 def test_report_cli_output_and_baseline(
     twice: Twice, logs: Path, stub_logs: Path, tmp_path: Path, captured: list[dict[str, Any]]
 ) -> None:

@@ -93,6 +93,15 @@ def _hang_run(log_dir: Path, marks: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def _report(log_dir: Path) -> str:
+    """The HTML ``twice report`` writes for ``log_dir``."""
+    subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "report", str(log_dir)],
+        check=True, capture_output=True, timeout=DEADLINE_S,
+    )  # fmt: skip
+    return (log_dir / "report.html").read_text(encoding="utf-8")
+
+
 def _wait(path: Path, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while not path.exists():
@@ -129,6 +138,9 @@ def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
     missing = {(c["model"], c["task"], c["fault"]) for c in summary["missing"]}
     assert ("hang/slow", "refund", "lost_reply") in missing
     assert all(c["errors"] == 0 for c in summary["cells"]), "cut-short trials are not crashes"
+    # A report of the stopped run says it is partial, above its rates (it read like a
+    # finished run's: "11 trials in 4 cells" and nothing else).
+    assert f"Partial results.</b> The run was interrupted ({sig.name})" in _report(log_dir)
     # A gate on the stopped run refuses it for its cancelled log, not for each cut-short
     # trial as if it had crashed (an interrupted suite listed hundreds of CancelledErrors).
     gate_file = tmp_path / "gate.toml"
@@ -164,6 +176,7 @@ def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     summary = json.loads((log_dir / "summary.json").read_text())
     assert summary["complete"] is True and "missing" not in summary
+    assert "Partial results" not in _report(log_dir)
     assert sorted((c["model"], c["trials"]) for c in summary["cells"]) == [
         ("hang/slow", 4),
         ("stub/retry", 4),

@@ -29,7 +29,33 @@ from twice.reports._frame import local_path
 
 def test_write_report_signature_is_the_shared_contract() -> None:
     params = list(inspect.signature(write_report).parameters)
-    assert params == ["trials", "path", "run", "baseline"]
+    # A fifth, optional argument (status) came later; the four callers rely on stay first.
+    assert params == ["trials", "path", "run", "baseline", "status"]
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        ({"complete": False, "status": "running"}, "The run is still going"),
+        (
+            {"complete": False, "status": "incomplete", "interrupted": "SIGTERM",
+             "missing": [{"model": "m"}]},
+            "The run was interrupted (SIGTERM): 1 planned cell(s) or log(s) have no finished log",
+        ),
+        ({"complete": False, "missing_logs": ["shard-1-of-2/x.eval"]}, "The run is incomplete: 1"),
+        ({"complete": True, "status": "complete"}, None),
+        ({}, None),
+    ],
+)  # fmt: skip
+def test_a_report_of_part_of_a_run_says_so_first(
+    refund_frame: pd.DataFrame, tmp_path: Path, status: dict[str, object], said: str | None
+) -> None:
+    page = write_report(refund_frame, tmp_path / "r.html", status=status).read_text()
+    if said is None:
+        assert "Partial results" not in page
+    else:
+        assert f"<b>Partial results.</b> {said}" in page
+        assert page.index("Partial results") < page.index("Safe success</b> =")
 
 
 def test_reports_all_is_sorted_and_public() -> None:
