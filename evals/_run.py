@@ -702,6 +702,30 @@ class PreparedRun:
         return [g.line() for g in self.guards.values() if g.down]
 
 
+BYTES_PER_PLANNED_TRIAL = 6_000
+"""What inspect holds for each trial of an eval it plans, before any runs (every sample ×
+epoch is allocated up front): 300,000 epochs of one sample took 1.8 GB."""
+
+
+def _check_memory(tasks: list[Task], suite: Suite) -> None:
+    """Refuse a cell whose planned trials alone would take more than half this machine's
+    memory (``--epochs 1000000000`` grew until the OOM killer ended it, ignoring Ctrl-C)."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # not on this platform: nothing to check
+        return
+    for task in tasks:
+        size = len(task.dataset)
+        trials = min(suite.limit or size, size) * suite.epochs
+        if trials * BYTES_PER_PLANNED_TRIAL > memory / 2:
+            raise SuiteError(
+                f"{trials:,} trials in one cell ({task.name}: --epochs {suite.epochs:,}) would "
+                f"take about {trials * BYTES_PER_PLANNED_TRIAL / 1e9:,.1f} GB before the first "
+                f"ran (inspect plans every trial up front), over half of this machine's "
+                f"{memory / 1e9:.1f} GB: use fewer --epochs (or a --limit)"
+            )
+
+
 @contextmanager
 def prepared_run(
     suite: Suite,
@@ -745,6 +769,7 @@ def prepared_run(
         )  # fmt: skip
         if check is not None:
             check(tasks)
+        _check_memory(tasks, suite)
         _prepare_log_dir(log_dir)
         try:
             if not is_remote(log_dir):  # object storage has no lock file semantics

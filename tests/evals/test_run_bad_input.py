@@ -65,6 +65,8 @@ def files(tmp_path: Path) -> Path:
         (("--model", "stub/retry", "-M", "p=[1"), "the value of 'p' is not valid YAML"),
         (("--log-dir", "{d}/binary.toml/logs"), "cannot be created: Not a directory"),
         (("--log-dir", "/proc/twice-logs"), "log directory '/proc/twice-logs' cannot be created"),
+        # Grew by ~6 KB a planned trial until the OOM killer ended it, ignoring Ctrl-C.
+        (("--epochs", "99999999999999999999"), "before the first ran (inspect plans every"),
         # An empty CI variable ran into a new logs/run-<time> each time, never resuming.
         (("--log-dir", ""), "--log-dir: is empty"),
         # Found after every trial had run, as a traceback.
