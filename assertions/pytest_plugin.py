@@ -39,6 +39,8 @@ from typing import Any, Literal, get_args
 import httpx
 import pytest
 import respx
+import respx.mocks
+from respx.models import PassThrough
 from twice.mocks import Fault, Ledger, NoFault, PaymentsService, Service, Services, get_fault
 
 from ._checks import Assertion, assert_side_effects
@@ -108,9 +110,12 @@ class TwiceMock:
             )
         self.router.route(name="twice:unmocked").mock(side_effect=self._other_host)
 
-    def _other_host(self, request: httpx.Request) -> httpx.Request:
-        """A request no service mocks: refuse it, or let it through (returning the request
-        is respx's pass-through)."""
+    def _other_host(self, request: httpx.Request) -> httpx.Request | httpx.Response:
+        """A request no service mocks: left to the test's own respx routes, refused, or let
+        through (returning the request is respx's pass-through)."""
+        answer = self._answered_by_the_tests_respx(request)
+        if answer is not None:
+            return answer
         url = str(request.url)
         self._unmocked_urls.append(url)
         where = f"{request.method} {url} matched no mocked service ({', '.join(self.base_urls)})"
@@ -128,6 +133,26 @@ class TwiceMock:
                 stacklevel=2,
             )
         return request
+
+    def _answered_by_the_tests_respx(
+        self, request: httpx.Request
+    ) -> httpx.Request | httpx.Response | None:
+        """What to do with a request a respx mock of the test's own has a route for: None when
+        none has. Such a request never reaches the network, so it is neither warned about nor
+        refused. A router patching httpx's transports below ours (respx's default, httpcore)
+        answers it once we pass it on; one at our level (``using="httpx"``) is never asked
+        after our catch-all route, so it is asked here."""
+        for mocker in respx.mocks.Mocker.registry.values():
+            for router in mocker.routers:
+                if router is self.router or not _has_route_for(router, request):
+                    continue
+                if self.router not in mocker.routers:
+                    return request  # pass it on: the test's router answers it below
+                try:
+                    return router.handler(request)
+                except PassThrough:  # the test's route lets it through itself
+                    return request
+        return None
 
     @property
     def ledger(self) -> Ledger:
@@ -223,6 +248,18 @@ class TwiceMock:
 
 def _no_fault(fault: Fault) -> bool:
     return isinstance(fault, NoFault) or type(fault) is Fault
+
+
+def _has_route_for(router: respx.Router, request: httpx.Request) -> bool:
+    """Whether one of ``router``'s routes matches ``request`` (patterns only: no side effect
+    runs and nothing is recorded). A route marked pass-through does not count: it sends the
+    request to the network, which is what the warning is for."""
+    for route in router.routes:
+        if getattr(route, "_pass_through", False):
+            continue
+        if not route.pattern or route.pattern.match(request):
+            return True
+    return False
 
 
 def _marker_options(node: pytest.Item) -> dict[str, Any]:

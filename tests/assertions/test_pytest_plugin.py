@@ -361,6 +361,45 @@ def test_plugin_marker_without_the_fixture_is_an_error(project: pytest.Pytester)
     )  # fmt: skip
 
 
+def test_plugin_leaves_the_tests_own_respx_routes_to_answer(project: pytest.Pytester) -> None:
+    # The failing path: a request the test's own respx route answered was warned about as
+    # gone "to the real network", and refused under unmocked='fail', breaking the test.
+    project.makeconftest(CONFTEST)
+    project.makepyfile(
+        """
+        import httpx
+        import pytest
+        import respx
+
+        CRM = "https://crm.example.test/customers/c1"
+
+        @pytest.mark.twice_mock(unmocked="fail", assert_fault_fired=False)
+        @pytest.mark.parametrize("using", ["httpcore", "httpx"])
+        def test_inside(twice_mock, using):
+            with respx.mock(using=using) as rx:
+                route = rx.get(CRM).respond(json={"email": "a@b.c"})
+                assert httpx.get(CRM).json() == {"email": "a@b.c"}
+            assert route.called and twice_mock.passed_through() == []
+
+        @pytest.mark.twice_mock(unmocked="fail", assert_fault_fired=False)
+        def test_fixture_first(respx_mock, twice_mock):
+            respx_mock.get(CRM).respond(json={"email": "a@b.c"})
+            assert httpx.get(CRM).json() == {"email": "a@b.c"}
+
+        @pytest.mark.twice_mock(unmocked="fail", assert_fault_fired=False)
+        def test_a_host_nobody_mocks_is_still_refused(twice_mock):
+            with respx.mock(assert_all_called=False) as rx:
+                rx.get(CRM).respond(json={})
+                with pytest.raises(Exception, match="matched no mocked service"):
+                    httpx.get("https://elsewhere.example.test/x")
+        """
+    )
+    result = run_with_default_warnings(project, "-W", "error::UserWarning")
+    # The last passes its body, and its refusal errors it at teardown (as documented).
+    result.assert_outcomes(passed=4, errors=1)
+    result.stdout.fnmatch_lines(["*test_a_host_nobody_mocks_is_still_refused*"])
+
+
 def test_plugin_marker_is_registered_for_strict_markers(project: pytest.Pytester) -> None:
     result = project.runpytest(*PLUGIN, "--markers")
     result.stdout.fnmatch_lines(
