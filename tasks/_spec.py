@@ -70,15 +70,35 @@ def _package_of(spec: str) -> str:
     return (module.parent or "") if module is not None else ""
 
 
-def _module_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+def _module_spec(name: str, home: Path | None = None) -> importlib.machinery.ModuleSpec | None:
+    """Where module ``name`` would load from, without importing anything (``find_spec`` of a
+    dotted name imports its parents, running the user's package code just to hash it).
+
+    ``home``, the directory of a file spec, is looked in first, so a file's digest covers its
+    own neighbours whatever another file loaded under the same name earlier in the process.
+    """
+    parent, _, _ = name.rpartition(".")
     try:
-        return importlib.util.find_spec(name)
-    except (ImportError, ValueError):
+        if home is not None and not parent:
+            beside = importlib.machinery.PathFinder.find_spec(name, [str(home)])
+            if beside is not None:
+                return beside
+        module = sys.modules.get(name)
+        if module is not None:
+            return getattr(module, "__spec__", None)
+        if not parent:
+            return importlib.util.find_spec(name)
+        above = _module_spec(parent, home)
+        where = above.submodule_search_locations if above is not None else None
+        if not where:
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, list(where))
+    except Exception:  # a finder of an installed package may raise anything: not the user's
         return None
 
 
-def _module_file(name: str) -> Path | None:
-    module = _module_spec(name) if name else None
+def _module_file(name: str, home: Path | None = None) -> Path | None:
+    module = _module_spec(name, home) if name else None
     origin = module.origin if module is not None else None
     return Path(origin) if origin and origin.endswith(".py") else None
 
@@ -104,6 +124,7 @@ def _own_imports(root: Path, package: str) -> dict[str, Path]:
     def library(file: Path) -> bool:
         return any(file.resolve().is_relative_to(d) for d in libraries)
 
+    home = None if package else root.parent  # a file spec's neighbours, found first
     found: dict[str, Path] = {}
     others: set[str] = {"twice"}  # top-level packages that are not the user's
     queue = [(root, package)]
@@ -114,7 +135,7 @@ def _own_imports(root: Path, package: str) -> dict[str, Path]:
             top = name.partition(".")[0]
             if top in others or name in found:
                 continue
-            file = _module_file(name)
+            file = _module_file(name, home)
             if file is None or library(file):
                 if name == top and file is not None:
                     others.add(top)  # so its submodules are never looked up (or imported)
@@ -201,10 +222,13 @@ def _load_file(spec: str, kind: str, error: type[ValueError]) -> ModuleType:
     if module_spec is None or module_spec.loader is None:
         raise error(f"cannot load {kind} file {where!r}")
     module = importlib.util.module_from_spec(module_spec)
-    # As `python file.py` does: the file's own directory is where its imports look first, so
-    # a helper beside it imports (at load, and when the function runs later).
+    # A helper beside the file imports (at load, and when the function runs later). Last on
+    # the path, not first as `python file.py` has it: a file named like an installed package
+    # (agents.py beside the OpenAI Agents SDK's `agents`) must not hide it from everything
+    # else in the process. Modules are cached by name for the process: two files' helpers
+    # need different names.
     if str(path.parent) not in sys.path:
-        sys.path.insert(0, str(path.parent))
+        sys.path.append(str(path.parent))
     try:
         module_spec.loader.exec_module(module)
     except Exception as ex:

@@ -121,6 +121,27 @@ def test_an_agent_file_imports_its_neighbours_and_builds_its_client_at_import(
     assert cell["crashed_rate"] == 0.0
 
 
+def test_an_agent_file_named_like_an_installed_package_does_not_hide_it(
+    twice: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: the file's folder went first on sys.path, so `from agents import
+    # Agent` in a file named agents.py imported the file itself (and, for the rest of the
+    # process, the built-in openai-agents agent did too).
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    agent = tmp_path / "mine" / "agents.py"
+    agent.parent.mkdir()
+    agent.write_text(
+        "from agents import Agent\n\n\nasync def agent(request, ctx):\n"
+        "    return Agent.__module__\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "logs"
+    result = _run_agent(twice, agent, out, "none")
+    assert result.exit_code == 0, result.output
+    (cell,) = _cells(out).values()
+    assert cell["crashed_rate"] == 0.0
+
+
 def test_an_agent_still_running_at_agent_timeout_crashed_saying_so(
     twice: Callable[..., Any], tmp_path: Path
 ) -> None:

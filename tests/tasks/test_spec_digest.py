@@ -3,6 +3,7 @@ it imports, so a rerun never reuses logs written by code they have since edited.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -64,3 +65,43 @@ def test_a_file_importing_none_of_the_users_modules_keeps_its_files_digest(tmp_p
 def test_a_spec_whose_source_is_missing_has_no_digest(tmp_path: Path) -> None:
     assert file_digest(f"{tmp_path / 'gone.py'}:t") == ""
     assert file_digest("no_such_module_here:t") == ""
+
+
+def test_a_files_digest_covers_its_own_neighbour_whatever_was_loaded_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: "helper" resolved through the process's module cache, so a file's
+    # digest depended on which other file's helper had been loaded first.
+    import types
+
+    for side in ("v1", "v2"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "agent.py").write_text("import helper\n")
+        (tmp_path / side / "helper.py").write_text(f"WHO = {side!r}\n")
+    spec = f"{tmp_path / 'v2' / 'agent.py'}:agent"
+    alone = file_digest(spec)
+    cached = types.ModuleType("helper")
+    cached.__spec__ = importlib.util.spec_from_file_location("helper", tmp_path / "v1/helper.py")
+    monkeypatch.setitem(sys.modules, "helper", cached)
+    assert file_digest(spec) == alone
+    (tmp_path / "v2" / "helper.py").write_text("WHO = 'edited'\n")
+    assert file_digest(spec) != alone
+
+
+def test_digesting_imports_nothing_of_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: find_spec("heavy.sub") imported heavy/__init__.py, which ran (and
+    # here raised) just so a file that names it under TYPE_CHECKING could be hashed.
+    (tmp_path / "heavy").mkdir()
+    (tmp_path / "heavy" / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (tmp_path / "heavy" / "sub.py").write_text("T = int\n")
+    task = tmp_path / "task.py"
+    task.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from heavy.sub import T\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = file_digest(f"{task}:t")
+    assert "heavy" not in sys.modules
+    (tmp_path / "heavy" / "sub.py").write_text("T = str\n")
+    assert file_digest(f"{task}:t") != before
