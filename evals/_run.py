@@ -572,9 +572,12 @@ def refuse_fewer_trials(logs: LogDir | None, run: PreparedRun, suite: Suite) -> 
     """
     if logs is None:
         return
-    sizes = {cell: len(task.dataset) for cell, task in zip(run.planned, run.tasks, strict=True)}
+    tasks = dict(zip(run.planned, run.tasks, strict=True))
     for cell, entry in matched_logs(logs, run.planned):
-        size = sizes.get(cell, 0)
+        task = tasks[cell]
+        if entry.version != str(task.version):
+            continue  # written by other code or data (an edited task): stale, it reruns
+        size = len(task.dataset)
         samples = min(suite.limit or size, size)
         if suite.epochs < entry.epochs or samples < entry.samples:
             raise SuiteError(

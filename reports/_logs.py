@@ -129,6 +129,9 @@ class LogEntry:
     """The epochs the log ran (or plans) of each sample."""
     samples: int = 0
     """The samples it ran (or plans) in each epoch: its ``--limit`` of its dataset."""
+    version: str = ""
+    """The task's version when the log was written (a user task's carries its code's and
+    dataset's digests: another version's log is stale, not this run's)."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,7 @@ def _entry(path: Location) -> LogEntry:
         unfinished=_unfinished(log.results),
         epochs=int(log.eval.config.epochs or 1),
         samples=_samples(log.eval.dataset, log.eval.config.limit),
+        version=str(log.eval.task_version),
     )
 
 

@@ -345,3 +345,24 @@ def test_a_rerun_asking_for_fewer_trials_than_the_logs_hold_is_refused(tmp_path:
     # More of either extends the logs.
     more = run_suite(suite(4, 3), log_dir, report=False)
     assert list(more.table["trials"]) == [12]
+
+
+def test_a_rerun_after_the_task_was_edited_is_not_refused_for_fewer_trials(
+    tmp_path: Path,
+) -> None:
+    # The failing path: the refusal compared with the edited task's stale logs, so deleting
+    # a dataset line exited 2 blaming --epochs/--limit, which the user never changed.
+    import shutil
+
+    project = tmp_path / "proj"
+    shutil.copytree(Path(__file__).parents[2] / "docs" / "examples" / "own_task", project)
+    spec = f"{project / 'courtesy.py'}:courtesy_refund"
+    suite = suite_from_flags(
+        config=None, models=["stub/verify"], prompts=[], tasks=[spec], faults=["none"],
+        protections=[], epochs=None, limit=None,
+    )  # fmt: skip
+    assert list(run_suite(suite, tmp_path / "logs", report=False).table["trials"]) == [2]
+    dataset = project / "courtesy.jsonl"
+    dataset.write_text(dataset.read_text(encoding="utf-8").splitlines()[0] + "\n")
+    again = run_suite(suite, tmp_path / "logs", report=False)
+    assert list(again.table["trials"]) == [1]
