@@ -125,7 +125,7 @@ def agent_solver(
                     seconds = _time_limit
                     with anyio.move_on_after(seconds) as scope:
                         result = await fn(state.input_text, actx)
-                    if scope.cancelled_caught:
+                    if scope.cancel_called:  # also when the agent swallowed the cancel
                         raise AgentTimedOut(f"timed out after {seconds:g} s (--agent-timeout)")
                     if not isinstance(result, str):  # str(None) would pass for an answer
                         raise TypeError(

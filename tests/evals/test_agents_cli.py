@@ -142,15 +142,20 @@ def test_an_agent_file_named_like_an_installed_package_does_not_hide_it(
     assert cell["crashed_rate"] == 0.0
 
 
+@pytest.mark.parametrize("swallows", [False, True])
 def test_an_agent_still_running_at_agent_timeout_crashed_saying_so(
-    twice: Callable[..., Any], tmp_path: Path
+    twice: Callable[..., Any], tmp_path: Path, swallows: bool
 ) -> None:
     # The failing path: --agent-timeout was refused for --agent ("there is none to bound"),
     # and a hung in-process agent held its trial until the run was killed.
     agent = tmp_path / "hangs.py"
+    # The second swallows the cancellation and answers: still past its time, still crashed.
+    body = "await asyncio.sleep(3600)" if not swallows else (
+        "try:\n        await asyncio.sleep(3600)\n    except asyncio.CancelledError:\n"
+        "        return 'I give up'"
+    )  # fmt: skip
     agent.write_text(
-        "import asyncio\n\n\nasync def agent(request, ctx):\n"
-        "    await asyncio.sleep(3600)\n    return 'never'\n",
+        f"import asyncio\n\n\nasync def agent(request, ctx):\n    {body}\n    return 'never'\n",
         encoding="utf-8",
     )
     out = tmp_path / "logs"
