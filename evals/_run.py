@@ -600,7 +600,7 @@ def rerun_errored(logs: LogDir | None, planned: list[Cell]) -> int:
     Inspect counts a log whose trials partly errored as finished (``fail_on_error=False``),
     so a rerun after the endpoint (or the task) was fixed reused the errors and exited 1
     again. Their samples are invalidated, inspect's own mark for "run this again" that its
-    ``eval_set`` honours; the errors stay in the log, which is rewritten whole.
+    ``eval_set`` honours (the log is rewritten whole; the retry's log then replaces it).
     """
     from inspect_ai.log import ProvenanceData, invalidate_samples, read_eval_log
 

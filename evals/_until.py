@@ -303,14 +303,15 @@ class _Rounds:
         for st in self.states:
             if st.stopped_round is None:  # what the cell has so far, for the decisions
                 st.trials = len(_rows(frame, st.keys))
-        summary_path = self._summary(frame, **incomplete_fields(unsettled, names, state.signal))
+        status = incomplete_fields(unsettled, names, state.signal)
+        summary_path = self._summary(frame, **status)
         report_path = None
         if report and not frame.empty:
             from twice.reports import write_report
 
             report_path = write_atomic(
                 join(self.prepared.log_dir, "report.html"),
-                lambda tmp: write_report(frame, tmp, run=self.run_info),
+                lambda tmp: write_report(frame, tmp, run=self.run_info, status=status),
             )
         table = cells(frame) if not frame.empty else pd.DataFrame()
         # After an interrupt, the trials it cut short are recorded as errors: not crashes.

@@ -303,11 +303,14 @@ def _merge_workers(
             failed += merged.logs.problems() + _failures([], merged.table, merged.frame)
         report_path = None
         if report and not merged.frame.empty:
-            from twice.reports import write_report
+            from twice.reports import read_summary, write_report
 
             report_path = write_atomic(
                 join(log_dir, "report.html"),
-                lambda tmp: write_report(merged.frame, tmp, run=merged.run),
+                # The merged summary just written says whether the run is whole.
+                lambda tmp: write_report(
+                    merged.frame, tmp, run=merged.run, status=read_summary(log_dir)
+                ),
             )
     assert merged.summary_path is not None  # the workers wrote shard directories
     # Each worker's summary says how many of its cells it found finished and left as they were.

@@ -793,7 +793,7 @@ def _run_status(log_dir: str, logs: Any) -> dict[str, Any]:
     summary = read_summary(log_dir)
     keys = ("complete", "status", "interrupted", "missing", "missing_logs")
     status = {k: summary[k] for k in keys if k in summary}
-    if logs.missing:
+    if logs.missing and not status.get("missing"):  # the cells, if named, say it already
         status["missing_logs"] = list(logs.missing)
     return status
 

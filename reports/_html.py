@@ -710,16 +710,21 @@ def partial_note(status: Mapping[str, Any] | None) -> str | None:
     ``status``/``interrupted``/``missing``/``missing_logs`` (None: the run is complete)."""
     if not status:
         return None
-    missing = len(status.get("missing") or []) + len(status.get("missing_logs") or [])
+    cells, logs = len(status.get("missing") or []), len(status.get("missing_logs") or [])
     if status.get("status") == "running":
         why = "The run is still going"
     elif status.get("interrupted"):
         why = f"The run was interrupted ({status['interrupted']})"
-    elif missing or status.get("complete") is False:
+    elif cells or logs or status.get("complete") is False:
         why = "The run is incomplete"
     else:
         return None
-    left = f": {missing} planned cell(s) or log(s) have no finished log" if missing else ""
+    if cells:
+        left = f": {cells} planned cell(s) have no finished log"
+    elif logs:
+        left = f": {logs} planned log(s) are missing"
+    else:
+        left = ""
     return (
         f"{why}{left}. These rates cover only the trials that finished; rerun the same "
         "twice run command to finish it."

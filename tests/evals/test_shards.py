@@ -749,9 +749,10 @@ STOPPABLE = [
     "run", "--model", "stub/retry", "-M", "delay=0.2", "--task", "refund",
     "--fault", "lost_reply", "--prompt", "baseline", "--prompt", "cautious",
     "--limit", "8", "--epochs", "4", "--max-connections", "2", "--workers", "2",
-    "--display", "none", "--no-report",
+    "--display", "none",
 ]  # fmt: skip
-"""Two cells of 32 trials at 0.2 s a turn and 2 connections: seconds per worker, time to stop."""
+"""Two cells of 32 trials at 0.2 s a turn and 2 connections: seconds per worker, time to stop
+(and the merged report)."""
 
 
 def _processes_of(log_dir: Path) -> list[int]:
@@ -808,6 +809,17 @@ def test_a_workers_run_stopped_by_a_signal_stops_its_workers_and_marks_its_summa
     for i in (1, 2):
         shard = json.loads((log_dir / f"shard-{i}-of-2" / "summary.json").read_text())
         assert shard["complete"] is False and shard["interrupted"] == sig.name
+    # The run writes no report when no trial finished; one of what ran says it is partial,
+    # counting the planned cells once (it added the summary's to the logs', each twice).
+    subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "report", str(log_dir)],
+        check=True, capture_output=True, env=env, timeout=180,
+    )  # fmt: skip
+    report = (log_dir / "report.html").read_text(encoding="utf-8")
+    assert (
+        f"Partial results.</b> The run was interrupted ({sig.name}): 2 planned cell(s) have no "
+        "finished log"
+    ) in report
     if sig is not signal.SIGTERM:
         return
     rerun = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
@@ -816,6 +828,7 @@ def test_a_workers_run_stopped_by_a_signal_stops_its_workers_and_marks_its_summa
     assert summary["complete"] is True and summary["status"] == "complete"
     assert "missing" not in summary and "interrupted" not in summary
     assert sorted(c["trials"] for c in summary["cells"]) == [32, 32]
+    assert "Partial results" not in (log_dir / "report.html").read_text(encoding="utf-8")
 
 
 @pytest.mark.slow

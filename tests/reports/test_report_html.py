@@ -40,7 +40,7 @@ def test_write_report_signature_is_the_shared_contract() -> None:
         (
             {"complete": False, "status": "incomplete", "interrupted": "SIGTERM",
              "missing": [{"model": "m"}]},
-            "The run was interrupted (SIGTERM): 1 planned cell(s) or log(s) have no finished log",
+            "The run was interrupted (SIGTERM): 1 planned cell(s) have no finished log",
         ),
         ({"complete": False, "missing_logs": ["shard-1-of-2/x.eval"]}, "The run is incomplete: 1"),
         ({"complete": True, "status": "complete"}, None),
