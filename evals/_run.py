@@ -24,7 +24,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from types import FrameType
@@ -63,7 +63,7 @@ from twice.tasks._trial import twice_metadata
 from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit
 
 from ._endpoint import EndpointState, guard_model
-from ._gate import temp_beside
+from ._gate import cell_label, temp_beside
 from ._local import environ
 from ._lock import lock_log_dir
 from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args
@@ -559,6 +559,12 @@ def _read_or_none(log_dir: Location) -> LogDir | None:
         return None
 
 
+def samples_per_epoch(task: Task, suite: Suite) -> int:
+    """The samples of ``task`` a run of ``suite`` plans in each epoch (its ``--limit``)."""
+    size = len(task.dataset)
+    return min(suite.limit or size, size)
+
+
 def refuse_fewer_trials(logs: LogDir | None, run: PreparedRun, suite: Suite) -> None:
     """Refuse a run whose cells would have fewer trials than their finished logs hold.
 
@@ -577,25 +583,19 @@ def refuse_fewer_trials(logs: LogDir | None, run: PreparedRun, suite: Suite) -> 
         task = tasks[cell]
         if entry.version != str(task.version):
             continue  # written by other code or data (an edited task): stale, it reruns
-        size = len(task.dataset)
-        samples = min(suite.limit or size, size)
+        samples = samples_per_epoch(task, suite)
         if suite.epochs < entry.epochs or samples < entry.samples:
             raise SuiteError(
-                f"log directory {str(run.log_dir)!r} holds cell {_cell_name(cell)} run with "
-                f"{entry.samples} sample(s) × {entry.epochs} epoch(s); this run asks for "
+                f"log directory {str(run.log_dir)!r} holds cell {cell_label(asdict(cell))} run "
+                f"with {entry.samples} sample(s) × {entry.epochs} epoch(s); this run asks for "
                 f"{samples} × {suite.epochs}, and fewer would count the old trials or drop "
                 "them: give it another --log-dir, or an --epochs and --limit no smaller"
             )
 
 
-def _cell_name(cell: Cell) -> str:
-    agent = "" if cell.agent == REACT else f" / {cell.agent}"
-    return f"{cell.model}{agent} / {cell.prompt} / {cell.task} / {cell.fault} / {cell.protection}"
-
-
-def rerun_errored(logs: LogDir | None, planned: list[Cell]) -> int:
+def rerun_errored(logs: LogDir | None, planned: list[Cell]) -> None:
     """Have the next ``eval_set`` run again the errored trials of the planned cells' finished
-    logs, reusing their clean ones; returns how many trials.
+    logs, reusing their clean ones.
 
     Inspect counts a log whose trials partly errored as finished (``fail_on_error=False``),
     so a rerun after the endpoint (or the task) was fixed reused the errors and exited 1
@@ -605,8 +605,7 @@ def rerun_errored(logs: LogDir | None, planned: list[Cell]) -> int:
     from inspect_ai.log import ProvenanceData, invalidate_samples, read_eval_log
 
     if logs is None:
-        return 0
-    total = 0
+        return
     for _, entry in matched_logs(logs, planned):
         if entry.status != "success" or not entry.unfinished:
             continue
@@ -617,8 +616,6 @@ def rerun_errored(logs: LogDir | None, planned: list[Cell]) -> int:
         reason = "an errored trial, run again when the run resumes"
         log = invalidate_samples(log, errored, ProvenanceData(author="twice", reason=reason))
         _rewrite_log(log, entry.path)
-        total += len(errored)
-    return total
 
 
 def _rewrite_log(log: EvalLog, path: Location) -> None:
@@ -718,8 +715,7 @@ def _check_memory(tasks: list[Task], suite: Suite) -> None:
     except (AttributeError, ValueError, OSError):  # not on this platform: nothing to check
         return
     for task in tasks:
-        size = len(task.dataset)
-        trials = min(suite.limit or size, size) * suite.epochs
+        trials = samples_per_epoch(task, suite) * suite.epochs
         if trials * BYTES_PER_PLANNED_TRIAL > memory / 2:
             raise SuiteError(
                 f"{trials:,} trials in one cell ({task.name}: --epochs {suite.epochs:,}) would "

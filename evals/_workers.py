@@ -67,6 +67,9 @@ class Merged:
     summary_path: Location | None
     missing: list[Cell] = field(default_factory=list)
     """Planned cells without a finished log (only when ``merge`` was given the plan)."""
+    status: dict[str, Any] = field(default_factory=dict)
+    """What the merged summary records of the run's state (``complete``, ``status``,
+    ``missing``, ``interrupted``...), for the report."""
 
 
 def read_run(log_dir: Location, warn: Callable[[str], None] | None = None) -> dict[str, Any] | None:
@@ -167,7 +170,7 @@ def merge(
         join(log_dir, "summary.json"),
         lambda tmp: write_summary(table, tmp, run=run, **extra),
     )
-    return Merged(logs, frame, table, run, path, missing)
+    return Merged(logs, frame, table, run, path, missing, extra)
 
 
 _STOPPED = {code: name for name, code in EXIT_INTERRUPTED.items()} | {
@@ -303,14 +306,11 @@ def _merge_workers(
             failed += merged.logs.problems() + _failures([], merged.table, merged.frame)
         report_path = None
         if report and not merged.frame.empty:
-            from twice.reports import read_summary, write_report
+            from twice.reports import write_report
 
             report_path = write_atomic(
                 join(log_dir, "report.html"),
-                # The merged summary just written says whether the run is whole.
-                lambda tmp: write_report(
-                    merged.frame, tmp, run=merged.run, status=read_summary(log_dir)
-                ),
+                lambda tmp: write_report(merged.frame, tmp, run=merged.run, status=merged.status),
             )
     assert merged.summary_path is not None  # the workers wrote shard directories
     # Each worker's summary says how many of its cells it found finished and left as they were.

@@ -790,9 +790,7 @@ def _run_status(log_dir: str, logs: Any) -> dict[str, Any]:
     planned log missing from the directory."""
     from twice.reports import read_summary
 
-    summary = read_summary(log_dir)
-    keys = ("complete", "status", "interrupted", "missing", "missing_logs")
-    status = {k: summary[k] for k in keys if k in summary}
+    status = read_summary(log_dir)  # the report reads only its state keys
     if logs.missing and not status.get("missing"):  # the cells, if named, say it already
         status["missing_logs"] = list(logs.missing)
     return status
