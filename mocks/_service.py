@@ -303,6 +303,34 @@ class _SharedRouter(respx.Router):
     ) -> None:
         return None
 
+    # respx re-raises a side effect's exception as ``raise origin from SideEffectError(origin)``:
+    # the origin's cause (and context) is the wrapper, whose cause is the origin again. A
+    # traceback printer without a seen-set (rich's, which inspect uses) walks that cycle for
+    # ever, so one bug in a service handler hung the whole run. The wrapper says nothing the
+    # origin does not, so the origin is raised on its own.
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return super().handler(request)
+        except Exception as error:
+            _untangle(error)
+            raise
+
+    async def async_handler(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await super().async_handler(request)
+        except Exception as error:
+            _untangle(error)
+            raise
+
+
+def _untangle(error: BaseException) -> None:
+    """Cut respx's wrapper out of ``error``'s cause and context chain."""
+    for link in ("__cause__", "__context__"):
+        linked = getattr(error, link)
+        if isinstance(linked, respx.models.SideEffectError) and linked.origin is error:
+            setattr(error, link, None)
+
 
 _ROUTERS: dict[tuple[Layout, bool], respx.Router] = {}
 MAX_ROUTERS = 256

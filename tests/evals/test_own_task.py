@@ -247,3 +247,95 @@ def test_the_readme_service_makes_one_effect_per_request_and_honours_keys() -> N
         "invoices.invoice.send", "invoices.invoice.send",
     ]  # fmt: skip
     assert len(asyncio.run(send_twice("k1")).ledger.effects) == 1
+
+
+# A task around the README's service whose send handler has a bug: a trial must error (and the
+# run end, exit 1), as any exception in a handler should, never hang.
+BUGGY_TASK = '''
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+from invoices import InvoicesService
+from twice.mocks import Call, services_from_state
+from twice.tasks import TrialContext, make_tool, twice_task
+
+BUG = "{bug}"
+
+
+class Buggy(InvoicesService):
+    def send(self, call: Call) -> httpx.Response:
+        if BUG == "misnamed":
+            call.commit("invoices.invoice.sent", "inv", dict(call.params))
+            return httpx.Response(200, json={{"id": "inv_1"}})
+        return httpx.Response(200, json={{"id": self.customers["nobody"]}})  # KeyError
+
+
+def tools(ctx: TrialContext) -> list[Any]:
+    billing = ctx.api("invoices")
+
+    async def send_invoice(customer_id: str, period: str) -> str:
+        """Email an invoice to a customer for a billing period.
+
+        Args:
+            customer_id: The customer, e.g. "c1".
+            period: The billing period, e.g. "2026-11".
+        """
+        result = await billing.mutate(
+            "invoices.invoice.send", "/v1/invoices",
+            payload={{"customer_id": customer_id, "period": period}},
+            identity={{"customer_id": customer_id, "period": period}}, noun="invoice",
+        )
+        return result.say("Sent", "the invoice")
+
+    return [make_tool(ctx, send_invoice, idempotency="keyed")]
+
+
+SAMPLE = Sample(
+    id="inv-1", input="Send customer c1 their invoice for 2026-11.",
+    metadata={{
+        "state": {{"customers": [{{"customer_id": "c1"}}]}},
+        "intents": [{{"effect": "invoices.invoice.send",
+                     "identity": {{"customer_id": "c1", "period": "2026-11"}}, "expected": 1}}],
+        "plan": [{{"call": {{"tool": "send_invoice",
+                            "args": {{"customer_id": "c1", "period": "2026-11"}}}}}}],
+    }},
+)
+
+
+@task
+def buggy(fault: str = "none", protection: str = "bare", prompt: str = "baseline") -> Task:
+    return twice_task(
+        name="buggy", dataset=MemoryDataset([SAMPLE]),
+        services=lambda state: services_from_state(state, Buggy), tools=tools,
+        fault=fault, protection=protection, prompt=prompt,
+    )
+'''
+
+
+@pytest.mark.parametrize(
+    ("bug", "error"),
+    [
+        ("keyerror", "KeyError('nobody')"),
+        ("misnamed", "committed an effect named 'invoices.invoice.sent'"),
+    ],
+)
+def test_a_bug_in_a_service_handler_errors_its_trial_and_the_run_ends(
+    project: Path, tmp_path: Path, bug: str, error: str
+) -> None:
+    # The failing path: the handler's exception reached inspect in a cause cycle of respx's
+    # making, inspect's traceback printer looped on it, and the run spun at full CPU for ever.
+    (project / "buggy.py").write_text(BUGGY_TASK.format(bug=bug), encoding="utf-8")
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "run", "--task",
+         f"{project / 'buggy.py'}:buggy", "--model", "stub/retry", "--fault", "none",
+         "--log-dir", tmp_path / "logs", "--display", "none"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "1 trial(s) errored" in done.stderr and error in done.stderr, done.stderr[-3000:]

@@ -236,6 +236,34 @@ def test_handler_that_raises_after_committing_saves_a_500() -> None:
     assert len(s.ledger.effects) == 1
 
 
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and every exception behind it, stopping at the first repeat."""
+    seen: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and all(link is not s for s in seen):
+        seen.append(link)
+        link = link.__cause__ or link.__context__
+    if link is not None:
+        raise AssertionError(f"{error!r}'s cause chain loops back to {link!r}")
+    return seen
+
+
+def test_a_handler_exception_reaches_the_client_without_a_cause_cycle() -> None:
+    # The failing path: respx raised the handler's exception from its own wrapper, whose cause
+    # is that exception again; rich's traceback printer walked the loop for ever and a bug in
+    # a service handler hung `twice run`.
+    s = _raising_service(commit_first=False)
+    with pytest.raises(_Boom) as raised:
+        asyncio.run(post(s, "k"))
+    assert [type(e) for e in _chain(raised.value)] == [_Boom]
+
+    blocking = _raising_service(commit_first=False)
+    request = httpx.Request("POST", URL, json=BODY)
+    with pytest.raises(_Boom) as raised:
+        blocking.dispatch(request)
+    assert [type(e) for e in _chain(raised.value)] == [_Boom]
+
+
 def test_a_handler_committing_under_another_name_than_its_route_is_an_error() -> None:
     # The failing path: 'payments.refund.created' on the route 'payments.refund.create' was
     # recorded, and the intent on the route's name counted nothing: two refunds made, 0%
