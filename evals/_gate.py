@@ -35,9 +35,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import os
 import tomllib
-import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +53,7 @@ from twice.reports import (
     is_remote,
     metric,
     metric_names,
+    replace_local,
     wilson,
     write_text,
 )
@@ -540,22 +539,6 @@ def format_gate(result: GateResult) -> str:
     return "\n".join(lines)
 
 
-def temp_beside(path: Path) -> Path:
-    """A fresh temporary name in ``path``'s directory (same filesystem, so renaming is atomic)."""
-    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    # Write beside the target and rename, so a crash never leaves a half-written file.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_beside(path)
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def junit_xml(
     checks: Sequence[Check], *, suite: str = "twice gate", errors: Sequence[str] = ()
 ) -> bytes:
@@ -609,5 +592,5 @@ def write_junit(
         write_text(str(path), data.decode("utf-8"))  # an object is replaced whole
         return str(path)
     out = Path(as_location(path))  # a file:// URI as the path it names
-    _atomic_write(out, data)
+    replace_local(out, lambda tmp: tmp.write_bytes(data))
     return out

@@ -54,6 +54,7 @@ from twice.reports import (
     make_dirs,
     read_log_dir,
     read_text,
+    replace_local,
     write_summary,
     write_text,
 )
@@ -63,7 +64,7 @@ from twice.tasks._trial import twice_metadata
 from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit
 
 from ._endpoint import EndpointState, guard_model
-from ._gate import cell_label, temp_beside
+from ._gate import cell_label
 from ._local import environ
 from ._lock import lock_log_dir
 from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args
@@ -461,8 +462,8 @@ def write_atomic(path: Location, write: Callable[[Path], object]) -> Location:
             write_text(path, scrub(local.read_text(encoding="utf-8"), secret_values()))
         return path
     path = Path(as_location(path))  # a file:// URI as the path it names
-    tmp = temp_beside(path)
-    try:
+
+    def write_scrubbed(tmp: Path) -> None:
         write(tmp)
         secrets = secret_values()
         if secrets:
@@ -470,10 +471,8 @@ def write_atomic(path: Location, write: Callable[[Path], object]) -> Location:
             clean = scrub(text, secrets)
             if clean != text:
                 tmp.write_text(clean, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+
+    return replace_local(path, write_scrubbed)
 
 
 def cell_dict(cell: Cell, names: dict[str, str]) -> dict[str, str]:
@@ -627,13 +626,7 @@ def _rewrite_log(log: EvalLog, path: Location) -> None:
     if is_remote(path):
         write_eval_log(log, str(path), format=fmt)
         return
-    target = Path(as_location(path))
-    tmp = target.with_name(f"{target.name}.twice-tmp")
-    try:
-        write_eval_log(log, str(tmp), format=fmt)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    replace_local(as_location(path), lambda tmp: write_eval_log(log, str(tmp), format=fmt))
 
 
 def _finished_logs(logs: LogDir | None, planned: list[Cell]) -> dict[Cell, tuple[str, Any]]:

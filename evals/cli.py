@@ -81,7 +81,12 @@ def _writable_output(output: str | Path, what: str) -> None:
     before any work."""
     from twice.reports import as_location
 
-    path = Path(as_location(output))
+    # Through a symlink to what it names: that is the file written (replace_local).
+    path = Path(os.path.realpath(as_location(output)))
+    if path.exists() and not path.is_file() and not path.is_dir():  # /dev/stdout, a FIFO
+        if not os.access(path, os.W_OK):
+            raise click.BadParameter(f"cannot write to {str(path)!r}", param_hint=what)
+        return
     parent = path.parent
     blocker = next((p for p in (parent, *parent.parents) if p.exists()), None)
     if blocker is not None and not blocker.is_dir():

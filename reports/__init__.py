@@ -76,6 +76,7 @@ from ._storage import (
     open_binary,
     parent_of,
     read_text,
+    replace_local,
     write_text,
 )
 
@@ -140,6 +141,7 @@ __all__ = [
     "read_text",
     "remember_headers",
     "render_report",
+    "replace_local",
     "report_data",
     "require_complete",
     "run_split",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import posixpath
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -203,25 +204,49 @@ def read_text(location: Location) -> str:
         return f.read().decode("utf-8")
 
 
+def replace_local(path: Path | str, write: Callable[[Path], object]) -> Path:
+    """Have ``write(tmp)`` write a regular file, then put it at ``path`` whole.
+
+    The file is written beside the target and renamed over it, so a crash or a failed write
+    leaves the previous file whole (and no temporary file). A symlink is followed: its
+    target is replaced and the link kept, as a shell's ``>`` would. A target that is not a
+    regular file (``/dev/stdout``, a FIFO, a device) is written into, never renamed over:
+    renaming would replace the device with a file. Returns the path written.
+    """
+    path = Path(path)
+    real = Path(os.path.realpath(path))
+    if real.exists() and not real.is_file() and not real.is_dir():
+        import shutil
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="twice-") as scratch:
+            tmp = Path(scratch) / real.name
+            write(tmp)
+            with tmp.open("rb") as src, real.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+        return path
+    real.parent.mkdir(parents=True, exist_ok=True)
+    tmp = real.with_name(f".{real.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, real)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 @_remote_errors
 def write_text(location: Location, text: str) -> None:
     """Write a UTF-8 text file whole, replacing it only once written.
 
-    Locally the text goes to a temporary file beside the target, then is renamed over it;
-    an object store replaces an object only when its upload completes.
+    Locally through :func:`replace_local`; an object store replaces an object only when its
+    upload completes.
     """
     if is_remote(location):
         fs, path = _fs(str(location))
         fs.pipe_file(path, text.encode("utf-8"))
         return
-    out = _local(location)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    replace_local(_local(location), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 @_remote_errors

@@ -70,12 +70,56 @@ def test_gate_cli_junit_that_cannot_be_written_is_one_line_exit_2(
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(gate_module, "_atomic_write", full)
+    monkeypatch.setattr(gate_module, "replace_local", full)
     junit = tmp_path / "gate.xml"
     config = gate_file(tmp_path, 'model = "stub/verify"')
     result = twice("gate", stub_logs, "--config", config, "--junit", junit)
     assert result.exit_code == 2, result.output
     assert f"error: cannot write --junit '{junit}': No space left on device" in result.stderr
+
+
+def test_gate_cli_junit_through_a_symlink_writes_its_target_and_keeps_the_link(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    # The failing path: the write went to a temporary file renamed over the link, so the
+    # link became a plain file and the file it named kept the old report.
+    target = tmp_path / "ci" / "gate.xml"
+    target.parent.mkdir()
+    target.write_text("old")
+    link = tmp_path / "gate.xml"
+    link.symlink_to(target)
+    config = gate_file(tmp_path, 'model = "stub/verify"')
+    result = twice("gate", stub_logs, "--config", config, "--junit", link)
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and link.resolve() == target
+    assert ET.parse(target).getroot().tag == "testsuites"
+    assert [p.name for p in target.parent.iterdir()] == ["gate.xml"]  # no temporary left
+
+
+def test_gate_cli_junit_into_a_fifo_writes_into_it_and_leaves_the_fifo(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    # The failing path (the same rename): a FIFO, /dev/stdout or, as root, /dev/full was
+    # replaced by a regular file holding the XML.
+    import stat
+    import threading
+
+    fifo = tmp_path / "gate.xml"
+    os.mkfifo(fifo)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    config = gate_file(tmp_path, 'model = "stub/verify"')
+    try:
+        result = twice("gate", stub_logs, "--config", config, "--junit", fifo)
+    finally:
+        if reader.is_alive():  # nothing opened the FIFO to write: let the reader go
+            with open(fifo, "wb"):
+                pass
+        reader.join(10)
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert read and ET.fromstring(read[0]).tag == "testsuites"
 
 
 def test_gate_cli_fails_for_stub_retry_and_junit_says_why(

@@ -67,6 +67,18 @@ def test_report_cli_of_a_run_still_going_says_its_results_are_partial(
     assert "Partial results" not in (logs / "report.html").read_text(encoding="utf-8")
 
 
+def test_report_cli_output_through_a_symlink_writes_its_target(
+    twice: Twice, logs: Path, tmp_path: Path, captured: list[dict[str, Any]]
+) -> None:
+    # The failing path: the report was renamed over the link, which became a plain file.
+    target = tmp_path / "site" / "index.html"
+    target.parent.mkdir()
+    link = tmp_path / "report.html"
+    link.symlink_to(target)
+    assert twice("report", logs, "-o", link).exit_code == 0
+    assert link.is_symlink() and target.read_text() == "<html>new report</html>"
+
+
 def test_report_cli_output_and_baseline(
     twice: Twice, logs: Path, stub_logs: Path, tmp_path: Path, captured: list[dict[str, Any]]
 ) -> None:
