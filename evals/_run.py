@@ -497,7 +497,9 @@ def _prepare_log_dir(log_dir: Location) -> None:
         ) from None
     if is_remote(log_dir):
         return
-    for name in ("summary.json", "report.html"):  # written after every trial has run
+    # Written after every trial has run: twice's summary and report, inspect's listing of the
+    # logs (logs.json) and its eval-set bookkeeping (eval-set.json).
+    for name in ("summary.json", "report.html", "logs.json", "eval-set.json"):
         path = Path(as_location(join(log_dir, name)))
         if path.is_dir():
             raise SuiteError(
@@ -700,21 +702,56 @@ BYTES_PER_PLANNED_TRIAL = 6_000
 epoch is allocated up front): 300,000 epochs of one sample took 1.8 GB."""
 
 
+CGROUP_MEMORY_FILES = (
+    "/sys/fs/cgroup/memory.max",  # cgroup v2: "max" or bytes
+    "/sys/fs/cgroup/memory/memory.limit_in_bytes",  # cgroup v1: a huge number when unset
+)
+"""Where a container's memory limit is read (the process's own cgroup, as mounted in it)."""
+
+
+def memory_limit() -> tuple[int, str] | None:
+    """The memory this process may use and what sets it: the machine's physical memory, or
+    a lower limit of its container (cgroup) or of ``ulimit -v``. None when none is known."""
+    limits: list[tuple[int, str]] = []
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # not on every platform
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        limits.append((physical, "this machine's"))
+    for path in CGROUP_MEMORY_FILES:
+        try:
+            text = Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text.isdigit():
+            limits.append((int(text), "this container's (cgroup limit)"))
+    with contextlib.suppress(ImportError, ValueError, OSError):  # no resource on Windows
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            limits.append((soft, "this process's (ulimit -v)"))
+    return min(limits) if limits else None
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
+
+
 def _check_memory(tasks: list[Task], suite: Suite) -> None:
-    """Refuse a cell whose planned trials alone would take more than half this machine's
-    memory (``--epochs 1000000000`` grew until the OOM killer ended it, ignoring Ctrl-C)."""
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):  # not on this platform: nothing to check
+    """Refuse a cell whose planned trials alone would take more than half the memory this
+    process may use (``--epochs 1000000000`` grew until the OOM killer ended it, ignoring
+    Ctrl-C)."""
+    limit = memory_limit()
+    if limit is None:  # not on this platform: nothing to check
         return
+    memory, whose = limit
     for task in tasks:
         trials = samples_per_epoch(task, suite) * suite.epochs
         if trials * BYTES_PER_PLANNED_TRIAL > memory / 2:
             raise SuiteError(
                 f"{trials:,} trials in one cell ({task.name}: --epochs {suite.epochs:,}) would "
-                f"take about {trials * BYTES_PER_PLANNED_TRIAL / 1e9:,.1f} GB before the first "
-                f"ran (inspect plans every trial up front), over half of this machine's "
-                f"{memory / 1e9:.1f} GB: use fewer --epochs (or a --limit)"
+                f"take about {_size(trials * BYTES_PER_PLANNED_TRIAL)} before the first "
+                f"ran (inspect plans every trial up front), over half of {whose} memory, "
+                f"{_size(memory)}: use fewer --epochs (or a --limit)"
             )
 
 

@@ -45,6 +45,7 @@ def files(tmp_path: Path) -> Path:
     for name, text in toml.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "has-dir-report" / "report.html").mkdir(parents=True)
+    (tmp_path / "has-dir-listing" / "logs.json").mkdir(parents=True)
     return tmp_path
 
 
@@ -71,6 +72,8 @@ def files(tmp_path: Path) -> Path:
         (("--log-dir", ""), "--log-dir: is empty"),
         # Found after every trial had run, as a traceback.
         (("--log-dir", "{d}/has-dir-report"), "report.html' is a directory"),
+        # inspect's listing of the logs: found after every trial, as a traceback.
+        (("--log-dir", "{d}/has-dir-listing"), "logs.json' is a directory"),
     ],
 )  # fmt: skip
 def test_bad_input_run_is_one_line_and_exit_2(
@@ -83,7 +86,38 @@ def test_bad_input_run_is_one_line_and_exit_2(
     result = _run(twice, log_dir, *args)  # the last --log-dir given wins
     _one_line_exit_2(result, expected.format(d=files))
     assert not log_dir.exists()
-    assert not list(files.glob("has-dir-report/*.eval"))  # refused before any trial ran
+    assert not list(files.glob("has-dir-*/*.eval"))  # refused before any trial ran
+
+
+@pytest.mark.parametrize("source", ["cgroup", "ulimit"])
+def test_epochs_over_half_a_container_or_ulimit_limit_are_refused(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    # The failing path: the check read the machine's physical memory only, so in a 2 GB
+    # container on a 64 GB host the kernel's OOM killer, not twice, ended the run.
+    import resource
+
+    import twice.evals._run as run_module
+
+    limit = 10_000_000  # 1,000 planned trials (6 MB) are over half of it
+    if source == "cgroup":
+        (tmp_path / "memory.max").write_text(f"{limit}\n")
+        monkeypatch.setattr(run_module, "CGROUP_MEMORY_FILES", (str(tmp_path / "memory.max"),))
+        whose = "this container's (cgroup limit) memory, 10 MB"
+    else:
+        monkeypatch.setattr(run_module, "CGROUP_MEMORY_FILES", ())
+        monkeypatch.setattr(resource, "getrlimit", lambda which: (limit, limit))
+        whose = "this process's (ulimit -v) memory, 10 MB"
+    args = ("--model", "stub/retry", "--task", "refund", "--fault", "none", "--epochs", "1000")
+    result = _run(twice, tmp_path / "logs", *args)
+    _one_line_exit_2(result, f"1,000 trials in one cell (refund: --epochs 1,000) would take "
+                     f"about 6 MB before the first ran (inspect plans every trial up front), "
+                     f"over half of {whose}")  # fmt: skip
+    assert not (tmp_path / "logs").exists()
+    # The machine's own memory, as before, with neither limit set.
+    monkeypatch.setattr(run_module, "CGROUP_MEMORY_FILES", ("/nonexistent/memory.max",))
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (-1, -1))
+    assert run_module.memory_limit()[1] == "this machine's"  # type: ignore[index]
 
 
 def test_bad_input_unreadable_prompt_file(
