@@ -607,6 +607,10 @@ def _trials(log_dir: str, what: str, *, write: bool = True) -> tuple[Any, Any]:
 
     from ._workers import merge
 
+    if not log_dir.strip():  # an empty CI variable: not the current directory
+        raise click.BadParameter(
+            "is empty; give the directory of a run (its --log-dir) or its URI", param_hint=what
+        )
     try:
         merged = merge(log_dir, write=write)
         return merged.logs, merged.frame
@@ -881,12 +885,43 @@ def main() -> None:
     stop_with_parent()  # a --workers worker started as a fresh interpreter
     try:
         cli()
+    except OSError as ex:
+        # (A reader that left, `| head -1`, is click's own: exit 1, no message.)
+        if not _stdout_fails(ex):
+            raise
+        # A full disk or /dev/full behind `>`: one line, as any other write that fails.
+        _discard_stdout()
+        click.echo(f"error: cannot write to standard output: {ex.strerror or ex}", err=True)
+        sys.exit(2)
     finally:
         # Everything is written by now: spare the interpreter its last walk over every live
         # object (inspect, pandas and the SDKs inspect imports) as it shuts down, 0.8 s at
         # every exit on the 2-core reference machine. Exit handlers still run.
         gc.freeze()
         release_worker_threads()
+
+
+def _stdout_fails(error: OSError) -> bool:
+    """Whether ``error`` came from writing standard output (``click.echo`` to it), not from a
+    file of the run's, which has its own message."""
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        stream = frame.f_locals.get("file") if frame.f_code.co_name == "echo" else None
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            if stream is not None and stream.fileno() == 1:
+                return True
+        tb = tb.tb_next
+    return False
+
+
+def _discard_stdout() -> None:
+    """Point standard output at /dev/null, so the interpreter's last flush of what could not
+    be written does not end in "Exception ignored" on the way out."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def release_worker_threads() -> None:

@@ -15,6 +15,7 @@ written is deleted).
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -38,6 +39,7 @@ from ._storage import (
     find_files,
     is_dir,
     is_file,
+    is_remote,
     join,
     list_dir,
     list_files,
@@ -58,7 +60,9 @@ def log_files(log_dir: Location) -> list[Location]:
     """
     root = as_location(log_dir)
     if not is_dir(root):
-        if is_file(root):
+        # A FIFO or a device is no more a log directory than a file is; "does not exist"
+        # would send the user looking for a typo.
+        if is_file(root) or (not is_remote(root) and os.path.exists(root)):
             raise LogReadError(
                 f"{str(root)!r} is a file, not a log directory; pass the directory of a run "
                 "(its --log-dir)"

@@ -46,3 +46,15 @@ def test_twice_releases_it_and_exits() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "written"
+
+
+@pytest.mark.parametrize("command", [["list"], ["trials", "--rate", "0.01"]])
+def test_output_that_cannot_be_written_is_one_line_and_exit_2(command: list[str]) -> None:
+    # The failing path: `twice list > /dev/full` (a full disk behind `>`) ended in a traceback.
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "twice.evals.cli", *command],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "error: cannot write to standard output: No space left on device\n"

@@ -176,7 +176,7 @@ def test_gate_and_report_on_a_folder_of_runs_do_not_pool_them(
     assert twice("gate", runs / "pilot", "--config", gate_file(tmp_path)).exit_code in (0, 1)
 
 
-def test_gate_cli_exit_2_on_missing_log_dir(twice: Twice, tmp_path: Path) -> None:
+def test_gate_cli_exit_2_on_missing_log_dir(twice: Twice, stub_logs: Path, tmp_path: Path) -> None:
     result = twice("gate", tmp_path / "nope", "--config", gate_file(tmp_path))
     assert result.exit_code == 2
     assert "nope' does not exist" in result.stderr
@@ -186,6 +186,23 @@ def test_gate_cli_exit_2_on_missing_log_dir(twice: Twice, tmp_path: Path) -> Non
         result = twice(*args)
         assert result.exit_code == 2
         assert "afile.txt' is a file, not a log directory" in result.stderr
+    # The failing paths: a FIFO given as the baseline was said not to exist, and an empty
+    # LOG_DIR (an unset CI variable) read the current directory.
+    os.mkfifo(tmp_path / "fifo")
+    config = gate_file(tmp_path)
+    for args, expected in [
+        (("gate", stub_logs, "--config", config, "--baseline", tmp_path / "fifo"),
+         "fifo' is a file, not a log directory"),
+        (("report", stub_logs, "-o", tmp_path / "r.html", "--baseline", tmp_path / "fifo"),
+         "fifo' is a file, not a log directory"),
+        (("gate", "", "--config", config), "Invalid value for LOG_DIR: is empty"),
+        (("report", ""), "Invalid value for LOG_DIR: is empty"),
+        (("report", stub_logs, "-o", tmp_path / "r.html", "--baseline", " "),
+         "Invalid value for --baseline: is empty"),
+    ]:  # fmt: skip
+        result = twice(*args)
+        assert result.exit_code == 2, result.output
+        assert expected in " ".join(result.stderr.split()), result.stderr
 
 
 def test_gate_cli_exit_2_on_empty_log_dir(twice: Twice, tmp_path: Path) -> None:
