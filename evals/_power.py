@@ -62,6 +62,12 @@ def trials_needed(max_rate: float, confidence: float = 0.95, observed: int = 0) 
     return hi
 
 
+def _percent(fraction: float) -> str:
+    """``fraction`` as a percentage, every digit given kept: ``:g`` keeps six, so a
+    confidence of 0.9999999 read "100%"; twelve still hide float noise (0.07 → "7%")."""
+    return f"{fraction * 100:.12g}%"
+
+
 def trials_table(
     rates: Sequence[float] = DEFAULT_RATES,
     confidence: float = 0.95,
@@ -74,7 +80,7 @@ def trials_table(
         "| " + " | ".join(["---"] + ["---:"] * len(observed)) + " |",
     ]
     for rate in rates:
-        cells = [f"≤ {rate * 100:g}% at {confidence * 100:g}%"]
+        cells = [f"≤ {_percent(rate)} at {_percent(confidence)}"]
         cells += [f"{trials_needed(rate, confidence, k):,}" for k in observed]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -74,6 +74,8 @@ def test_trials_table_names_the_confidence_it_used() -> None:
     # It was rounded to whole percent: 0.975 read "98%", and 0.995 to 0.9999 all "100%".
     assert "| ≤ 1% at 97.5% |" in trials_table([0.01], 0.975)
     assert "| ≤ 1% at 99.99% |" in trials_table([0.01], 0.9999)
+    # ... and then six significant digits: 0.9999999 read "100%".
+    assert "| ≤ 0.07% at 99.99999% |" in trials_table([0.0007], 0.9999999)
 
 
 def test_trials_cli_prints_the_table(twice: Callable[..., Any]) -> None:
