@@ -209,13 +209,24 @@ def run_with_workers(
         if w.returncode in _STOPPED:
             interrupted = interrupted or _STOPPED[w.returncode]
         elif w.returncode == 2:  # a usage error: every worker has the same arguments
-            raise SuiteError(f"worker {w.shard} exited 2{detail}")
+            raise SuiteError(f"worker {w.shard} refused the run: {_refusal(w.stderr_tail)}")
         elif w.returncode < 0:  # the OOM killer, a kill -9: what the others finished counts
             name = signal.Signals(-w.returncode).name
             failed.append(f"worker {w.shard} was killed by {name}{detail}")
         else:
             failed.append(f"worker {w.shard} exited {w.returncode}{detail}")
     return failed, {key: recs for w in exits for key, recs in w.records.items()}, interrupted
+
+
+def _refusal(stderr: str) -> str:
+    """The reason a worker gave for exit 2: its ``Error:`` line without the usage text around
+    it (which the parent prints once, for its own command line)."""
+    lines = stderr.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        head, _, reason = lines[i].partition(": ")
+        if head in ("Error", "error") and reason:
+            return " ".join([reason.strip(), *(line.strip() for line in lines[i + 1 :])])
+    return stderr or "no reason given"
 
 
 def run_parallel(

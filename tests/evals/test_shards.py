@@ -1021,3 +1021,18 @@ def test_prepare_report_loads_the_comparison_libraries_and_the_template() -> Non
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [False, True, True, 1]
+
+
+def test_a_refused_workers_rerun_gives_the_workers_reason_once(
+    twice: Twice, tmp_path: Path
+) -> None:
+    # The failing path: the parent wrapped the worker's whole stderr, usage text and all, in
+    # its own ("worker 1/2 exited 2: twice: running ... Usage: twice run [OPTIONS] ...").
+    log_dir = tmp_path / "logs"
+    four = [a if a != "1" else "2" for a in ONE_CELL]  # --limit 2
+    assert twice("run", *four, *FOUR_FAULTS, "--workers", "2", "--log-dir", log_dir).exit_code == 0
+    result = twice("run", *ONE_CELL, *FOUR_FAULTS, "--workers", "2", "--log-dir", log_dir)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("Usage:") == 1, result.stderr
+    assert "Error: worker 1/2 refused the run: log directory " in result.stderr
+    assert "run with 2 sample(s) × 1 epoch(s); this run asks for 1 × 1" in result.stderr
