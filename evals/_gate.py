@@ -190,6 +190,8 @@ def _rule(block: Any, index: int, source: str) -> Rule:
         )
     metric_name = block.get("metric")
     known = metric_names()
+    if metric_name is None:
+        raise GateError(f"{where}: 'metric' is missing; give one of: {', '.join(known)}")
     if metric_name not in known:
         raise GateError(
             f"{where}: unknown metric {metric_name!r}; expected one of: {', '.join(known)}"
@@ -215,6 +217,15 @@ def _rule(block: Any, index: int, source: str) -> Rule:
         raise GateError(
             f"{where}: {metric_name} is a mean without an interval; statistic must be 'point', "
             f"got {statistic!r}"
+        )
+    if is_rate and statistic == cautious and bound == (0.0 if direction == "max" else 1.0):
+        # An interval's upper bound is above 0 (its lower below 1) after any number of trials:
+        # the rule could never pass, and --until-decided would run every cell to its cap.
+        raise GateError(
+            f"{where}: {direction} = {raw_bound!r} on the {statistic} bound of {metric_name} can "
+            f"never pass (no number of trials proves a rate exactly {bound:g}); for 'none seen' "
+            f'use statistic = "point", or give a {direction} '
+            f"{'above 0' if direction == 'max' else 'below 1'}"
         )
     min_trials = block.get("min_trials", 1)
     if not isinstance(min_trials, int) or isinstance(min_trials, bool) or min_trials < 1:

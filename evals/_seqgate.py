@@ -104,7 +104,10 @@ def rule_state(
         )
     cautious = rule.statistic == ("upper" if rule.direction == "max" else "lower")
     if cautious:
-        proved_good = proves(x, rule.bound, alpha, good)
+        # A rate is never above 1 nor below 0: a bound there holds before any trial (as the
+        # fixed gate's interval, never past it, says), though no bet can prove it.
+        trivial = rule.bound >= 1 if rule.direction == "max" else rule.bound <= 0
+        proved_good = trivial or proves(x, rule.bound, alpha, good)
         ok = proved_good and enough
         shown = b.upper if rule.direction == "max" else b.lower
         op = (

@@ -219,6 +219,14 @@ def test_gate_shipped_baseline_compares_each_agent_with_itself(make_trials: Tria
             "unknown metric 'dup_rate'; expected one of: completion_rate, duplication_rate",
         ),
         ({"rule": [{"metric": "duplication_rate"}]}, "give exactly one of 'max' or 'min'"),
+        # It said "unknown metric None".
+        ({"rule": [{"max": 0.1}]}, "[[rule]] #1: 'metric' is missing; give one of: "),
+        # Rules that could never pass: every cell ran to the sequential cap, then failed.
+        (rule(max=0.0), "max = 0.0 on the upper bound of duplication_rate can never pass"),
+        (
+            {"rule": [{"metric": "completion_rate", "min": 1}]},
+            "min = 1 on the lower bound of completion_rate can never pass",
+        ),
         (
             {"rule": [{"metric": "duplication_rate", "max": 0.1, "min": 0.0}]},
             "give exactly one of 'max' or 'min'",

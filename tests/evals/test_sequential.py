@@ -152,6 +152,26 @@ def test_a_rule_without_a_bound_to_settle_it_says_so(
     assert "no anytime-valid guarantee" not in cautious.message
 
 
+@pytest.mark.parametrize(
+    ("rule", "duplicated", "completed"),
+    [
+        ({"metric": "duplication_rate", "max": 1.0}, 28, 28),
+        ({"metric": "completion_rate", "min": 0.0}, 0, 0),
+    ],
+)
+def test_a_bound_every_rate_meets_passes_at_once_as_the_fixed_gate_does(
+    make_trials: Trials, rule: dict[str, object], duplicated: int, completed: int
+) -> None:
+    # The failing path: no bet proves a rate below 1 (or above 0), so 'max = 1.0' ran every
+    # cell to the trial cap and failed it ("100.0% > max 100.0%"), where the fixed gate on the
+    # same trials passed.
+    cfg = parse_gate({"rule": [{"name": "edge", **rule}]})
+    trials = make_trials(28, duplicated=duplicated, completed=completed)
+    state = rule_state(cfg.rules[0], trials, 0.95)
+    assert (state.status, state.settled) == ("pass", True), state.message
+    assert evaluate_gate(trials, cfg).passed
+
+
 def test_min_rules_settle_both_ways(make_trials: Trials) -> None:
     cfg = parse_gate({"rule": [{"name": "done", "metric": "completion_rate", "min": 0.8}]})
     rule = cfg.rules[0]
