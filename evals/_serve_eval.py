@@ -360,7 +360,6 @@ def agent_env(served: dict[str, Any], state: TaskState, model_port: int) -> dict
     return env
 
 
-@solver
 def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None = None) -> Solver:
     """Run an external agent command for the trial (``twice run --agent-cmd``).
 
@@ -379,6 +378,18 @@ def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None 
     """
     where = cwd or os.getcwd()
 
+    # Inspect logs a solver's arguments as given (the plan in every .eval, and logs.json):
+    # the command itself would carry any key written on it. The solver it logs is given the
+    # command scrubbed; the one it runs is this closure's.
+    @solver(name="command_agent")
+    def logged(command: str, timeout: float, cwd: str) -> Solver:
+        return _command_solver(real, timeout, cwd)
+
+    real = command
+    return logged(scrub(command, secret_values()), timeout, where)
+
+
+def _command_solver(command: str, timeout: float, where: str) -> Solver:
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         served = store().get(SERVED_STORE_KEY)
         port = _free_port()
@@ -417,8 +428,9 @@ def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None 
         )
         if result.returncode in (126, 127):
             raise RuntimeError(
-                f"agent command {command!r} could not run (exit {result.returncode}): "
-                f"{result.stderr.strip()[-500:]}"
+                f"agent command {scrub(command, secrets)!r} could not run "
+                f"(exit {result.returncode}): "
+                f"{scrub(result.stderr.strip()[-500:], secrets)}"
             )
         if bridge.state.messages:
             state.messages = list(bridge.state.messages)

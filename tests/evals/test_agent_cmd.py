@@ -139,6 +139,29 @@ def test_a_failed_agent_command_crashed_and_what_it_printed_is_logged_scrubbed(
     assert "exit 3: and again [redacted]" in logged
 
 
+def test_a_key_written_on_the_agent_command_is_in_no_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_text: Callable[[Path], str]
+) -> None:
+    # The failing path: the cell label, summary and report said "[redacted]", but inspect
+    # logged the solver's arguments as given: every .eval's plan and logs.json held the key.
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
+    script = tmp_path / "agent.py"
+    script.write_text("import sys\nsys.exit(0)\n")
+    out = tmp_path / "logs"
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "none", "--limit",
+         "1", "--display", "none", "--log-dir", str(out),
+         "--agent-cmd", f"{sys.executable} {script} --token tok-SECRET789-never-logged"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    logged = logged_text(out)
+    assert "--token [redacted]" in logged and "tok-SECRET789" not in logged
+    for path in out.rglob("*"):
+        if path.is_file() and path.suffix != ".eval":
+            assert b"tok-SECRET789" not in path.read_bytes(), path.name
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
