@@ -32,6 +32,7 @@ from typing import Any
 
 from twice.mocks import FAULTS, STUB_MODELS
 from twice.tasks import (
+    AGENT_FAULTS_REFUSED,
     PROTECTIONS,
     TASKS,
     check_agent_cell,
@@ -274,6 +275,14 @@ class Suite:
                 raise SuiteError(
                     "--mock applies to an in-process agent under test; an --agent-cmd agent "
                     "reaches the services at the TWICE_<SERVICE>_URL twice serve gives it"
+                )
+            refused = [f for m in self.matrices for f in m.faults if f in AGENT_FAULTS_REFUSED]
+            if refused:
+                # Found up front, not as every trial's error after the eval had started.
+                raise SuiteError(
+                    f"fault {refused[0]!r} restarts twice's own agent loop from its "
+                    "checkpoints, which an --agent-cmd agent does not have; its other faults "
+                    "apply (drop the fault, or run it in a suite of its own)"
                 )
             return
         checked: set[str] = set()

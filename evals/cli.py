@@ -76,6 +76,21 @@ def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
     return args
 
 
+def _one_agent_cmd(commands: tuple[str, ...]) -> str | None:
+    """The one ``--agent-cmd`` given (click keeps only the last of a repeated option, so a
+    second command would silently never run)."""
+    if len(commands) > 1:
+        from twice.tasks import scrub, secret_values
+
+        shown = ", ".join(repr(scrub(c, secret_values())) for c in commands)
+        raise click.BadParameter(
+            f"given {len(commands)} times ({shown}); a run has one "
+            "agent command: run each in its own --log-dir",
+            param_hint="--agent-cmd",
+        )
+    return commands[0] if commands else None
+
+
 def _writable_output(output: str | Path, what: str) -> None:
     """Refuse an output path (or ``file://`` URI) whose directory cannot be made or written,
     before any work."""
@@ -241,6 +256,8 @@ def cli() -> None:
 )
 @click.option(
     "--agent-cmd",
+    multiple=True,
+    callback=lambda ctx, param, value: _one_agent_cmd(value),
     help="Run this shell command as the agent of every trial, against a twice serve of the run: "
     "it gets TWICE_<SERVICE>_URL, TWICE_INPUT, TWICE_SYSTEM_PROMPT and OPENAI_BASE_URL / "
     "OPENAI_API_KEY for the eval's model (model name 'inspect').",
@@ -291,6 +308,11 @@ def run(
     rerun = "rerun the same command"
     if until_decided is None and (batch is not None or max_trials is not None):
         raise click.UsageError("--batch and --max-trials only apply with --until-decided GATE.toml")
+    if agent_cmd is not None and agents:
+        raise click.UsageError(
+            f"--agent-cmd runs its command as the agent of every trial; it does not combine "
+            f"with --agent {agents[0]!r} (run that agent in its own --log-dir)"
+        )
     if until_decided is not None and agent_cmd is not None:
         raise click.UsageError("--agent-cmd does not combine with --until-decided (yet)")
     if until_decided is not None and epochs is not None:

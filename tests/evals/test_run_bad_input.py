@@ -74,6 +74,16 @@ def files(tmp_path: Path) -> Path:
         (("--log-dir", "{d}/has-dir-report"), "report.html' is a directory"),
         # inspect's listing of the logs: found after every trial, as a traceback.
         (("--log-dir", "{d}/has-dir-listing"), "logs.json' is a directory"),
+        # A second command silently replaced the first, which never ran.
+        (("--model", "stub/no-retry", "--agent-cmd", "true", "--agent-cmd", "false"),
+         "Invalid value for --agent-cmd: given 2 times ('true', 'false'); a run has one"),
+        # Accepted, and the run used the command only.
+        (("--model", "stub/no-retry", "--agent", "react", "--agent-cmd", "true"),
+         "--agent-cmd runs its command as the agent of every trial; it does not combine "
+         "with --agent 'react'"),
+        # Every trial errored once the eval had started (exit 1).
+        (("--model", "stub/no-retry", "--fault", "crash_after_commit", "--agent-cmd", "true"),
+         "fault 'crash_after_commit' restarts twice's own agent loop from its checkpoints"),
     ],
 )  # fmt: skip
 def test_bad_input_run_is_one_line_and_exit_2(
