@@ -65,7 +65,7 @@ from twice.tasks import (
     task_parts,
 )
 
-from ._serve_log import RequestLog
+from ._serve_log import DamagedLog, RequestLog
 
 if TYPE_CHECKING:
     from ._serve_mcp import TrialMcp
@@ -314,7 +314,11 @@ class ServedTrial:
         request = httpx.Request(
             record["method"],
             record["url"],
-            headers=record["headers"],
+            # As bytes: httpx encodes str values as ASCII, and a client's header need not be
+            # (a non-ASCII Idempotency-Key is the key rules' 400, not a 500 here).
+            headers=[
+                (k.encode("latin-1"), v.encode("latin-1")) for k, v in record["headers"].items()
+            ],
             content=record["body"].encode("latin-1"),
         )
         return self.services.dispatch(request)
@@ -610,7 +614,7 @@ class TwiceServer:
                 body = await _body_within(scope, receive, MAX_CONTROL_BODY)
                 try:
                     data = json.loads(body or b"null")
-                except ValueError:
+                except (ValueError, RecursionError):  # nested past Python's stack
                     raise ControlError(400, "the body is not JSON") from None
                 await _send_json(send, 201, self.create_trial(parse_trial_config(data, self.tasks)))
                 return
@@ -755,9 +759,11 @@ def _prepare(
         app = TwiceServer(
             log, f"http://{_url_host(shown)}:{bound_port}", token=token, host=host, tasks=tasks
         )
-    except BaseException:
+    except BaseException as ex:
         sock.close()
         log.close()
+        if isinstance(ex, DamagedLog):
+            raise ServeError(str(ex)) from None
         raise
     return sock, app
 

@@ -41,6 +41,10 @@ KINDS = ("create", "request", "observe", "context", "delete")
 tool layer's state after an MCP tool call, a trial deleted."""
 
 
+class DamagedLog(ValueError):
+    """A record of the log that cannot be read back (the file was edited or corrupted)."""
+
+
 @dataclass(frozen=True)
 class Record:
     """One entry of the log."""
@@ -80,6 +84,16 @@ class RequestLog:
             self._lock.close()
             raise ValueError(self._unopenable(ex)) from None
         try:
+            # Another program's database is refused before anything is written to it.
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+            foreign = sorted(tables - {"log", "sqlite_sequence"})
+            if foreign and "log" not in tables:
+                self.close()
+                raise ValueError(
+                    f"{self.path} is another program's database (tables: "
+                    f"{', '.join(foreign[:5])}); it is not a twice serve database: give --db "
+                    "a new file"
+                )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self._db.execute(SCHEMA)
@@ -105,7 +119,14 @@ class RequestLog:
         """Every record, oldest first."""
         rows = self._db.execute("SELECT seq, trial, kind, data FROM log ORDER BY seq").fetchall()
         for seq, trial, kind, data in rows:
-            yield Record(seq, trial, kind, json.loads(data))
+            try:
+                parsed = json.loads(data)
+            except (TypeError, ValueError) as ex:
+                raise DamagedLog(
+                    f"{self.path} is damaged: its record {seq} is not JSON ({ex}); restore it "
+                    "from a copy, or start with a new --db"
+                ) from None
+            yield Record(seq, trial, kind, parsed)
 
     def __len__(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM log").fetchone()[0])

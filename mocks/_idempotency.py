@@ -11,7 +11,9 @@
 * A request arriving while the first is still in flight gets 409 and is not saved.
 * A request rejected before execution began (validation, rate limiting, an unavailable
   service) releases the key, so it can be retried.
-* Keys over 255 characters are rejected with 400. Keys on GET and DELETE do nothing.
+* Keys over 255 characters, empty keys and keys that are not printable ASCII (the IETF
+  draft's key is a structured-field string) are rejected with 400. Keys on GET and DELETE
+  do nothing.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def fingerprint(method: str, path: str, params: dict[str, Any]) -> str:
 class Decision:
     """What the store says about an incoming keyed request."""
 
-    kind: Literal["new", "replay", "conflict", "in_flight", "too_long"]
+    kind: Literal["new", "replay", "conflict", "in_flight", "too_long", "malformed"]
     saved: SavedRequest | None = None
 
 
@@ -58,6 +60,9 @@ class IdempotencyStore:
         """Reserve ``key`` for a new request, or say why it cannot run."""
         if len(key) > MAX_KEY_LENGTH:
             return Decision("too_long")
+        if not key or not (key.isascii() and key.isprintable()):
+            # An empty key sent on every request would replay the first reply to all of them.
+            return Decision("malformed")
         row = self._rows.get(key)
         if row is None:
             row = SavedRequest(fingerprint=fp, state="in_flight")

@@ -228,11 +228,16 @@ def _params(
     elif request.content:
         try:
             body = json.loads(request.content)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
             body = None
             problem = (
                 "the request body is neither JSON nor form data (application/x-www-form-urlencoded)"
             )
+        else:
+            if _LONE_SURROGATE.search(request.content) and _has_lone_surrogate(body):
+                # Committed, its reply (and every later list holding it) could not be encoded.
+                body = None
+                problem = "the request body holds a \\u escape of half a surrogate pair"
         if isinstance(body, dict):
             params.update(body)
         elif problem is None:
@@ -241,6 +246,18 @@ def _params(
             )
     params.update(path_params)
     return params, problem
+
+
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a surrogate code point: a cheap screen before the exact check."""
+
+
+def _has_lone_surrogate(body: Any) -> bool:
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _side_effect_signature(request: httpx.Request, **path_params: str) -> None:
@@ -259,6 +276,9 @@ def _key_rejection(kind: str, key: str) -> httpx.Response:
         return error_response(
             400, f"Idempotency-Key is {len(key)} characters; at most {MAX_KEY_LENGTH} allowed"
         )
+    if kind == "malformed":
+        what = "empty" if not key else f"{key!r}, not printable ASCII"
+        return error_response(400, f"Idempotency-Key is {what}; give a unique key per operation")
     if kind == "conflict":
         return error_response(
             422,

@@ -120,6 +120,62 @@ def test_serve_control_body_that_is_not_json_or_too_big(server: str) -> None:
     assert r.status_code == 413
 
 
+def test_serve_json_nested_past_the_stack_is_a_400(server: str, trial: Callable[..., Any]) -> None:
+    # The failing path: json.loads raised RecursionError, a 500 with a server traceback.
+    deep = b"[" * 30_000 + b"]" * 30_000
+    r = httpx.post(f"{server}/_twice/trials", content=deep)
+    assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
+    t = trial()
+    r = httpx.post(
+        f"{t['urls']['payments']}/v1/refunds",
+        content=deep, headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    assert r.status_code == 400 and "neither JSON" in r.json()["error"]["message"]
+
+
+def test_serve_a_lone_surrogate_is_a_400_and_commits_nothing(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    # The failing path: the refund was committed, its reply could not be encoded (a 500), and
+    # every later list of that order's refunds was a 500 too: a careful client could never
+    # check before retrying.
+    t = trial()
+    url = f"{t['urls']['payments']}/v1/refunds"
+    body = b'{"order_id": "order_1042", "amount": 10, "reason": "\\ud800"}'
+    r = httpx.post(url, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "half a surrogate pair" in r.json()["error"]["message"]
+    assert refunds(server, t) == []
+    assert httpx.get(url, params={"order_id": "order_1042"}).status_code == 200
+    # A whole pair (an emoji, escaped) is a string like any other.
+    pair = b'{"order_id": "order_1042", "amount": 10, "reason": "\\ud83d\\ude00"}'
+    r = httpx.post(url, content=pair, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json()["reason"] == "\U0001f600"
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (b"k\xe9y", "Idempotency-Key is 'k\xe9y', not printable ASCII"),
+        (b"", "Idempotency-Key is empty"),
+    ],
+)
+def test_serve_an_empty_or_non_ascii_key_is_a_400(
+    server: str, trial: Callable[..., Any], key: bytes, message: str
+) -> None:
+    # The failing paths: a non-ASCII key was a 500 (httpx could not encode the header); an
+    # empty key was a key like any other, so a client sending it on every request had its
+    # first reply replayed to all of them and was scored idempotent.
+    t = trial()
+    for _ in range(2):
+        r = httpx.post(
+            f"{t['urls']['payments']}/v1/refunds", json=REFUND, headers=[(b"Idempotency-Key", key)]
+        )
+        assert r.status_code == 400, r.text
+        assert message in r.json()["error"]["message"]
+    assert refunds(server, t) == []
+
+
 def test_serve_service_body_size_limit(server: str, trial: Callable[..., Any]) -> None:
     t = trial()
     big = b"x" * (MAX_SERVICE_BODY + 1)
@@ -187,6 +243,32 @@ def test_serve_refuses_a_file_that_is_not_its_database(tmp_path: Path) -> None:
     junk.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(ServeError, match="not a twice serve database"):
         _prepare("127.0.0.1", 0, junk, None, ())
+
+
+def test_serve_leaves_another_programs_database_untouched(tmp_path: Path) -> None:
+    # The failing path: it was accepted, and twice's tables were written into the user's file.
+    theirs = tmp_path / "app.sqlite"
+    with sqlite3.connect(theirs) as db:
+        db.execute("CREATE TABLE users (name TEXT)")
+    before = theirs.read_bytes()
+    with pytest.raises(ServeError, match=r"app\.sqlite is another program's database \(tables: "
+                       r"users\); it is not a twice serve database"):  # fmt: skip
+        _prepare("127.0.0.1", 0, theirs, None, ())
+    assert theirs.read_bytes() == before
+
+
+def test_serve_refuses_a_damaged_log_in_one_line(tmp_path: Path) -> None:
+    # The failing path: a record that is not JSON ended the restart in a traceback, exit 1.
+    from twice.evals import RequestLog
+
+    db = tmp_path / "damaged.sqlite"
+    log = RequestLog(db)
+    log.append("abc", "create", {"task": "refund", "sample": "refund-001"})
+    log.close()
+    with sqlite3.connect(db) as raw:
+        raw.execute("UPDATE log SET data = '{bad json' WHERE seq = 1")
+    with pytest.raises(ServeError, match=r"damaged\.sqlite is damaged: its record 1 is not JSON"):
+        _prepare("127.0.0.1", 0, db, None, ())
 
 
 def test_serve_refuses_a_db_it_cannot_open_in_one_line(tmp_path: Path) -> None:
