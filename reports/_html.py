@@ -420,6 +420,23 @@ def _charts(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def callout(highlights: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The significant differences the prompt section's callout lists: every pooled one
+    (``fault == "all"``), then each per-fault one its pooled row does not already say (the
+    same metric, the same direction). A pair's pooled "duplication better" once hid its
+    "safe success worse" under one fault."""
+    said = {
+        (h["model"], h["prompt"], h["metric"], h["verdict"])
+        for h in highlights
+        if h["fault"] == "all"
+    }
+    return [
+        h
+        for h in highlights
+        if h["fault"] == "all" or (h["model"], h["prompt"], h["metric"], h["verdict"]) not in said
+    ]
+
+
 def _prompt_section(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any] | None:
     prompts = _ordered(info["prompts"], trials["prompt"])
     if len(prompts) < 2:
@@ -465,11 +482,7 @@ def _prompt_section(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any
                 }
             )
     significant = int(table["significant"].sum()) if len(table) else 0
-    # Pooled rows first; per-fault detail only when no pooled row of that pair said it.
-    pooled = {(h["model"], h["prompt"]) for h in highlights if h["fault"] == "all"}
-    highlights = [
-        h for h in highlights if h["fault"] == "all" or (h["model"], h["prompt"]) not in pooled
-    ]
+    highlights = callout(highlights)
     return {
         "reference": reference,
         "rows": rows,
@@ -492,8 +505,13 @@ def _baseline_section(trials: pd.DataFrame, baseline: pd.DataFrame) -> dict[str,
                     **dict(zip(CELL, cell, strict=True)),
                     "flag": first["flag"],
                     "prompt_changed": bool(first["prompt_changed"]),
-                    # a new or gone cell's one row has no metric (NaN here, which is truthy)
-                    "metrics": [r for r in recs if isinstance(r.get("metric"), str)],
+                    # a new or gone cell's one row has no metric (NaN here, which is truthy);
+                    # its NaN counts made the column float: "56.0 / 56.0" trials
+                    "metrics": [
+                        {**r, "n": int(r["n"]), "n_ref": int(r["n_ref"])}
+                        for r in recs
+                        if isinstance(r.get("metric"), str)
+                    ],
                 }
             )
     rows.sort(key=lambda r: FLAGS.index(r["flag"]))

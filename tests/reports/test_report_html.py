@@ -173,6 +173,11 @@ def test_write_report_with_baseline_flags_regressions(tmp_path: Path) -> None:
     assert 'id="baseline"' in page
     assert "1 regression" in page
     assert "cell(s) regressed" in page  # called out in the headline too
+    # Beside a cell only the baseline has, the regressed cell's trials read "60.0 / 60.0":
+    # the gone cell's NaN counts made the column float.
+    gone = now.assign(model="m/gone")
+    page = write_report(worse, tmp_path / "r2.html", baseline=pd.concat([now, gone]))
+    assert '<td class="num">60 / 60</td>' in page.read_text(encoding="utf-8")
 
 
 def test_write_report_against_a_baseline_sharing_some_cells(tmp_path: Path) -> None:
@@ -333,3 +338,19 @@ def test_report_never_calls_a_zero_model_the_highest_safe_success(
     page = write_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
     assert "Highest safe success" not in page
     assert "No model got a job done safely" in page
+
+
+def test_the_callout_keeps_a_per_fault_difference_its_pooled_row_does_not_say() -> None:
+    # The failing path: once a (model, prompt) pair's pooled row had any highlight, every
+    # per-fault one was dropped: "duplication better" hid "safe success worse" under a fault.
+    from twice.reports._html import callout
+
+    def h(fault: str, metric: str, verdict: str) -> dict[str, str]:
+        return {"model": "m", "prompt": "p", "fault": fault, "metric": metric, "verdict": verdict}
+
+    pooled = h("all", "duplicated", "better")
+    said = h("lost_reply", "duplicated", "better")
+    unsaid = h("timeout_before_commit", "safe_success", "worse")
+    flipped = h("lost_reply", "duplicated", "worse")
+    assert callout([pooled, said, unsaid, flipped]) == [pooled, unsaid, flipped]
+    assert callout([said]) == [said]  # no pooled row said anything: the detail stays
