@@ -40,9 +40,11 @@ def test_until_decided_bad_usage_exits_2(args: list[str], message: str, tmp_path
     assert not (tmp_path / "logs" / "summary.json").exists()
 
 
-def test_a_rule_that_matches_no_cell_is_refused_before_any_trial(tmp_path: Path) -> None:
-    # A typo in a filter: the run once said "gate passed" without the rule; then it spent a
-    # round on every cell before failing the rule that no round could decide, as `twice gate`
+@pytest.mark.slow
+def test_a_rule_that_matches_no_cell_fails_the_sequential_verdict_as_it_fails_the_gate(
+    tmp_path: Path,
+) -> None:
+    # A typo in a filter: the run said "gate passed" without the rule, where `twice gate`
     # fails a rule that matches nothing.
     gate = tmp_path / "typo.toml"
     gate.write_text(
@@ -54,9 +56,12 @@ def test_a_rule_that_matches_no_cell_is_refused_before_any_trial(tmp_path: Path)
     logs = tmp_path / "logs"
     code, out = invoke("run", "--until-decided", str(gate), "--model", "stub/verify", *COMMON,
                        "--log-dir", str(logs), "--no-report")  # fmt: skip
-    assert code == 2, out
-    assert "rule 'typo': no cell matches model=['stub/verfy']; the suite has model: " in out
-    assert not list(logs.glob("*.eval"))
+    assert code == 0, out
+    assert "PASS (settled)" in out  # the one cell passes its own rule
+    assert "FAIL rule 'typo': no cell matches model=['stub/verfy']; the suite has model: " in out
+    assert "gate FAILED" in out and "gate passed" not in out
+    code, out = invoke("gate", str(logs), "--config", str(gate))
+    assert code == 1, out
 
 
 def loose_gate(tmp_path: Path) -> Path:
