@@ -245,7 +245,10 @@ def peeking_wilson_false_pass(
 def describe(spec: Mapping[str, Any]) -> str:
     """One line naming a sequential run's method and schedule (for the gate's output)."""
     batch = spec.get("batch")
-    rounds = f"rounds of {batch} trial(s)" if batch else "rounds of one epoch"
+    # --batch is rounded up to whole epochs of a cell's samples: a floor, not the size.
+    rounds = (
+        f"rounds of at least {batch} trial(s) (whole epochs)" if batch else "rounds of one epoch"
+    )
     return (
         f"sequential run: rules on rates use anytime-valid bounds ({spec.get('method', METHOD)}"
         f"), valid at every look; {rounds} per cell, at most {spec.get('max_trials', '?')} "

@@ -72,6 +72,8 @@ class CellState:
     """``pass``/``fail`` once settled, ``undecided`` at the cap, ``running`` before."""
     stopped_round: int | None = None
     rules: dict[str, RuleState] = field(default_factory=dict)
+    epochs_per_round: int = 1
+    """``--batch`` rounded up to whole epochs of this cell's samples."""
 
     @property
     def label(self) -> str:
@@ -84,6 +86,7 @@ class CellState:
             **self.keys,
             "trials": self.trials,
             "rounds": self.rounds,
+            "round_trials": self.samples * self.epochs_per_round,
             "stopped_round": self.stopped_round,
             "verdict": self.status,
             "rules": {name: s.status for name, s in self.rules.items()},
@@ -141,10 +144,11 @@ def _settle(state: CellState, round_: int) -> None:
     state.status = "fail" if any(s.status == "fail" for s in state.rules.values()) else "pass"
 
 
-def _replay(state: CellState, rows: pd.DataFrame, gate: GateConfig, per_round: int) -> None:
+def _replay(state: CellState, rows: pd.DataFrame, gate: GateConfig) -> None:
     """Resume: re-judge the cell at each complete round already in its logs, as the first run
     did, so a resumed run stops where an uninterrupted one would have."""
     done_epochs = int(rows["epoch"].max()) if len(rows) else 0
+    per_round = state.epochs_per_round
     for r in range(1, done_epochs // per_round + 1):
         upto = rows[rows["epoch"] <= r * per_round]
         if len(upto) < state.samples * r * per_round:
@@ -212,7 +216,6 @@ def run_until_decided(
     log_dir = Path(log_dir)
     planned = list(suite.cells())
     states: list[CellState] = []
-    per_round: list[int] = []
 
     def plan(tasks: list[Task]) -> None:
         # Before the log directory is touched: a cap below one round is bad input.
@@ -225,8 +228,7 @@ def run_until_decided(
                     f"{task.name} ({s} sample(s) × {epochs} epoch(s)); raise it or lower "
                     "--batch/--limit"
                 )
-            states.append(CellState(_key(task, cell.model), s))
-            per_round.append(epochs)
+            states.append(CellState(_key(task, cell.model), s, epochs_per_round=epochs))
 
     with prepared_run(
         suite, log_dir, settings, model_args=model_args, planned=planned, check=plan
@@ -242,7 +244,7 @@ def run_until_decided(
             "cells": [],
         }
         run = {**run_metadata(suite, model_args), "sequential": record, "epochs": None}
-        rounds = _Rounds(prepared, settings, states, per_round, gate, max_trials, record, run)
+        rounds = _Rounds(prepared, settings, states, gate, max_trials, record, run)
         return rounds.run(suite.limit, progress, report), states
 
 
@@ -253,7 +255,6 @@ class _Rounds:
     prepared: PreparedRun
     settings: EvalSettings
     states: list[CellState]
-    per_round: list[int]
     gate: GateConfig
     max_trials: int
     record: dict[str, Any]
@@ -283,8 +284,9 @@ class _Rounds:
     def run(self, limit: int | None, progress: Callable[[str], None], report: bool) -> RunResult:
         names = prompt_names(self.prepared.planned)
         frame = self._frame()[0]
-        for st, epr in zip(self.states, self.per_round, strict=True):
-            _replay(st, _rows(frame, st.keys), self.gate, epr)
+        for st in self.states:
+            epr = st.epochs_per_round
+            _replay(st, _rows(frame, st.keys), self.gate)
             if st.stopped_round is None:
                 st.epochs += epr  # the next round
         running = {"complete": False, "status": "running"}
@@ -350,7 +352,8 @@ class _Rounds:
                 # not plan more rounds on top of it.
                 return logs, frame
             grew = False
-            for st, epr in zip(self.states, self.per_round, strict=True):
+            for st in self.states:
+                epr = st.epochs_per_round
                 if st.stopped_round is not None:
                     continue
                 st.rounds = st.epochs // epr

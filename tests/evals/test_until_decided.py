@@ -75,9 +75,9 @@ def loose_gate(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_retry_fails_in_round_one_and_the_gate_agrees(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    # --batch 8 with 4 samples: rounds of two epochs.
+    # --batch 6 with 4 samples: rounds of two epochs, 8 trials.
     code, out = invoke("run", "--until-decided", str(GATE), "--model", "stub/retry", *COMMON,
-                       "--batch", "8", "--log-dir", str(logs), "--no-report")  # fmt: skip
+                       "--batch", "6", "--log-dir", str(logs), "--no-report")  # fmt: skip
     assert code == 0, out
     assert "FAIL (settled)" in out and "after round 1, 8 trial(s)" in out
     assert "fails regardless of more trials" in out
@@ -86,11 +86,12 @@ def test_retry_fails_in_round_one_and_the_gate_agrees(tmp_path: Path) -> None:
     assert "betting confidence sequence" in seq["method"]
     (cell,) = seq["cells"]
     assert (cell["verdict"], cell["stopped_round"], cell["trials"]) == ("fail", 1, 8)
-    assert seq["batch"] == 8
+    # The batch asked for, and the round it became (it read as if rounds were 6 trials).
+    assert (seq["batch"], cell["round_trials"]) == (6, 8)
     junit = tmp_path / "gate.xml"
     code, out = invoke("gate", str(logs), "--config", str(GATE), "--junit", str(junit))
     assert code == 1, out
-    assert "anytime-valid" in out
+    assert "anytime-valid" in out and "rounds of at least 6 trial(s) (whole epochs)" in out
     root = ET.parse(junit).getroot()
     assert "anytime-valid" in root.attrib["name"]
 
