@@ -37,7 +37,7 @@ def trials_needed(max_rate: float, confidence: float = 0.95, observed: int = 0) 
         # The interval's floating-point arithmetic overflows long before: 1e-300 gave 1.9e300
         # trials where the closed form says 3.8e300.
         raise ValueError(
-            f"max_rate {max_rate!r} is below {MIN_RATE:g}: proving it takes more than "
+            f"{max_rate!r} is below {MIN_RATE:g}: proving a rate that low takes more than "
             "10^9 trials, past what this computes exactly"
         )
     if not 0 < confidence < 1:

@@ -478,12 +478,13 @@ def run(
     sys.exit(result.exit_code)
 
 
-def _finite(values: tuple[float, ...], hint: str) -> tuple[float, ...]:
+def _finite(values: tuple[float, ...], hint: str, example: str = "0.01") -> tuple[float, ...]:
     # Every comparison with NaN is false, so click's range check lets "nan" through.
+    what = "a rate" if hint == "--rate" else "a number"
     for v in values:
         if math.isnan(v):
             raise click.BadParameter(
-                f"{v!r} is not a number; expected a rate strictly between 0 and 1, e.g. 0.01",
+                f"{v!r} is not a number; expected {what} strictly between 0 and 1, e.g. {example}",
                 param_hint=hint,
             )
     return values
@@ -841,7 +842,7 @@ def _run_status(log_dir: str, logs: Any) -> dict[str, Any]:
     default=0.95,
     show_default=True,
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    callback=lambda ctx, param, value: _finite((value,), "--confidence")[0],
+    callback=lambda ctx, param, value: _finite((value,), "--confidence", "0.95")[0],
     help="Level of the Wilson interval.",
 )
 def trials(rates: tuple[float, ...], confidence: float) -> None:

@@ -90,3 +90,22 @@ def test_trials_table_in_readme_is_current() -> None:
     assert trials_table() in README.read_text(encoding="utf-8"), (
         "README.md's trials table is stale: paste the output of `twice trials`"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # It said "expected a rate ..., e.g. 0.01" of a confidence.
+        (("--confidence", "nan"), "--confidence: nan is not a number; expected a number "
+         "strictly between 0 and 1, e.g. 0.95"),
+        (("--rate", "nan"), "--rate: nan is not a number; expected a rate strictly between"),
+        # It named the internal parameter: "max_rate 1e-300 is below 1e-09".
+        (("--rate", "1e-300"), "--rate: 1e-300 is below 1e-09: proving a rate that low"),
+    ],
+)  # fmt: skip
+def test_trials_cli_bad_input_names_the_option(
+    twice: Callable[..., Any], args: tuple[str, ...], message: str
+) -> None:
+    result = twice("trials", *args)
+    assert result.exit_code == 2
+    assert message in " ".join(result.stderr.split()), result.stderr
