@@ -169,7 +169,9 @@ def parse_trial_config(body: Any, tasks: Sequence[str] = ()) -> TrialConfig:
         raise ControlError(
             400,
             f"task {_json(task)} is not one this server was started with; a task of your own "
-            f"is named when it starts (twice serve --task {task}); built-in: {', '.join(TASKS)}",
+            f"is named when it starts (twice serve --task {task}) and then exactly as there; "
+            + (f"started with: {', '.join(map(_json, tasks))}; " if tasks else "")
+            + f"built-in: {', '.join(TASKS)}",
             "task",
         )
     task = choice("task", (*TASKS, *tasks), None)

@@ -322,6 +322,12 @@ def test_serve_hosts_a_task_of_your_own_it_was_started_with(tmp_path: Path) -> N
         assert r.status_code == 201, r.text
         made = r.json()
         assert (made["task"], made["sample"]) == (OWN_TASK, "courtesy-001")
+        # The same file spelt another way is not it: the refusal shows the spelling that is
+        # (it listed only the built-in tasks).
+        other = OWN_TASK.replace("/docs/", "/docs/./")
+        r = httpx.post(f"{running.url}/_twice/trials", json={"task": other})
+        assert r.status_code == 400
+        assert f'started with: "{OWN_TASK}"' in r.json()["error"]["message"]
         refund = {"order_id": "order_1042", "amount": 500, "reason": "courtesy"}
         with pytest.raises(httpx.RemoteProtocolError):  # committed, reply lost
             httpx.post(f"{made['urls']['payments']}/v1/refunds", json=refund)
