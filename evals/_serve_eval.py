@@ -376,17 +376,21 @@ def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None 
         RuntimeError: when the command cannot be run at all (exit 126 or 127: not found or
             not executable), which is a usage error, not a trial outcome.
     """
-    where = cwd or os.getcwd()
 
     # Inspect logs a solver's arguments as given (the plan in every .eval, and logs.json):
     # the command itself would carry any key written on it. The solver it logs is given the
-    # command scrubbed; the one it runs is this closure's.
+    # command scrubbed; the one it runs is this closure's. Its arguments are also the cell's
+    # identity to eval_set, so they stay what they were: no cwd unless one was given (a
+    # rerun from another directory must reuse the logs).
     @solver(name="command_agent")
-    def logged(command: str, timeout: float, cwd: str) -> Solver:
-        return _command_solver(real, timeout, cwd)
+    def logged(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None = None) -> Solver:
+        return _command_solver(real, timeout, where)
 
-    real = command
-    return logged(scrub(command, secret_values()), timeout, where)
+    real, where = command, cwd or os.getcwd()
+    shown = scrub(command, secret_values())
+    if cwd is None:
+        return logged(shown, timeout=timeout)
+    return logged(shown, timeout=timeout, cwd=cwd)
 
 
 def _command_solver(command: str, timeout: float, where: str) -> Solver:

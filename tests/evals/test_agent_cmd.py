@@ -162,6 +162,23 @@ def test_a_key_written_on_the_agent_command_is_in_no_log(
             assert b"tok-SECRET789" not in path.read_bytes(), path.name
 
 
+def test_an_agent_cmd_run_resumes_from_another_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: the solver's logged arguments (the cell's identity to eval_set) held
+    # the working directory, so the same command rerun from elsewhere ran every trial again.
+    script = tmp_path / "agent.py"
+    script.write_text("import sys\nsys.exit(0)\n")
+    out = tmp_path / "logs"
+    for where in ("a", "b"):
+        (tmp_path / where).mkdir()
+        monkeypatch.chdir(tmp_path / where)
+        result = _no_retry_run(out, script, limit=1)
+        assert result.exit_code == 0, result.output
+    assert len(list(out.glob("*.eval"))) == 1
+    assert "1 of 1 cell(s) were already finished and reused" in result.output
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
