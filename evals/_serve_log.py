@@ -84,7 +84,8 @@ class RequestLog:
             self._lock.close()
             raise ValueError(self._unopenable(ex)) from None
         try:
-            # Another program's database is refused before anything is written to it.
+            # Another program's database is refused before anything is written to it (the
+            # WAL switch below rewrites the file's header).
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
             foreign = sorted(tables - {"log", "sqlite_sequence"})
             if foreign and "log" not in tables:
@@ -94,19 +95,19 @@ class RequestLog:
                     f"{', '.join(foreign[:5])}); it is not a twice serve database: give --db "
                     "a new file"
                 )
+            cols = [r[1] for r in self._db.execute("PRAGMA table_info(log)")]
+            if cols and cols != ["seq", "trial", "kind", "data"]:
+                self.close()
+                raise ValueError(
+                    f"{self.path} has a 'log' table of another shape ({', '.join(cols)}); "
+                    "it is not a twice serve database"
+                )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self._db.execute(SCHEMA)
-            cols = [r[1] for r in self._db.execute("PRAGMA table_info(log)")]
         except sqlite3.DatabaseError as ex:
             self.close()
             raise ValueError(f"{self.path} is not a twice serve database: {ex}") from None
-        if cols != ["seq", "trial", "kind", "data"]:
-            self.close()
-            raise ValueError(
-                f"{self.path} has a 'log' table of another shape ({', '.join(cols)}); "
-                "it is not a twice serve database"
-            )
 
     def append(self, trial: str, kind: str, data: dict[str, Any]) -> None:
         """Write one record; it is in the WAL when this returns."""

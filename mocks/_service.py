@@ -234,7 +234,7 @@ def _params(
                 "the request body is neither JSON nor form data (application/x-www-form-urlencoded)"
             )
         else:
-            if _LONE_SURROGATE.search(request.content) and _has_lone_surrogate(body):
+            if _may_hold_surrogates(request.content) and _has_lone_surrogate(body):
                 # Committed, its reply (and every later list holding it) could not be encoded.
                 body = None
                 problem = "the request body holds a \\u escape of half a surrogate pair"
@@ -250,6 +250,13 @@ def _params(
 
 _LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 """A JSON escape of a surrogate code point: a cheap screen before the exact check."""
+
+
+def _may_hold_surrogates(content: bytes) -> bool:
+    """Whether a JSON body needs the exact check: it escapes a surrogate, or it is UTF-16 or
+    UTF-32 (which json.loads reads too, and whose escapes the byte screen cannot see; their
+    ASCII characters carry NUL bytes, which UTF-8 JSON never does)."""
+    return b"\x00" in content or _LONE_SURROGATE.search(content) is not None
 
 
 def _has_lone_surrogate(body: Any) -> bool:

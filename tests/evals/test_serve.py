@@ -147,6 +147,10 @@ def test_serve_a_lone_surrogate_is_a_400_and_commits_nothing(
     assert "half a surrogate pair" in r.json()["error"]["message"]
     assert refunds(server, t) == []
     assert httpx.get(url, params={"order_id": "order_1042"}).status_code == 200
+    # The same body in UTF-16 (json.loads reads it; the escape's bytes are spread by NULs).
+    utf16 = body.decode("ascii").encode("utf-16")
+    r = httpx.post(url, content=utf16, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and refunds(server, t) == []
     # A whole pair (an emoji, escaped) is a string like any other.
     pair = b'{"order_id": "order_1042", "amount": 10, "reason": "\\ud83d\\ude00"}'
     r = httpx.post(url, content=pair, headers={"Content-Type": "application/json"})
@@ -253,6 +257,14 @@ def test_serve_leaves_another_programs_database_untouched(tmp_path: Path) -> Non
     before = theirs.read_bytes()
     with pytest.raises(ServeError, match=r"app\.sqlite is another program's database \(tables: "
                        r"users\); it is not a twice serve database"):  # fmt: skip
+        _prepare("127.0.0.1", 0, theirs, None, ())
+    assert theirs.read_bytes() == before
+    # One with a 'log' table of its own: refused for its shape, still before the WAL switch
+    # rewrote its header.
+    with sqlite3.connect(theirs) as db:
+        db.execute("CREATE TABLE log (msg TEXT)")
+    before = theirs.read_bytes()
+    with pytest.raises(ServeError, match=r"has a 'log' table of another shape \(msg\)"):
         _prepare("127.0.0.1", 0, theirs, None, ())
     assert theirs.read_bytes() == before
 
