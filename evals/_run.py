@@ -505,6 +505,11 @@ def _prepare_log_dir(log_dir: Location) -> None:
             raise SuiteError(
                 f"{str(path)!r} is a directory; twice writes its {name} there: move it away"
             )
+        if path.exists() and not path.is_file():  # a FIFO would hold the run's last write
+            raise SuiteError(
+                f"{str(path)!r} is not a regular file (a FIFO or a device); twice writes its "
+                f"{name} there: move it away"
+            )
 
 
 def _finished_cells(

@@ -7,9 +7,11 @@ A URI must stay a string: ``pathlib.Path("s3://b/run")`` collapses the double sl
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import posixpath
+import stat
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -204,27 +206,43 @@ def read_text(location: Location) -> str:
         return f.read().decode("utf-8")
 
 
+def is_stream(path: Path | str) -> bool:
+    """Whether ``path`` is written into, never renamed over: a device, FIFO or socket, or a
+    name under /dev or /proc (``/dev/stdout`` is whatever the shell gave the process: a
+    pipe, a terminal, or a file it opened, which a rename would swap for a new one)."""
+    if str(path).startswith(("/dev/", "/proc/")):
+        return True
+    try:
+        mode = os.stat(path).st_mode  # through symlinks
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def replace_local(path: Path | str, write: Callable[[Path], object]) -> Path:
     """Have ``write(tmp)`` write a regular file, then put it at ``path`` whole.
 
     The file is written beside the target and renamed over it, so a crash or a failed write
     leaves the previous file whole (and no temporary file). A symlink is followed: its
-    target is replaced and the link kept, as a shell's ``>`` would. A target that is not a
-    regular file (``/dev/stdout``, a FIFO, a device) is written into, never renamed over:
-    renaming would replace the device with a file. Returns the path written.
+    target is replaced and the link kept, as a shell's ``>`` would. A stream
+    (:func:`is_stream`: ``/dev/stdout``, a FIFO, a device) is appended to, never renamed
+    over: renaming would replace the device with a file. Returns the path written.
     """
     path = Path(path)
-    real = Path(os.path.realpath(path))
-    if real.exists() and not real.is_file() and not real.is_dir():
+    if is_stream(path):
         import shutil
+        import sys
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="twice-") as scratch:
-            tmp = Path(scratch) / real.name
+            tmp = Path(scratch) / path.name
             write(tmp)
-            with tmp.open("rb") as src, real.open("wb") as dst:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()  # what was printed before comes first on a shared stream
+            with tmp.open("rb") as src, path.open("ab") as dst:
                 shutil.copyfileobj(src, dst)
         return path
+    real = Path(os.path.realpath(path))
     real.parent.mkdir(parents=True, exist_ok=True)
     tmp = real.with_name(f".{real.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:

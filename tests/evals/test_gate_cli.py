@@ -122,6 +122,34 @@ def test_gate_cli_junit_into_a_fifo_writes_into_it_and_leaves_the_fifo(
     assert read and ET.fromstring(read[0]).tag == "testsuites"
 
 
+@pytest.mark.parametrize("stdout", ["pipe", "file"])
+def test_gate_cli_junit_to_dev_stdout_follows_the_gates_own_output(
+    stub_logs: Path, tmp_path: Path, stdout: str
+) -> None:
+    # The failing paths: piped, /dev/stdout resolved to /proc/PID/fd/pipe:[N], which does not
+    # exist (exit 2); redirected to a file, that file was renamed over and the gate's text
+    # went to the orphaned one.
+    import subprocess
+    import sys
+
+    config = gate_file(tmp_path, 'model = "stub/verify"')
+    out = tmp_path / "out.txt"
+    args = [sys.executable, "-m", "twice.evals.cli", "gate", str(stub_logs), "--config",
+            str(config), "--junit", "/dev/stdout"]  # fmt: skip
+    if stdout == "pipe":
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        text = done.stdout
+    else:
+        with out.open("w") as f:
+            inode = os.fstat(f.fileno()).st_ino
+            done = subprocess.run(args, stdout=f, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert out.stat().st_ino == inode
+        text = out.read_text()
+    assert done.returncode == 0, done.stderr
+    assert "gate passed" in text and "<testsuites" in text
+    assert text.index("gate passed") < text.index("<testsuites")
+
+
 def test_gate_cli_fails_for_stub_retry_and_junit_says_why(
     twice: Twice, stub_logs: Path, tmp_path: Path
 ) -> None:

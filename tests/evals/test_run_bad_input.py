@@ -46,6 +46,8 @@ def files(tmp_path: Path) -> Path:
         (tmp_path / name).write_text(text)
     (tmp_path / "has-dir-report" / "report.html").mkdir(parents=True)
     (tmp_path / "has-dir-listing" / "logs.json").mkdir(parents=True)
+    (tmp_path / "has-dir-fifo").mkdir()
+    os.mkfifo(tmp_path / "has-dir-fifo" / "summary.json")
     return tmp_path
 
 
@@ -74,6 +76,8 @@ def files(tmp_path: Path) -> Path:
         (("--log-dir", "{d}/has-dir-report"), "report.html' is a directory"),
         # inspect's listing of the logs: found after every trial, as a traceback.
         (("--log-dir", "{d}/has-dir-listing"), "logs.json' is a directory"),
+        # Every trial ran, then the summary's write waited on the FIFO for ever.
+        (("--log-dir", "{d}/has-dir-fifo"), "summary.json' is not a regular file (a FIFO"),
         # A second command silently replaced the first, which never ran.
         (("--model", "stub/no-retry", "--agent-cmd", "true", "--agent-cmd", "false"),
          "Invalid value for --agent-cmd: given 2 times ('true', 'false'); a run has one"),
