@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -352,11 +353,24 @@ class _SharedRouter(respx.Router):
 
 
 def _untangle(error: BaseException) -> None:
-    """Cut respx's wrapper out of ``error``'s cause and context chain."""
-    for link in ("__cause__", "__context__"):
+    """Cut respx's wrapper out of ``error``'s cause and context chain, putting back the
+    chain the handler raised it with (saved by :func:`_side_effect`)."""
+    cause, context, suppress = getattr(error, "_twice_chain", (None, None, False))
+    for link, saved in (("__cause__", cause), ("__context__", context)):
         linked = getattr(error, link)
         if isinstance(linked, respx.models.SideEffectError) and linked.origin is error:
-            setattr(error, link, None)
+            setattr(error, link, saved)
+    error.__suppress_context__ = suppress
+
+
+def _keep_chain(error: BaseException) -> None:
+    # respx's re-raise overwrites the handler's own cause and context: kept for _untangle.
+    with contextlib.suppress(AttributeError):
+        error._twice_chain = (  # type: ignore[attr-defined]
+            error.__cause__,
+            error.__context__,
+            error.__suppress_context__,
+        )
 
 
 _ROUTERS: dict[tuple[Layout, bool], respx.Router] = {}
@@ -405,6 +419,9 @@ def _side_effect(name: str, *, sync: bool) -> Callable[..., Any]:
                     next(steps)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
+            except Exception as error:
+                _keep_chain(error)
+                raise
 
         run_sync.__signature__ = _SIDE_EFFECT_SIGNATURE  # type: ignore[attr-defined]
         return run_sync
@@ -421,6 +438,9 @@ def _side_effect(name: str, *, sync: bool) -> Callable[..., Any]:
                 await asyncio.sleep(0)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+        except Exception as error:
+            _keep_chain(error)
+            raise
 
     run_async.__signature__ = _SIDE_EFFECT_SIGNATURE  # type: ignore[attr-defined]
     return run_async

@@ -264,6 +264,24 @@ def test_a_handler_exception_reaches_the_client_without_a_cause_cycle() -> None:
     assert [type(e) for e in _chain(raised.value)] == [_Boom]
 
 
+def test_a_handler_exception_keeps_the_cause_it_was_raised_with() -> None:
+    class Chained(PaymentsService):
+        def create_refund(self, call: Call) -> httpx.Response:
+            try:
+                raise KeyError("order_1042")
+            except KeyError as missing:
+                raise _Boom("handler bug") from missing
+
+    for sync in (False, True):
+        s = Services([Chained(orders=[ORDER])])
+        with pytest.raises(_Boom) as raised:
+            if sync:
+                s.dispatch(httpx.Request("POST", URL, json=BODY))
+            else:
+                asyncio.run(post(s))
+        assert [type(e) for e in _chain(raised.value)] == [_Boom, KeyError]
+
+
 def test_a_handler_committing_under_another_name_than_its_route_is_an_error() -> None:
     # The failing path: 'payments.refund.created' on the route 'payments.refund.create' was
     # recorded, and the intent on the route's name counted nothing: two refunds made, 0%
