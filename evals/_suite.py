@@ -391,6 +391,13 @@ def load_suite(path: str | Path) -> Suite:
     agent_cmd = data.get("agent_cmd")
     if agent_cmd is not None and not isinstance(agent_cmd, str):
         raise SuiteError(f"{p}: 'agent_cmd' must be a string (a shell command), got {agent_cmd!r}")
+    named = next((i for i, b in enumerate(blocks, start=1) if "agents" in b), None)
+    if agent_cmd is not None and named is not None:
+        # 'react' included: the command is the agent of every trial, and runs alone.
+        raise SuiteError(
+            f"{p} [[matrix]] #{named}: 'agents' does not combine with agent_cmd, which runs "
+            "its command as the agent of every trial (run other agents in a suite of their own)"
+        )
     agent_timeout = data.get("agent_timeout", AGENT_TIMEOUT)
     local_model = None
     if "local_model" in data:
@@ -471,6 +478,11 @@ def suite_from_flags(
         suite = replace(suite, limit=limit)
     if agent_cmd is not None:
         suite = replace(suite, agent_cmd=agent_cmd)
+    if suite.agent_cmd is not None and agents:
+        raise SuiteError(
+            f"--agent-cmd runs its command as the agent of every trial; it does not combine "
+            f"with --agent {agents[0]!r} (run that agent in its own --log-dir)"
+        )
     if agent_timeout is not None:
         suite = replace(suite, agent_timeout=agent_timeout)
     if mocks:

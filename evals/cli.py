@@ -309,11 +309,6 @@ def run(
     rerun = "rerun the same command"
     if until_decided is None and (batch is not None or max_trials is not None):
         raise click.UsageError("--batch and --max-trials only apply with --until-decided GATE.toml")
-    if agent_cmd is not None and agents:
-        raise click.UsageError(
-            f"--agent-cmd runs its command as the agent of every trial; it does not combine "
-            f"with --agent {agents[0]!r} (run that agent in its own --log-dir)"
-        )
     if until_decided is not None and agent_cmd is not None:
         raise click.UsageError("--agent-cmd does not combine with --until-decided (yet)")
     if until_decided is not None and epochs is not None:

@@ -46,6 +46,12 @@ def files(tmp_path: Path) -> Path:
         (tmp_path / name).write_text(text)
     (tmp_path / "has-dir-report" / "report.html").mkdir(parents=True)
     (tmp_path / "has-dir-listing" / "logs.json").mkdir(parents=True)
+    (tmp_path / "cmd-agents.toml").write_text(
+        "agent_cmd = 'true'\n[[matrix]]\nmodels = ['stub/no-retry']\nagents = ['react']\n"
+    )
+    (tmp_path / "cmd.toml").write_text(
+        "agent_cmd = 'true'\n[[matrix]]\nmodels = ['stub/no-retry']\n"
+    )
     (tmp_path / "has-dir-fifo").mkdir()
     os.mkfifo(tmp_path / "has-dir-fifo" / "summary.json")
     return tmp_path
@@ -85,6 +91,12 @@ def files(tmp_path: Path) -> Path:
         (("--model", "stub/no-retry", "--agent", "react", "--agent-cmd", "true"),
          "--agent-cmd runs its command as the agent of every trial; it does not combine "
          "with --agent 'react'"),
+        # The same in a suite file, and a suite file's command beside --agent: accepted, and
+        # only the command ran.
+        (("--config", "{d}/cmd-agents.toml"),
+         "cmd-agents.toml [[matrix]] #1: 'agents' does not combine with agent_cmd"),
+        (("--config", "{d}/cmd.toml", "--agent", "react"),
+         "it does not combine with --agent 'react'"),
         # Every trial errored once the eval had started (exit 1).
         (("--model", "stub/no-retry", "--fault", "crash_after_commit", "--agent-cmd", "true"),
          "fault 'crash_after_commit' restarts twice's own agent loop from its checkpoints"),
