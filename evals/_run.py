@@ -714,6 +714,32 @@ CGROUP_MEMORY_FILES = (
 """Where a container's memory limit is read (the process's own cgroup, as mounted in it)."""
 
 
+PROC_SELF_CGROUP = "/proc/self/cgroup"
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _own_cgroup_files() -> list[str]:
+    """The memory limit files of this process's own cgroup and of each cgroup above it
+    (a limit on a parent binds too): without a cgroup namespace, the mount's root files
+    are the host's, not the container's."""
+    try:
+        lines = Path(PROC_SELF_CGROUP).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    out = []
+    for line in lines:
+        _id, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if controllers == "":  # cgroup v2: one unified hierarchy
+            base, name = CGROUP_ROOT, "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = f"{CGROUP_ROOT}/memory", "memory.limit_in_bytes"
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        out += ["/".join([base, *parts[:depth], name]) for depth in range(len(parts), 0, -1)]
+    return out
+
+
 def memory_limit() -> tuple[int, str] | None:
     """The memory this process may use and what sets it: the machine's physical memory, or
     a lower limit of its container (cgroup) or of ``ulimit -v``. None when none is known."""
@@ -721,7 +747,7 @@ def memory_limit() -> tuple[int, str] | None:
     with contextlib.suppress(AttributeError, ValueError, OSError):  # not on every platform
         physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         limits.append((physical, "this machine's"))
-    for path in CGROUP_MEMORY_FILES:
+    for path in (*CGROUP_MEMORY_FILES, *_own_cgroup_files()):
         try:
             text = Path(path).read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):

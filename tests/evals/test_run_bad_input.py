@@ -146,6 +146,31 @@ def test_epochs_over_half_a_container_or_ulimit_limit_are_refused(
     assert run_module.memory_limit()[1] == "this machine's"  # type: ignore[index]
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_memory_limit_of_a_nested_cgroup_or_its_parent_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int
+) -> None:
+    # The failing path: only the mount's root files were read, which without a cgroup
+    # namespace are the host's (unlimited), not the container's.
+    import twice.evals._run as run_module
+
+    monkeypatch.setattr(run_module, "CGROUP_MEMORY_FILES", ())
+    monkeypatch.setattr(run_module, "CGROUP_ROOT", str(tmp_path))
+    proc = tmp_path / "cgroup"
+    monkeypatch.setattr(run_module, "PROC_SELF_CGROUP", str(proc))
+    if version == 2:
+        proc.write_text("0::/jobs/run-1\n")
+        (tmp_path / "jobs" / "run-1").mkdir(parents=True)
+        (tmp_path / "jobs" / "run-1" / "memory.max").write_text("max\n")
+        (tmp_path / "jobs" / "memory.max").write_text("2000000000\n")  # the parent's binds
+    else:
+        proc.write_text("5:devices:/\n4:memory:/process_api/abc\n0::/\n")
+        own = tmp_path / "memory" / "process_api" / "abc"
+        own.mkdir(parents=True)
+        (own / "memory.limit_in_bytes").write_text("2000000000\n")
+    assert run_module.memory_limit() == (2_000_000_000, "this container's (cgroup limit)")
+
+
 def test_bad_input_unreadable_prompt_file(
     twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
