@@ -49,6 +49,7 @@ from twice.reports import (
     frame_of,
     is_file,
     is_remote,
+    is_stream,
     join,
     log_records,
     make_dirs,
@@ -505,7 +506,7 @@ def _prepare_log_dir(log_dir: Location) -> None:
             raise SuiteError(
                 f"{str(path)!r} is a directory; twice writes its {name} there: move it away"
             )
-        if path.exists() and not path.is_file():  # a FIFO would hold the run's last write
+        if is_stream(path):  # a FIFO would hold the run's first summary write for ever
             raise SuiteError(
                 f"{str(path)!r} is not a regular file (a FIFO or a device); twice writes its "
                 f"{name} there: move it away"

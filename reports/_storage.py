@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import posixpath
+import re
 import stat
 import uuid
 from collections.abc import Callable
@@ -206,11 +207,16 @@ def read_text(location: Location) -> str:
         return f.read().decode("utf-8")
 
 
+_FD_NAME = re.compile(r"/dev/(?:stdout|stderr|fd/\d+)|/proc/[^/]+/fd/\d+")
+"""Names of a descriptor the process already has open: whatever the shell gave it."""
+
+
 def is_stream(path: Path | str) -> bool:
     """Whether ``path`` is written into, never renamed over: a device, FIFO or socket, or a
-    name under /dev or /proc (``/dev/stdout`` is whatever the shell gave the process: a
-    pipe, a terminal, or a file it opened, which a rename would swap for a new one)."""
-    if str(path).startswith(("/dev/", "/proc/")):
+    descriptor's name (``/dev/stdout`` is whatever the shell gave the process: a pipe, a
+    terminal, or a file it opened, which a rename would swap for a new one). A regular file
+    anywhere, /dev/shm included, is not."""
+    if _FD_NAME.fullmatch(os.path.abspath(path)):
         return True
     try:
         mode = os.stat(path).st_mode  # through symlinks

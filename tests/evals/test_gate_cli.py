@@ -150,6 +150,25 @@ def test_gate_cli_junit_to_dev_stdout_follows_the_gates_own_output(
     assert text.index("gate passed") < text.index("<testsuites")
 
 
+def test_a_regular_file_under_dev_is_replaced_not_appended_to(tmp_path: Path) -> None:
+    # The failing path: every name under /dev or /proc was taken for a stream, so a log
+    # directory on /dev/shm had its summary.json appended to on each write: invalid JSON.
+    from twice.reports import is_stream, write_text
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm here")
+    target = shm / f"twice-{tmp_path.name}.json"
+    try:
+        write_text(target, "first")
+        write_text(target, "second")
+        assert target.read_text() == "second"
+    finally:
+        target.unlink(missing_ok=True)
+    assert is_stream("/dev/stdout") and is_stream("/proc/self/fd/1")
+    assert not is_stream(shm / "missing.json")
+
+
 def test_gate_cli_fails_for_stub_retry_and_junit_says_why(
     twice: Twice, stub_logs: Path, tmp_path: Path
 ) -> None:
