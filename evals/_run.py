@@ -708,15 +708,13 @@ BYTES_PER_PLANNED_TRIAL = 6_000
 epoch is allocated up front): 300,000 epochs of one sample took 1.8 GB."""
 
 
-CGROUP_MEMORY_FILES = (
-    "/sys/fs/cgroup/memory.max",  # cgroup v2: "max" or bytes
-    "/sys/fs/cgroup/memory/memory.limit_in_bytes",  # cgroup v1: a huge number when unset
-)
-"""Where a container's memory limit is read (the process's own cgroup, as mounted in it)."""
-
-
 PROC_SELF_CGROUP = "/proc/self/cgroup"
 CGROUP_ROOT = "/sys/fs/cgroup"
+CGROUP_MEMORY_FILES = (
+    f"{CGROUP_ROOT}/memory.max",  # cgroup v2: "max" or bytes
+    f"{CGROUP_ROOT}/memory/memory.limit_in_bytes",  # cgroup v1: a huge number when unset
+)
+"""Where a container's memory limit is read (the process's own cgroup, as mounted in it)."""
 
 
 def _own_cgroup_files() -> list[str]:

@@ -377,6 +377,8 @@ def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None 
             not executable), which is a usage error, not a trial outcome.
     """
 
+    real, where = command, cwd or os.getcwd()
+
     # Inspect logs a solver's arguments as given (the plan in every .eval, and logs.json):
     # the command itself would carry any key written on it. The solver it logs is given the
     # command scrubbed; the one it runs is this closure's. Its arguments are also the cell's
@@ -386,7 +388,6 @@ def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None 
     def logged(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None = None) -> Solver:
         return _command_solver(real, timeout, where)
 
-    real, where = command, cwd or os.getcwd()
     shown = scrub(command, secret_values())
     if cwd is None:
         return logged(shown, timeout=timeout)
