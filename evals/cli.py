@@ -11,6 +11,7 @@ traceback.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import math
 import os
@@ -921,17 +922,29 @@ def main() -> None:
 
 
 def _stdout_fails(error: OSError) -> bool:
-    """Whether ``error`` came from writing standard output (``click.echo`` to it), not from a
-    file of the run's, which has its own message."""
-    tb = error.__traceback__
-    while tb is not None:
-        frame = tb.tb_frame
-        stream = frame.f_locals.get("file") if frame.f_code.co_name == "echo" else None
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            if stream is not None and stream.fileno() == 1:
-                return True
-        tb = tb.tb_next
+    """Whether standard output is what failed, not a file of the run's (which has its own
+    message).
+
+    The failing frame cannot tell: click's ``echo`` and a plain ``print`` (inspect's
+    progress display during ``twice run``) both write from C, and a failed flush drops
+    the buffer, so flushing again succeeds. So stdout is asked directly, with one byte,
+    and only for the errors a write to a file, a full disk or a closed descriptor gives:
+    when stdout is fine, a traceback follows that newline anyway.
+    """
+    if error.errno not in _WRITE_ERRORS:
+        return False
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # no stdout, or one with no descriptor
+        return False
+    try:
+        os.write(descriptor, b"\n")
+    except OSError:
+        return True
     return False
+
+
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF}
 
 
 def _discard_stdout() -> None:

@@ -58,3 +58,17 @@ def test_output_that_cannot_be_written_is_one_line_and_exit_2(command: list[str]
         )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert done.stderr == "error: cannot write to standard output: No space left on device\n"
+
+
+def test_a_run_whose_progress_cannot_be_written_is_one_line_and_exit_2(tmp_path) -> None:
+    # The failing path: inspect's progress display writes with print(), not click.echo, so
+    # `twice run > /dev/full` ended in a traceback (an ExceptionGroup) instead of this line.
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "twice.evals.cli", "run", "--model", "stub/retry",
+             "--fault", "none", "--limit", "1", "--log-dir", str(tmp_path / "logs")],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.endswith("error: cannot write to standard output: No space left on device\n")
