@@ -95,15 +95,19 @@ def _one_agent_cmd(commands: tuple[str, ...]) -> str | None:
 def _writable_output(output: str | Path, what: str) -> None:
     """Refuse an output path (or ``file://`` URI) whose directory cannot be made or written,
     before any work."""
-    from twice.reports import as_location, is_stream
+    from twice.reports import as_location, is_stream, local_target
 
     given = Path(as_location(output))
     if is_stream(given):  # /dev/stdout, a FIFO: written into (replace_local)
         if not os.access(given, os.W_OK):
             raise click.BadParameter(f"cannot write to {str(given)!r}", param_hint=what)
         return
-    # Through a symlink to what it names: that is the file written (replace_local).
-    path = Path(os.path.realpath(given))
+    try:  # through a symlink to what it names: that is the file written (replace_local)
+        path = local_target(given)
+    except OSError as ex:
+        raise click.BadParameter(
+            f"cannot write {str(given)!r}: {ex.strerror or ex}", param_hint=what
+        ) from None
     parent = path.parent
     blocker = next((p for p in (parent, *parent.parents) if p.exists()), None)
     if blocker is not None and not blocker.is_dir():

@@ -8,6 +8,7 @@ A URI must stay a string: ``pathlib.Path("s3://b/run")`` collapses the double sl
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import posixpath
@@ -248,8 +249,9 @@ def replace_local(path: Path | str, write: Callable[[Path], object]) -> Path:
             with tmp.open("rb") as src, path.open("ab") as dst:
                 shutil.copyfileobj(src, dst)
         return path
-    real = Path(os.path.realpath(path))
-    real.parent.mkdir(parents=True, exist_ok=True)
+    real = local_target(path)
+    if not path.is_symlink():
+        real.parent.mkdir(parents=True, exist_ok=True)
     tmp = real.with_name(f".{real.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         write(tmp)
@@ -257,6 +259,28 @@ def replace_local(path: Path | str, write: Callable[[Path], object]) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def local_target(path: Path | str) -> Path:
+    """The file a write to local ``path`` replaces: ``path``, or what its symlink names.
+
+    A link is written through, never replaced, so it fails as a shell's ``>`` would.
+
+    Raises:
+        OSError: ``ELOOP`` for a link in a loop (``realpath`` gives up and returns one of
+            its links); ``ENOENT`` for a link whose target's directory does not exist,
+            which is made for a plain path but not behind someone's link.
+    """
+    path = Path(path)
+    real = Path(os.path.realpath(path))
+    if path.is_symlink():
+        if real.is_symlink():
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+        if not real.parent.is_dir():
+            raise FileNotFoundError(
+                errno.ENOENT, f"the directory {str(real.parent)!r} it links into does not exist"
+            )
+    return real
 
 
 @_remote_errors

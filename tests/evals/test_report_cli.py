@@ -79,6 +79,20 @@ def test_report_cli_output_through_a_symlink_writes_its_target(
     assert link.is_symlink() and target.read_text() == "<html>new report</html>"
 
 
+@pytest.mark.parametrize("link_to", ["loop", "missing/index.html"])
+def test_report_cli_output_through_a_broken_link_is_refused_and_the_link_kept(
+    twice: Twice, logs: Path, tmp_path: Path, captured: list[dict[str, Any]], link_to: str
+) -> None:
+    # The failing path: a link in a loop was renamed over (the link became the report), and
+    # a link into a missing directory had that directory made; a shell's `>` refuses both.
+    link = tmp_path / "report.html"
+    link.symlink_to(link if link_to == "loop" else tmp_path / link_to)
+    result = twice("report", logs, "-o", link)
+    assert result.exit_code == 2, result.output
+    assert str(link) in result.output and "Traceback" not in result.output
+    assert link.is_symlink() and not (tmp_path / "missing").exists()
+
+
 def test_report_cli_output_and_baseline(
     twice: Twice, logs: Path, stub_logs: Path, tmp_path: Path, captured: list[dict[str, Any]]
 ) -> None:
