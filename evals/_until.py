@@ -57,6 +57,10 @@ refund task's 28): enough to pass a cell whose true rate is 1% against a 5% boun
 97% of runs (``bench/``)."""
 
 
+NO_RULE = "no rule"
+"""The verdict of a cell that no gate rule covers."""
+
+
 @dataclass
 class CellState:
     """Where one cell stands."""
@@ -69,7 +73,8 @@ class CellState:
     scored: int = 0
     rounds: int = 0
     status: str = "running"
-    """``pass``/``fail`` once settled, ``undecided`` at the cap, ``running`` before."""
+    """``pass``/``fail`` once settled, ``undecided`` at the cap, ``running`` before;
+    ``no rule`` when no gate rule covers the cell (run one round, gated by nothing)."""
     stopped_round: int | None = None
     rules: dict[str, RuleState] = field(default_factory=dict)
     epochs_per_round: int = 1
@@ -141,7 +146,12 @@ def _judge(state: CellState, rows: pd.DataFrame, gate: GateConfig) -> bool:
 
 def _settle(state: CellState, round_: int) -> None:
     state.stopped_round = round_
-    state.status = "fail" if any(s.status == "fail" for s in state.rules.values()) else "pass"
+    if not state.rules:  # nothing decided it: not a pass that summary.json could boast
+        state.status = NO_RULE
+    elif any(s.status == "fail" for s in state.rules.values()):
+        state.status = "fail"
+    else:
+        state.status = "pass"
 
 
 def _replay(state: CellState, rows: pd.DataFrame, gate: GateConfig) -> None:
@@ -396,12 +406,11 @@ def format_decisions(states: list[CellState], max_trials: int) -> str:
             "fail": "FAIL (settled)",
             "undecided": f"UNDECIDED at the {max_trials}-trial cap (the gate fails it)",
             "running": "NOT SETTLED",
+            NO_RULE: "NO RULE (1 round)",
         }[st.status]
-        if not st.rules and st.status == "pass":
-            verdict = "NO RULE (1 round)"
         lines.append(f"{verdict:<20} {st.label}: {when}, {st.trials} trial(s)")
         for name, rs in st.rules.items():
-            if rs.status == "fail" or st.status != "pass":
+            if rs.status == "fail" or st.status not in ("pass", NO_RULE):
                 lines.append(f"      {name!r}: {rs.message}")
     lines.append(f"{total} trial(s) in {len(states)} cell(s); {METHOD}")
     return "\n".join(lines)
@@ -506,7 +515,7 @@ def run_sequential_cli(
         unmatched = unmatched_rules(gate, suite)
         for line in unmatched:
             click.echo(f"FAIL {line}")
-        passed = not unmatched and all(st.status == "pass" for st in states)
+        passed = not unmatched and all(st.status in ("pass", NO_RULE) for st in states)
         verdict = "passed" if passed else "FAILED"
         click.echo(f"gate {verdict} (check again: twice gate {log_dir} --config {gate_path})")
     click.echo(f"\nsummary: {result.summary_path}")

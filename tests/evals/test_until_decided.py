@@ -64,6 +64,20 @@ def test_a_rule_that_matches_no_cell_fails_the_sequential_verdict_as_it_fails_th
     assert code == 1, out
 
 
+def test_a_cell_no_rule_covers_is_recorded_as_no_rule_not_as_a_pass() -> None:
+    # The failing path: summary.json's run.sequential said "verdict": "pass" (rules {}) for a
+    # cell the gate never looked at; only the console said NO RULE.
+    from twice.evals._until import CellState, _settle, format_decisions
+
+    keys = {"model": "stub/retry", "agent": "react", "prompt": "baseline", "task": "refund",
+            "fault": "none", "protection": "bare"}  # fmt: skip
+    state = CellState(keys=keys, samples=4, epochs=1, trials=4)
+    _settle(state, 1)
+    record = state.record()
+    assert (record["verdict"], record["rules"], record["stopped_round"]) == ("no rule", {}, 1)
+    assert format_decisions([state], 480).startswith("NO RULE (1 round)    stub/retry")
+
+
 def loose_gate(tmp_path: Path) -> Path:
     path = tmp_path / "loose.toml"
     path.write_text(
