@@ -60,6 +60,7 @@ from twice.reports import (
     write_text,
 )
 from twice.tasks import TASKS, Prompt, get_task, load_prompt, scrub, secret_values
+from twice.tasks._redact import CREDENTIAL_ARG
 from twice.tasks._spec import file_digest
 from twice.tasks._trial import twice_metadata
 from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit
@@ -68,7 +69,7 @@ from ._endpoint import EndpointState, guard_model
 from ._gate import cell_label
 from ._local import environ
 from ._lock import lock_log_dir
-from ._secrets import CREDENTIAL_ARG, KEY_ENV_HINT, check_model_args
+from ._secrets import KEY_ENV_HINT, check_model_args
 from ._shards import (
     RECORDS_ENV,
     save_records,

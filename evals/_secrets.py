@@ -9,23 +9,14 @@ or prints, because a gateway's 401 can echo the ``Authorization`` header into an
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from twice.tasks import REDACTED, scrub, secret_values
+from twice.tasks._redact import CREDENTIAL_ARG
 
 from ._suite import SuiteError
-
-CREDENTIAL_ARG = re.compile(
-    r"(^|[-_])(api[-_]?key|key|token|secret|password|passwd|credentials?|auth|authorization"
-    r"|headers|signature|sig|cookie)($|[-_])|^aws[-_]|^x[-_]api",
-    re.I,
-)
-"""Names that carry credentials (``api_key``, ``api-key``, ``azure_ad_token``,
-``client_secret``, ``default_headers``...). Inspect drops only ``api_key`` and ``aws_*`` from
-the model args it logs."""
 
 KEY_ENV_HINT = (
     "OPENAI_API_KEY for openai/, ANTHROPIC_API_KEY for anthropic/, "

@@ -42,6 +42,7 @@ from twice.tasks import (
     stub_setup,
     task_parts,
 )
+from twice.tasks._redact import remember_command_secrets
 from twice.tasks.agents import AGENT_STORE_KEY
 
 from ._lock import wait_for_lock
@@ -378,6 +379,7 @@ def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None 
     """
 
     real, where = command, cwd or os.getcwd()
+    remember_command_secrets(command)  # a key written on the command line, not in the env
 
     # Inspect logs a solver's arguments as given (the plan in every .eval, and logs.json):
     # the command itself would carry any key written on it. The solver it logs is given the

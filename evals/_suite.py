@@ -43,6 +43,7 @@ from twice.tasks import (
     secrets_in,
 )
 from twice.tasks._prompts import read_regular_file
+from twice.tasks._redact import remember_command_secrets
 from twice.tasks._spec import normal_spec
 from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
 from twice.tasks.agents import check_agent as _check_agent_name
@@ -83,9 +84,10 @@ AGENT_CMD_PREFIX = "cmd:"
 
 def command_agent_name(command: str) -> str:
     """The agent-axis name of ``--agent-cmd COMMAND``: ``cmd:COMMAND`` (credentials from the
-    environment scrubbed, as everywhere else). A cell of it is never a ``react`` cell: its
-    logs are neither reused for twice's own loop nor counted as its trials, and a different
-    command is a different agent."""
+    environment and those written on the command line scrubbed, as everywhere else). A cell
+    of it is never a ``react`` cell: its logs are neither reused for twice's own loop nor
+    counted as its trials, and a different command is a different agent."""
+    remember_command_secrets(command)  # a key on the line itself: scrubbed from here on
     return AGENT_CMD_PREFIX + scrub(command.strip(), secret_values())
 
 

@@ -82,7 +82,10 @@ def _one_agent_cmd(commands: tuple[str, ...]) -> str | None:
     second command would silently never run)."""
     if len(commands) > 1:
         from twice.tasks import scrub, secret_values
+        from twice.tasks._redact import remember_command_secrets
 
+        for command in commands:
+            remember_command_secrets(command)
         shown = ", ".join(repr(scrub(c, secret_values())) for c in commands)
         raise click.BadParameter(
             f"given {len(commands)} times ({shown}); a run has one "

@@ -9,7 +9,7 @@ from inspect_ai._util.registry import is_registry_object
 from ._dataset import Record, load_dataset, load_records
 from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt
 from ._protections import PROTECTIONS, Protection, get_protection
-from ._redact import REDACTED, SECRET_ENV, scrub, secret_values, secrets_in
+from ._redact import REDACTED, SECRET_ENV, remember_secrets, scrub, secret_values, secrets_in
 from ._spec import is_spec as _is_spec
 from ._spec import load_function as _load_function
 from ._toolkit import (
@@ -174,6 +174,7 @@ __all__ = [
     "prompt_metadata",
     "read",
     "refund",
+    "remember_secrets",
     "resumable_generate",
     "scrub",
     "secret_values",

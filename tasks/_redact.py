@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Iterable, Mapping
 
 SECRET_ENV = re.compile(
     r"(API[-_]?KEY|TOKEN|SECRET|PASSWORD|ACCESS[-_]KEY|CREDENTIALS?)($|_)|^AWS_SESSION", re.I
@@ -18,16 +19,38 @@ SECRET_ENV = re.compile(
 """Environment variables whose values are credentials (``OPENAI_API_KEY``,
 ``AZURE_OPENAI_AD_TOKEN``, ``AWS_SECRET_ACCESS_KEY``...)."""
 
+CREDENTIAL_ARG = re.compile(
+    r"(^|[-_])(api[-_]?key|key|token|secret|password|passwd|credentials?|auth|authorization"
+    r"|headers|signature|sig|cookie)($|[-_])|^aws[-_]|^x[-_]api",
+    re.I,
+)
+"""Names that carry credentials (``api_key``, ``api-key``, ``azure_ad_token``,
+``client_secret``, ``default_headers``...). Inspect drops only ``api_key`` and ``aws_*`` from
+the model args it logs."""
+
 MIN_SECRET_CHARS = 8
 """Shorter values are not scrubbed: replacing every "1" or "true" would garble the output."""
 
 REDACTED = "[redacted]"
 
 
+_REMEMBERED: set[str] = set()
+"""Credentials found outside the environment (an agent command's own line), scrubbed too."""
+
+
+def remember_secrets(values: Iterable[str]) -> None:
+    """Scrub ``values`` too, from now on, wherever this process scrubs the environment's
+    credentials (values shorter than :data:`MIN_SECRET_CHARS` are left, as there)."""
+    _REMEMBERED.update(v for v in values if len(v) >= MIN_SECRET_CHARS)
+
+
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The values of the environment's credential variables, longest first."""
+    """The values of the environment's credential variables, longest first (and, for this
+    process's environment, those :func:`remember_secrets` was given)."""
     env = os.environ if environ is None else environ
     found = {v for k, v in env.items() if SECRET_ENV.search(k) and len(v) >= MIN_SECRET_CHARS}
+    if environ is None:
+        found |= _REMEMBERED
     return sorted(found, key=len, reverse=True)
 
 
@@ -47,3 +70,37 @@ def scrub(text: str, secrets: list[str] | None = None) -> str:
     for secret in secret_values() if secrets is None else secrets:
         text = text.replace(secret, REDACTED)
     return text
+
+
+AUTH_HEADER = re.compile(r"authorization\s*:\s*(?:(?:bearer|basic|token)\s+)?(\S+)", re.I)
+URL_PASSWORD = re.compile(r"://[^/\s:@]*:([^/\s@]+)@")
+
+
+def command_secrets(command: str) -> list[str]:
+    """Credentials written on a shell command line (``--agent-cmd``), where no environment
+    variable names them: the values of key-variable assignments (``OPENAI_API_KEY=sk-…
+    python agent.py``), of credential-named options (``--api-key X``, ``--token=X``), of an
+    ``Authorization`` header (``-H 'Authorization: Bearer X'``) and of a URL's password."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # an unclosed quote: the shell will say so; split on blanks here
+        words = command.split()
+    found: list[str] = []
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if name.startswith("-") and CREDENTIAL_ARG.search(name.lstrip("-")):
+            if eq:
+                found.append(value)
+            elif i + 1 < len(words):
+                found.append(words[i + 1])
+        elif eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and SECRET_ENV.search(name):
+            found.append(value)
+        found += AUTH_HEADER.findall(word) + URL_PASSWORD.findall(word)
+    return found
+
+
+def remember_command_secrets(command: str) -> None:
+    """Scrub :func:`command_secrets` of ``command`` from everything this process writes or
+    prints from now on, as the environment's keys are: the command is logged, named in the
+    agent axis and summary.json, and an agent may print its own arguments."""
+    remember_secrets(command_secrets(command))

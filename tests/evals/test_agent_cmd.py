@@ -139,27 +139,67 @@ def test_a_failed_agent_command_crashed_and_what_it_printed_is_logged_scrubbed(
     assert "exit 3: and again [redacted]" in logged
 
 
+def _run_keyed(tmp_path: Path, written: str, logged_text: Callable[[Path], str]) -> str:
+    """Run an agent that prints its arguments, ``written`` on its command line; check that
+    ``SECRET`` appears nowhere twice wrote, and return the logs' text."""
+    script = tmp_path / "agent.py"
+    script.write_text("import sys\nprint(sys.argv[1:], flush=True)\nsys.exit(0)\n")
+    out = tmp_path / "logs"
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "none", "--limit",
+         "1", "--display", "none", "--log-dir", str(out),
+         "--agent-cmd", f"{sys.executable} {script} {written}"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "SECRET" not in result.output
+    logged = logged_text(out)
+    assert "[redacted]" in logged and "SECRET" not in logged
+    for path in out.rglob("*"):
+        if path.is_file() and path.suffix != ".eval":
+            assert b"SECRET" not in path.read_bytes(), path.name
+    return logged
+
+
 def test_a_key_written_on_the_agent_command_is_in_no_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_text: Callable[[Path], str]
 ) -> None:
     # The failing path: the cell label, summary and report said "[redacted]", but inspect
     # logged the solver's arguments as given: every .eval's plan and logs.json held the key.
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
-    script = tmp_path / "agent.py"
-    script.write_text("import sys\nsys.exit(0)\n")
-    out = tmp_path / "logs"
-    result = CliRunner().invoke(
-        cli,
-        ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "none", "--limit",
-         "1", "--display", "none", "--log-dir", str(out),
-         "--agent-cmd", f"{sys.executable} {script} --token tok-SECRET789-never-logged"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    logged = logged_text(out)
-    assert "--token [redacted]" in logged and "tok-SECRET789" not in logged
-    for path in out.rglob("*"):
-        if path.is_file() and path.suffix != ".eval":
-            assert b"tok-SECRET789" not in path.read_bytes(), path.name
+    logged = _run_keyed(tmp_path, "--flag tok-SECRET789-never-logged", logged_text)
+    assert "--flag [redacted]" in logged
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["--token cmdline-SECRET-4567", "--api-key=cmdline-SECRET-4567",
+     "-H 'Authorization: Bearer cmdline-SECRET-4567'", "MY_API_KEY=cmdline-SECRET-4567"],
+)  # fmt: skip
+def test_a_key_only_on_the_agent_command_line_is_in_no_log(
+    tmp_path: Path, logged_text: Callable[[Path], str], written: str
+) -> None:
+    # The failing path: only the environment's keys were scrubbed, so a key written on the
+    # command line and nowhere else was logged as given: in the agent axis (summary.json,
+    # the report), the logged plan, and what the agent printed of its own arguments.
+    _run_keyed(tmp_path, written, logged_text)
+
+
+@pytest.mark.parametrize(
+    ("command", "found"),
+    [
+        ("OPENAI_API_KEY=sk-abcdefgh123 python a.py", ["sk-abcdefgh123"]),
+        ("node a.js --token=tok_12345678 --verbose", ["tok_12345678"]),
+        ("curl -H 'Authorization: Basic dXNlcjpwYXNz' https://u:pass12345678@h/x",
+         ["dXNlcjpwYXNz", "pass12345678"]),
+        ("python agent.py --model gpt-5 --max-tokens 4096 --timeout 30", []),
+        ("python agent.py 'unclosed --secret s3cr3t-value", ["s3cr3t-value"]),
+    ],
+)  # fmt: skip
+def test_command_secrets_finds_what_a_command_line_carries(command: str, found: list[str]) -> None:
+    from twice.tasks._redact import command_secrets
+
+    assert command_secrets(command) == found
 
 
 def test_an_agent_cmd_run_resumes_from_another_directory(
