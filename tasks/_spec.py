@@ -9,10 +9,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -225,12 +228,79 @@ def _load_file(spec: str, kind: str, error: type[ValueError]) -> ModuleType:
     # A helper beside the file imports (at load, and when the function runs later). Last on
     # the path, not first as `python file.py` has it: a file named like an installed package
     # (agents.py beside the OpenAI Agents SDK's `agents`) must not hide it from everything
-    # else in the process. Modules are cached by name for the process: two files' helpers
-    # need different names.
+    # else in the process.
     if str(path.parent) not in sys.path:
         sys.path.append(str(path.parent))
     try:
-        module_spec.loader.exec_module(module)
+        with _own_neighbours(path):
+            module_spec.loader.exec_module(module)
     except Exception as ex:
         raise error(f"{kind} file {where!r} failed to import: {type(ex).__name__}: {ex}") from None
     return module
+
+
+@contextmanager
+def _own_neighbours(path: Path) -> Iterator[None]:
+    """While ``path`` loads, its imports of modules beside it load those modules.
+
+    Python caches a module by name for the process, and finds an uncached one in the first
+    directory on the path that has it: two task (or agent) files in different directories,
+    each importing its own ``service.py``, would both get the first one loaded, and one of
+    them be scored against the other's code. So each top-level name the file imports that
+    lives beside it (:func:`_own_imports`, as its digest follows them) is looked up there
+    first, and a cached module of that name from elsewhere is set aside for the load. The
+    file's functions keep the modules they imported; the cache keeps the last file's.
+    """
+    home = path.parent.resolve()
+    beside = _neighbours_imported(path, home)
+    for name in beside:
+        cached = sys.modules.get(name)
+        origin = getattr(getattr(cached, "__spec__", None), "origin", None)
+        if cached is not None and (origin is None or _neighbour(Path(origin), name) != home):
+            for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+                del sys.modules[loaded]
+    finder = _BesideFinder(beside, str(home))
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+def _neighbours_imported(path: Path, home: Path) -> set[str]:
+    """The top-level modules beside ``path`` that it imports and that no installed package
+    provides (an installed package still wins, as its place on the path says)."""
+    libraries = _library_dirs()
+    elsewhere = [p for p in sys.path if p and Path(p).resolve() != home]
+    names = set()
+    for name, file in _own_imports(path, "").items():
+        if "." in name or name in sys.builtin_module_names or file.resolve() == path.resolve():
+            continue
+        if _neighbour(file, name) != home:
+            continue
+        found = importlib.machinery.PathFinder.find_spec(name, elsewhere)
+        origin = found.origin if found is not None else None
+        if origin and any(Path(origin).resolve().is_relative_to(d) for d in libraries):
+            continue
+        names.add(name)
+    return names
+
+
+def _neighbour(file: Path, name: str) -> Path:
+    """The directory module ``name`` (top-level) sits in: a package's parent, else the file's."""
+    file = file.resolve()
+    return file.parent.parent if file.name == "__init__.py" else file.parent
+
+
+class _BesideFinder(importlib.abc.MetaPathFinder):
+    """Finds the named top-level modules in one directory (see :func:`_own_neighbours`)."""
+
+    def __init__(self, names: set[str], home: str) -> None:
+        self.names, self.home = names, home
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.names:
+            return None
+        return importlib.machinery.PathFinder.find_spec(fullname, [self.home])
