@@ -325,6 +325,14 @@ def build_tasks(
                 )
         except ValueError as ex:
             raise SuiteError(f"task {cell.task!r} cannot be built: {ex}") from None
+        except Exception as ex:
+            if cell.task in TASKS:  # twice's own task: a bug of ours, with its traceback
+                raise
+            # A user's task that fails as it is built (a dataset path with a typo, a
+            # services() that raises) is bad input like a ValueError: one line, exit 2.
+            raise SuiteError(
+                f"task {cell.task!r} cannot be built: {type(ex).__name__}: {ex}"
+            ) from None
         if cell.task not in TASKS:
             task = _own_task(task, cell.task)
             # Editing the file, a module of the user's it imports or its dataset makes the

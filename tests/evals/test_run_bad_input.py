@@ -225,6 +225,27 @@ def test_bad_input_dataset_record_of_wrong_types(
     )
 
 
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("open('no_such_dataset.jsonl')", "FileNotFoundError: [Errno 2] No such file or"),
+        ("raise RuntimeError('boom from my task')", "RuntimeError: boom from my task"),
+        ("{}['contacts']", "KeyError: 'contacts'"),
+    ],
+)
+def test_bad_input_own_task_that_raises_as_it_is_built(
+    twice: Twice, tmp_path: Path, body: str, error: str
+) -> None:
+    # The failing path: only a ValueError was one line; anything else a user's task raised
+    # as it was built (a dataset path with a typo) was a traceback and exit 1.
+    task = tmp_path / "mine.py"
+    task.write_text(
+        f"from inspect_ai import task\n\n@task\ndef mine(fault, protection, prompt):\n    {body}\n"
+    )
+    result = _run(twice, tmp_path / "logs", "--model", "stub/retry", "--task", f"{task}:mine")
+    _one_line_exit_2(result, f"task '{task}:mine' cannot be built: {error}")
+
+
 @pytest.mark.parametrize("rate", ["nan", "NaN", "0", "1", "-0.1"])
 def test_bad_input_trials_rate(twice: Twice, rate: str) -> None:
     result = twice("trials", "--rate", rate)
