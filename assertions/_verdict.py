@@ -88,6 +88,19 @@ class Verdict:
     effects: tuple[Effect, ...] = ()
     attempts: tuple[Attempt, ...] = ()
 
+    def __post_init__(self) -> None:
+        # A truthy stand-in passes silently where it should fail: ok="no" is truthy, and so
+        # is ok=len(found) - 1 whenever the count is wrong by more than one.
+        if isinstance(self.ok, bool):
+            return
+        if type(self.ok).__module__ == "numpy" and type(self.ok).__name__ in ("bool_", "bool"):
+            object.__setattr__(self, "ok", bool(self.ok))  # a comparison of pandas counts
+            return
+        raise TypeError(
+            f"a Verdict's ok must be True or False, got {self.ok!r} "
+            f"({type(self.ok).__name__}); compare explicitly, e.g. ok=len(effects) == 1"
+        )
+
     @classmethod
     def from_effects(
         cls,

@@ -480,3 +480,18 @@ def test_verdict_evidence_for_an_error_after_commit(payments, naive_refund) -> N
     verdict = exactly(1, REFUND).check(services.ledger)
     assert verdict.ok
     assert verdict.evidence == ["re_1 at attempt 1, client saw HTTP 502"]
+
+
+@pytest.mark.parametrize("ok", ["no", 1, 2, None, [False]])
+def test_a_verdict_whose_ok_is_not_a_bool_is_refused(duplicated: Ledger, ok: Any) -> None:
+    # The failing path: a custom assertion's Verdict.from_effects(ok="no") or ok=len(found) - 1
+    # passed (truthy) although the ledger held two refunds.
+    with pytest.raises(TypeError, match=r"ok must be True or False, got "):
+        Verdict.from_effects(duplicated, duplicated.effects, ok=ok, subject="x", expected="1")
+
+
+def test_a_numpy_bool_ok_is_taken_as_the_bool_it_is(duplicated: Ledger) -> None:
+    import numpy as np
+
+    verdict = Verdict(ok=np.bool_(False), subject="x", expected="1", observed=2)
+    assert verdict.ok is False
