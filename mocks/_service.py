@@ -513,7 +513,16 @@ class Services:
         layout = []
         for service in self.services.values():
             routes = service.routes()
-            self._routes.update((r.name, (service, r)) for r in routes)
+            for r in routes:
+                # A route name is an effect's identity, and the router keeps one route per
+                # name: a second route of one name would silently replace the first.
+                if r.name in self._routes:
+                    other = self._routes[r.name][1]
+                    raise ValueError(
+                        f"two routes named {r.name!r} ({other.method} {other.path} and "
+                        f"{r.method} {r.path}); each route needs a name of its own"
+                    )
+                self._routes[r.name] = (service, r)
             layout.append(
                 (service.name, service.base_url, tuple((r.method, r.path, r.name) for r in routes))
             )

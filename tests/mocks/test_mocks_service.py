@@ -298,6 +298,22 @@ def test_a_handler_committing_under_another_name_than_its_route_is_an_error() ->
     assert s.ledger.effects == []
 
 
+def test_two_routes_of_one_name_are_refused_when_the_services_are_built() -> None:
+    # The failing path: the router keeps one route per name, so a second route named like
+    # the first silently replaced it: the first's requests were 404s ("no endpoint"), and a
+    # careful agent's lookup failing made it resend (100% duplicated, exit 0).
+    from twice.mocks import Route
+
+    class Doubled(PaymentsService):
+        def routes(self) -> list[Route]:
+            mine = Route("PUT", r"/v1/refunds", "payments.refund.list", self.list_refunds)
+            return [*super().routes(), mine]
+
+    with pytest.raises(ValueError, match=r"two routes named 'payments.refund.list' "
+                       r"\(GET /v1/refunds and PUT /v1/refunds\)"):  # fmt: skip
+        Services([Doubled(orders=[ORDER])])
+
+
 def test_sync_path_serves_threads_one_request_at_a_time() -> None:
     # Switch threads as often as possible, so an unserialised path races within a few rounds.
     old = sys.getswitchinterval()
