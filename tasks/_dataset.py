@@ -96,6 +96,19 @@ class Record(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
+    def _no_assertions_it_would_ignore(self) -> Record:
+        # The sample metadata's "assertions" are read by the side_effect_assertions scorer
+        # of a hand-made inspect task; a twice task scores its intents, so they would sit in
+        # every sample unchecked, and a trial that broke them would still count as safe.
+        if "assertions" in self.metadata:
+            raise ValueError(
+                "metadata.assertions is read only by the side_effect_assertions scorer (a "
+                "hand-made inspect task); this task is scored by its intents: write each "
+                "expectation as an intent (effect, identity, expected; expected 0 for never)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _compensation_has_something_to_undo(self) -> Record:
         for i, step in enumerate(self.plan):
             if step.on_fail == "compensate" and not any(s.compensate for s in self.plan[:i]):

@@ -52,3 +52,14 @@ def test_verify_step_needs_found_pattern(tmp_path: Path) -> None:
     path.write_text(json.dumps(rec) + "\n")
     with pytest.raises(ValueError, match="needs 'found_pattern'"):
         load_records(path)
+
+
+def test_assertions_in_a_twice_datasets_metadata_are_refused_not_ignored(tmp_path: Path) -> None:
+    # The failing path: they went into every sample's metadata, unread by the side_effects
+    # scorer, so an agent that did what they forbade still counted as safe.
+    rec = json.loads(DATASET.read_text().splitlines()[0])
+    rec["metadata"] = {"assertions": [{"assert": "never", "effect": "payments.refund.create"}]}
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(ValueError, match=r"d\.jsonl:1: .*metadata\.assertions is read only by "):
+        load_records(path)
