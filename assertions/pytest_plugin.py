@@ -209,6 +209,12 @@ class TwiceMock:
         mutating = [a for a in attempts if a.mutating]
         if not attempts:
             what = f"no request reached the mock services at {', '.join(self.base_urls)}"
+            if not self.passed_through():
+                # Nothing went anywhere through httpx: the code may use another client.
+                what += (
+                    " and no httpx request was made at all (only httpx is intercepted: a "
+                    "client such as requests, urllib or aiohttp goes to the network unseen)"
+                )
         elif not mutating:
             what = (
                 f"{len(attempts)} request(s) reached the mock services, none of them mutating "

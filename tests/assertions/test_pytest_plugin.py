@@ -220,7 +220,9 @@ def test_plugin_fails_a_test_whose_fault_never_fired(project: pytest.Pytester) -
         [
             "*ERROR at teardown of test_does_nothing*",
             "twice: the fault 'lost_reply' never fired: no request reached the mock services at "
-            "https://payments.example.com. A fault that never fires proves nothing. Point the code "
+            "https://payments.example.com and no httpx request was made at all (only httpx is "
+            "intercepted: a client such as requests, urllib or aiohttp goes to the network "
+            "unseen). A fault that never fires proves nothing. Point the code "
             "under test at the mocked base URL (choose it by overriding the twice_services "
             "fixture), or opt out with @pytest.mark.twice_mock(assert_fault_fired=False).",
         ]
