@@ -42,6 +42,8 @@ import respx
 import respx.mocks
 from respx.models import PassThrough
 from twice.mocks import Fault, Ledger, NoFault, PaymentsService, Service, Services, get_fault
+from twice.mocks import _own_transport as own_transport
+from twice.mocks._own_transport import through_own_transport
 
 from ._checks import Assertion, assert_side_effects
 from ._verdict import Verdict
@@ -98,6 +100,7 @@ class TwiceMock:
         self.services = services
         self.unmocked = unmocked
         self._unmocked_urls: list[str] = []
+        self._own_started = False
         # A MockRouter of our own (never respx's global one), patching httpx clients only.
         self.router = respx.MockRouter(
             using="httpx", assert_all_called=False, assert_all_mocked=True
@@ -106,9 +109,15 @@ class TwiceMock:
             # The base URL is normalised like a request's (lowercase host, no default port).
             pattern = "^" + re.escape(service.base_url) + r"(?:[/?#]|$)"
             self.router.route(url__regex=pattern, name=f"twice:{service.name}").mock(
-                side_effect=services.dispatch
+                side_effect=self._serve
             )
         self.router.route(name="twice:unmocked").mock(side_effect=self._other_host)
+
+    def _serve(self, request: httpx.Request) -> Any:
+        """A mocked service's answer; through the client's own transport when it wraps
+        httpx's (a retrying transport), so each attempt it makes is served and counted."""
+        sent = through_own_transport(request, self.services.dispatch)
+        return self.services.dispatch(request) if sent is None else sent
 
     def _other_host(self, request: httpx.Request) -> httpx.Request | httpx.Response:
         """A request no service mocks: left to the test's own respx routes, refused, or let
@@ -238,11 +247,17 @@ class TwiceMock:
 
     def start(self) -> None:
         """Start intercepting httpx."""
+        if not self._own_started:
+            own_transport.start()
+            self._own_started = True
         self.router.start()
 
     def stop(self) -> None:
         """Stop intercepting httpx (the recorded calls are kept for the teardown check)."""
         self.router.stop(clear=False, reset=False, quiet=True)
+        if self._own_started:
+            own_transport.stop()
+            self._own_started = False
 
     def __enter__(self) -> TwiceMock:
         self.start()

@@ -74,6 +74,44 @@ def duplicated(payments: Callable[[str], Services], naive_refund: Callable[..., 
     return services.ledger
 
 
+RETRYING_TRANSPORTS = """
+
+class Retrying(httpx.BaseTransport):
+    # The httpx-retries pattern: the retry lives in a transport wrapping httpx's own,
+    # retrying a timeout with whatever headers the request has.
+    def __init__(self, inner):
+        self.inner = inner
+
+    def handle_request(self, request):
+        for attempt in range(3):
+            try:
+                return self.inner.handle_request(request)
+            except httpx.TimeoutException:
+                if attempt == 2:
+                    raise
+
+
+class AsyncRetrying(httpx.AsyncBaseTransport):
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def handle_async_request(self, request):
+        for attempt in range(3):
+            try:
+                return await self.inner.handle_async_request(request)
+            except httpx.TimeoutException:
+                if attempt == 2:
+                    raise
+"""
+
+
+@pytest.fixture(scope="session")
+def retrying_transports() -> str:
+    """Source of ``Retrying``/``AsyncRetrying``: transports that retry a timeout around
+    httpx's own (appended to a test's or an agent's file, which imports httpx)."""
+    return RETRYING_TRANSPORTS
+
+
 @pytest.fixture(scope="session")
 def readme_blocks() -> dict[str, str]:
     """README's fenced blocks that follow an ``<!-- example: PATH -->`` or

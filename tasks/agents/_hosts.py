@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 import httpx
 import respx
 from twice.mocks import Services
+from twice.mocks import _own_transport as own_transport
+from twice.mocks._own_transport import through_own_transport
 
 from ._context import BRIDGE_MODEL, AgentError, AgentLimitError
 
@@ -40,19 +42,35 @@ class _Trial:
     """``(production URL prefix, mock base URL)`` pairs from ``--mock SERVICE=URL``."""
 
     def serve(self, request: httpx.Request) -> httpx.Response | None:
+        """The trial's services' answer to ``request``, or None for a host they do not mock.
+
+        A client whose own transport wraps httpx's (a retrying transport) sends through it,
+        so every attempt it makes is served (:func:`twice.mocks.through_own_transport`)."""
+        if self._target(request) is None:
+            return None
+        sent = through_own_transport(request, self._dispatch)
+        return self._dispatch(request) if sent is None else sent  # type: ignore[return-value]
+
+    def _dispatch(self, request: httpx.Request) -> httpx.Response:
+        target = self._target(request)
+        assert target is not None  # checked by serve() for the same URL
+        return self.services.dispatch(target)
+
+    def _target(self, request: httpx.Request) -> httpx.Request | None:
+        """``request`` as the services take it (a ``--mock`` production URL moved onto the
+        service's base URL), or None for a host no service mocks."""
         url = str(request.url)
         for service in self.services.services.values():
             if _under(url, service.base_url):
-                return self.services.dispatch(request)
+                return request
         for prefix, base in self.hosts:
             if _under(url, prefix):
-                moved = httpx.Request(
+                return httpx.Request(
                     request.method,
                     base + url[len(prefix) :],
                     headers=request.headers,
                     content=request.content,
                 )
-                return self.services.dispatch(moved)
         return None
 
 
@@ -113,6 +131,7 @@ def serve_trial(services: Services, hosts: tuple[tuple[str, str], ...] = ()) -> 
     if _active == 0:
         mock = respx.mock(using="httpx", assert_all_called=False, assert_all_mocked=False)
         mock.route(name="twice-agent-services").mock(side_effect=_side_effect)
+        own_transport.start()
         mock.start()
         _mock = mock
     _active += 1
@@ -124,6 +143,7 @@ def serve_trial(services: Services, hosts: tuple[tuple[str, str], ...] = ()) -> 
         _active -= 1
         if _active == 0 and _mock is not None:
             _mock.stop()
+            own_transport.stop()
             _mock = None
 
 

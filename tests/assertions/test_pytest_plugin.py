@@ -583,3 +583,50 @@ def test_both(twice_fault, twice_mock):
             "keep one of them*",
         ]
     )
+
+
+RETRYING_TRANSPORT = """
+import uuid
+
+import httpx
+import pytest
+from twice.assertions import assert_side_effects, exactly
+
+URL = "https://payments.example.com/v1/refunds"
+BODY = {"order_id": "order_1042", "amount": 499}
+
+
+@pytest.mark.twice_mock(fault="lost_reply")
+def test_sync_retrying_transport(ledger):
+    with httpx.Client(transport=Retrying(httpx.HTTPTransport())) as client:
+        client.post(URL, json=BODY, headers=HEADERS)
+    assert_side_effects(ledger, exactly(1, "payments.refund.create", order_id="order_1042"))
+
+
+@pytest.mark.anyio
+@pytest.mark.twice_mock(fault="lost_reply")
+async def test_async_retrying_transport(ledger):
+    async with httpx.AsyncClient(transport=AsyncRetrying(httpx.AsyncHTTPTransport())) as client:
+        await client.post(URL, json=BODY, headers=HEADERS)
+    assert_side_effects(ledger, exactly(1, "payments.refund.create", order_id="order_1042"))
+"""
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_plugin_runs_a_clients_own_retrying_transport(
+    project: pytest.Pytester, retrying_transports: str, keyed: bool
+) -> None:
+    # The failing path: respx swapped the client's transport for its mock, so the retry in a
+    # transport wrapping httpx's own never ran: one attempt, one refund, the test passed where
+    # production (the same client against `twice serve`) made two refunds.
+    headers = '{"Idempotency-Key": uuid.uuid4().hex}' if keyed else "{}"
+    project.makepyfile(RETRYING_TRANSPORT.replace("HEADERS)", f"{headers})") + retrying_transports)
+    result = project.runpytest(*PLUGIN)
+    if keyed:  # one key for the request, so every retry of it is a replay
+        result.assert_outcomes(passed=2)
+        return
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["*expected exactly 1, observed 2 (re_1 at attempt 1, reply lost; re_2 at attempt 2)*"]
+    )
+    assert result.stdout.str().count("observed 2") == 2

@@ -21,11 +21,18 @@ def _cells(log_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
     return {(c["model"], c["fault"]): c for c in summary["cells"]}
 
 
-def _run_agent(twice: Callable[..., Any], agent: Path, out: Path, fault: str, *extra: str) -> Any:
-    """``twice run`` of a user agent file on one refund trial with stub/retry."""
+def _run_agent(
+    twice: Callable[..., Any],
+    agent: Path,
+    out: Path,
+    fault: str,
+    *extra: str,
+    model: str = "stub/retry",
+) -> Any:
+    """``twice run`` of a user agent file on one refund trial (stub/retry unless told)."""
     return twice(
         "run", "--agent", f"{agent}:agent", "--task", "refund", "--fault", fault,
-        "--model", "stub/retry", "--limit", "1", "--log-dir", out, "--display", "none", *extra,
+        "--model", model, "--limit", "1", "--log-dir", out, "--display", "none", *extra,
     )  # fmt: skip
 
 
@@ -119,6 +126,26 @@ def test_an_agent_file_imports_its_neighbours_and_builds_its_client_at_import(
     assert result.exit_code == 0, result.output
     (cell,) = _cells(out).values()
     assert cell["crashed_rate"] == 0.0
+
+
+def test_an_agents_own_retrying_transport_runs_and_its_retry_is_counted(
+    twice: Callable[..., Any], tmp_path: Path, retrying_transports: str
+) -> None:
+    # The failing path: respx swapped the agent's client transport for its mock, so the
+    # retry inside it never ran: stub/no-retry under lost_reply showed 0% duplicated where
+    # the same agent in production makes two refunds.
+    agent = tmp_path / "agent.py"
+    source = EXAMPLE.read_text(encoding="utf-8").replace(
+        "httpx.AsyncClient(timeout=10)",
+        "httpx.AsyncClient(timeout=10, transport=AsyncRetrying(httpx.AsyncHTTPTransport()))",
+    )
+    agent.write_text(source + retrying_transports, encoding="utf-8")
+    out = tmp_path / "logs"
+    mock = ("--mock", "payments=https://api.example.com")
+    result = _run_agent(twice, agent, out, "lost_reply", *mock, model="stub/no-retry")
+    assert result.exit_code == 0, result.output
+    (cell,) = _cells(out).values()
+    assert (cell["duplication_rate"], cell["crashed_rate"]) == (1.0, 0.0)
 
 
 def test_an_agent_file_named_like_an_installed_package_does_not_hide_it(
