@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -266,6 +267,17 @@ OPTION_KEYS = (
 )
 
 
+_LOWEST: dict[str, float] = {
+    "threads": 1,
+    "context": 512,
+    "max_tokens": 1,
+    "temperature": 0,
+    "startup_timeout": 1,
+}
+"""The least value each numeric ``[local_model]`` key takes (a prompt with its tools is
+already about 550 tokens, so a smaller context cannot hold one)."""
+
+
 def parse_options(table: Any, where: str) -> ServerOptions:
     """A suite's ``[local_model]`` table as :class:`ServerOptions`.
 
@@ -297,6 +309,10 @@ def parse_options(table: Any, where: str) -> ServerOptions:
             raise ValueError(
                 f"{where}: [local_model] {key} = {value!r} is not a {types[key][0].__name__}"
             )
+        low = _LOWEST.get(key)
+        if low is not None and not (math.isfinite(value) and value >= low):
+            # threads = 0 stalled every reply; a tiny context cut every prompt.
+            raise ValueError(f"{where}: [local_model] {key} = {value!r}; expected >= {low}")
     values = dict(table)
     if "script" in values:
         values["script"] = Path(where).parent / values["script"]
@@ -316,7 +332,7 @@ class LocalModelServer:
         """The node command line."""
         o = self.options
         cmd = [_node(), str(SERVER_DIR / "server.mjs"), "--host", "127.0.0.1", "--port", "0"]
-        cmd += ["--name", o.name]
+        cmd += ["--name", o.name, "--parent", str(os.getpid())]  # it stops when we are gone
         if o.script is not None:
             return [*cmd, "--script", str(o.script)]
         home = o.home or model_home()

@@ -30,7 +30,7 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
 function parseArgs(argv) {
-    const out = { host: "127.0.0.1", port: 0, threads: 1, context: 4096, seed: 0, name: "" };
+    const out = { host: "127.0.0.1", port: 0, threads: 1, context: 4096, seed: 0, name: "", parent: 0 };
     for (let i = 0; i < argv.length; i += 2) {
         const key = argv[i].replace(/^--/, "");
         if (!(key in out) && !["model", "modules", "script"].includes(key)) {
@@ -79,6 +79,17 @@ async function loadModel() {
         name: args.name || model.fileInfo.metadata?.general?.name || "local",
         async generate(body) {
             const tokens = model.tokenize(renderPrompt(template, body), true);
+            if (tokens.length >= args.context) {
+                // Refused, not generated: the model would see a cut prompt and answer it as
+                // if whole, and the trial would count as a real (failed) result.
+                throw Object.assign(
+                    new Error(
+                        `the prompt is ${tokens.length} tokens, more than the model's context ` +
+                            `of ${args.context} ([local_model] context)`,
+                    ),
+                    { status: 400 },
+                );
+            }
             const result = await completion.generateCompletionWithMeta(tokens, {
                 maxTokens: body.max_tokens ?? body.max_completion_tokens ?? 512,
                 temperature: body.temperature ?? 0,
@@ -304,7 +315,7 @@ const server = http.createServer((req, res) => {
             }
             return send(res, 404, { error: { message: `no route ${req.method} ${path}` } });
         } catch (ex) {
-            return send(res, 500, { error: { message: String(ex?.message ?? ex) } });
+            return send(res, ex?.status ?? 500, { error: { message: String(ex?.message ?? ex) } });
         }
     });
 });
@@ -316,6 +327,18 @@ async function shutdown() {
 }
 process.on("SIGTERM", shutdown);
 process.on("SIGINT", shutdown);
+// The twice process that started this server may die without stopping it (SIGKILL, or a
+// signal it does not handle): the server then stops itself within a second, rather than hold
+// its port and ~800 MB for good.
+if (args.parent) {
+    setInterval(() => {
+        try {
+            process.kill(args.parent, 0);
+        } catch (ex) {
+            if (ex.code === "ESRCH") shutdown();
+        }
+    }, 1000).unref();
+}
 
 server.listen(args.port, args.host, () => {
     const { address, port } = server.address();

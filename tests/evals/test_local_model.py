@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,20 @@ def test_local_model_table_rejects_a_wrong_type(tmp_path: Path) -> None:
         load_suite(path)
 
 
+@pytest.mark.parametrize(
+    "line", ["threads = 0", "threads = -1", "context = 16", "temperature = -0.5",
+             "max_tokens = 0", "startup_timeout = nan"],
+)  # fmt: skip
+def test_local_model_table_rejects_a_value_out_of_range(tmp_path: Path, line: str) -> None:
+    # The failing path: types only were checked, so context = 16 ran every trial on a cut
+    # prompt (counted as a valid 0% complete) and threads = 0 stalled every reply.
+    path = tmp_path / "s.toml"
+    path.write_text(f'[local_model]\n{line}\n[[matrix]]\nmodels = ["stub/retry"]\n')
+    key = line.split(" = ")[0]
+    with pytest.raises(SuiteError, match=rf"\[local_model\] {key} = .*; expected >= "):
+        load_suite(path)
+
+
 def test_real_suite_starts_the_local_model_at_temperature_zero_with_a_seed() -> None:
     suite = load_suite(Path(__file__).parents[2] / "evals" / "real.toml")
     local = suite.local_model
@@ -138,6 +153,28 @@ def test_scripted_server_starts_and_stops_cleanly(tmp_path: Path) -> None:
     assert server.returncode == 0  # SIGTERM → a clean exit, not a kill
     assert not _port_open(url)
     assert os.environ.get("LOCAL_BASE_URL") == before
+
+
+@needs_node
+@pytest.mark.slow
+def test_a_server_whose_twice_process_is_gone_stops_itself(tmp_path: Path) -> None:
+    # The failing path: a `twice run` killed with SIGKILL (or `twice local-model serve` with
+    # SIGTERM) left the node server running for good, holding its port and ~800 MB.
+    script = tmp_path / "r.json"
+    script.write_text(json.dumps(["hello"]))
+    parent = subprocess.Popen(["sleep", "60"])
+    command = LocalModelServer(ServerOptions(name="s", script=script)).command()
+    command[command.index("--parent") + 1] = str(parent.pid)
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline()  # it is up
+        assert server.poll() is None
+        parent.kill()
+        parent.wait()
+        assert server.wait(timeout=20) == 0
+    finally:
+        server.kill()
+        parent.kill()
 
 
 @needs_node
@@ -322,6 +359,28 @@ def test_real_model_server_answers_a_tool_request_and_stops_cleanly() -> None:
     assert reply["usage"]["prompt_tokens"] > 0
     assert server.returncode == 0
     assert not _port_open(url)
+
+
+@pytest.mark.slow
+def test_real_model_server_refuses_a_prompt_longer_than_its_context() -> None:
+    # The failing path: a prompt over the context was cut and answered with a 200, so the
+    # trial counted as a real result (0% complete) instead of an error.
+    _real_installed()
+    body = {
+        "model": MODEL.name,
+        "messages": [{"role": "user", "content": "refund order_1042 please. " * 200}],
+        "max_tokens": 8,
+    }
+    with LocalModelServer(ServerOptions(context=512)) as server:
+        request = urllib.request.Request(
+            server.base_url + "/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=600)
+    assert refused.value.code == 400
+    assert "more than the model's context of 512" in refused.value.read().decode()
 
 
 @pytest.mark.slow
