@@ -310,7 +310,11 @@ def parse_options(table: Any, where: str) -> ServerOptions:
                 f"{where}: [local_model] {key} = {value!r} is not a {types[key][0].__name__}"
             )
         low = _LOWEST.get(key)
-        if low is not None and not (math.isfinite(value) and value >= low):
+        if (
+            low is not None
+            and isinstance(value, int | float)
+            and not (math.isfinite(value) and value >= low)
+        ):
             # threads = 0 stalled every reply; a tiny context cut every prompt.
             raise ValueError(f"{where}: [local_model] {key} = {value!r}; expected >= {low}")
     values = dict(table)
