@@ -12,6 +12,7 @@ answers ``/health``, points inspect's ``openai-api/local/<name>`` provider at it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -103,6 +104,41 @@ def model_path(home: Path | None = None) -> Path:
     return (home or model_home()) / "models" / MODEL.file
 
 
+def _stamp_of(path: Path) -> Path:
+    return path.with_name(f".{path.name}.verified")
+
+
+def _file_identity(path: Path) -> str:
+    st = path.stat()
+    return f"{MODEL.sha256} {st.st_size} {st.st_mtime_ns} {st.st_ino}"
+
+
+def verify_weights(home: Path | None = None) -> None:
+    """Check the model file against its pinned sha256 before it is served.
+
+    The hash is read once (about a second) and remembered beside the file with its size,
+    modification time and inode, so later starts only compare those: a file changed in place
+    or replaced since, even at the right size, is hashed again.
+
+    Raises:
+        LocalModelError: when the file's sha256 is not the pinned one.
+    """
+    path = model_path(home)
+    stamp = _stamp_of(path)
+    with contextlib.suppress(OSError):
+        if stamp.read_text().strip() == _file_identity(path):
+            return
+    got = sha256_of(path)
+    if got != MODEL.sha256:
+        raise LocalModelError(
+            f"the model file {path} has sha256 {got[:16]}..., not the pinned "
+            f"{MODEL.sha256[:16]}... (damaged or replaced); reinstall it: "
+            "`twice local-model install`"
+        )
+    with contextlib.suppress(OSError):
+        stamp.write_text(_file_identity(path) + "\n")
+
+
 def missing(home: Path | None = None) -> list[str]:
     """What an install still lacks (empty when the local model can run)."""
     home = home or model_home()
@@ -127,7 +163,13 @@ def install(home: Path | None = None, *, say: Callable[[str], None] = print) -> 
         LocalModelError: when a tool is missing, a download fails or a hash does not match.
     """
     home = home or model_home()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as ex:
+        raise LocalModelError(
+            f"cannot install into {str(home)!r}: {ex.strerror or ex} (set --home or "
+            "TWICE_LOCAL_MODEL_HOME to a directory that can be created)"
+        ) from None
     _install_runtime(home, say)
     return _install_weights(home, say)
 
@@ -167,6 +209,7 @@ def _install_weights(home: Path, say: Callable[[str], None]) -> Path:
     target = model_path(home)
     if target.exists() and target.stat().st_size == MODEL.size:
         if sha256_of(target) == MODEL.sha256:
+            _stamp_of(target).write_text(_file_identity(target) + "\n")
             say(f"weights: {target} present, sha256 ok")
             return target
         target.unlink()
@@ -208,6 +251,7 @@ def _install_weights(home: Path, say: Callable[[str], None]) -> Path:
                 f"{MODEL.sha256} and {MODEL.size}: not installed"
             )
         partial.replace(target)
+    _stamp_of(target).write_text(_file_identity(target) + "\n")
     say(f"weights: {target} joined, sha256 {MODEL.sha256[:16]}... ok")
     return target
 
@@ -346,6 +390,7 @@ class LocalModelServer:
                 f"the local model is not installed (missing: {'; '.join(lacking)}); "
                 "run `make real-setup` (or `twice local-model install`)"
             )
+        verify_weights(home)
         return [
             *cmd,
             *("--model", str(model_path(home)), "--modules", str(home / "node_modules")),

@@ -135,6 +135,43 @@ def test_server_refuses_to_start_without_the_install(tmp_path: Path) -> None:
         LocalModelServer(ServerOptions(home=tmp_path)).command()
 
 
+def test_a_model_file_changed_at_its_size_is_refused_before_it_is_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: only the size was checked when the server started, so weights
+    # damaged in place were served, and the run's numbers came from another model.
+    import dataclasses
+    import hashlib
+
+    from twice.evals import LocalModelError, _local
+
+    fake = dataclasses.replace(_local.MODEL, file="m.gguf", size=3,
+                               sha256=hashlib.sha256(b"abc").hexdigest())  # fmt: skip
+    monkeypatch.setattr(_local, "MODEL", fake)
+    weights = tmp_path / "models" / "m.gguf"
+    weights.parent.mkdir()
+    weights.write_bytes(b"abc")
+    _local.verify_weights(tmp_path)  # hashed once, then remembered with the file's identity
+    monkeypatch.setattr(_local, "sha256_of", lambda path: pytest.fail("hashed again"))
+    _local.verify_weights(tmp_path)
+    monkeypatch.undo()
+    monkeypatch.setattr(_local, "MODEL", fake)
+    weights.write_bytes(b"abd")  # damaged in place, same size
+    with pytest.raises(LocalModelError, match=r"m\.gguf has sha256 .*damaged or replaced"):
+        _local.verify_weights(tmp_path)
+
+
+def test_install_into_a_home_that_is_a_file_is_one_error(tmp_path: Path) -> None:
+    # The failing path: a FileExistsError traceback (TWICE_LOCAL_MODEL_HOME naming a file).
+    from twice.evals import LocalModelError
+    from twice.evals._local import install
+
+    home = tmp_path / "afile"
+    home.write_text("")
+    with pytest.raises(LocalModelError, match=r"cannot install into .*afile.*File exists"):
+        install(home, say=lambda m: None)
+
+
 # -- a scripted server (node, no model) --------------------------------------------------
 
 
