@@ -19,6 +19,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -387,6 +388,24 @@ ERRORED_IN = " trial(s) errored in "
 """How a run's error line for a cell's errored trials reads (the CLI matches it)."""
 
 
+_GAVE_UP = re.compile(r"^RetryError\(<Future at 0x[0-9a-f]+ state=\w+ raised (\w+)>\)$")
+
+
+def _readable(error: str) -> str:
+    """A sample error as a user can act on it: inspect records a model call that ran out of
+    retries as tenacity's ``RetryError(<Future at 0x… raised RateLimitError>)``."""
+    gave_up = _GAVE_UP.match(error)
+    if gave_up is None:
+        return error
+    name = gave_up.group(1)
+    if name == "RateLimitError":
+        return (
+            "RateLimitError (HTTP 429) on every attempt: the endpoint kept refusing; give "
+            "a larger --max-retries or fewer --max-connections"
+        )
+    return f"{name} on every attempt (the model call's retries, --max-retries, ran out)"
+
+
 def _failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
     """One line per failed eval, and per cell with errored trials (inspect sample errors,
     :func:`twice.reports.crashed`, left out of the rates) with its first error, so the
@@ -401,7 +420,7 @@ def _failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> 
         bad = frame[crashed(frame)]
         for keys, group in bad.groupby(list(CELL), sort=False):
             text = str(group["error"].iloc[0] or "").strip().splitlines()
-            first[keys] = text[0][:300] if text else "never scored"
+            first[keys] = _readable(text[0])[:300] if text else "never scored"
     for row in table.itertuples():
         if row.errors:
             why = first.get(tuple(getattr(row, c) for c in CELL))

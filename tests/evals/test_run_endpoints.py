@@ -33,11 +33,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.mode == "hang":
             time.sleep(30)  # longer than any --timeout below; the server thread is a daemon
             return
-        status = 401 if self.mode == "401" else 500
+        status = {"401": 401, "429": 429}.get(self.mode, 500)
         # A careless gateway echoes the request's credentials into its error.
         message = f"rejected; Authorization: {self.headers.get('Authorization')}"
         body = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
         self.send_response(status)
+        if status == 429:
+            self.send_header("retry-after", "0")
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -140,6 +142,22 @@ def test_endpoints_max_retries_is_the_number_of_requests_retried(
     assert result.exit_code == 1, result.output
     assert len(REQUESTS) == retries + 1
     assert f"({retries + 1} attempts in a row failed)" in result.stderr
+
+
+def test_endpoints_a_rate_limit_on_every_attempt_says_so(
+    twice: Twice, endpoint: Callable[[str], str], tmp_path: Path
+) -> None:
+    # The failing path: the line quoted tenacity's "RetryError(<Future at 0x... state=finished
+    # raised RateLimitError>)", naming neither the 429 nor what to change.
+    url = endpoint("429")
+    result = twice(
+        "run", "--model", "openai/gpt-4o-mini", "-M", f"base_url={url}", "--task", "refund",
+        "--fault", "none", "--limit", "1", "--log-dir", tmp_path / "logs", "--display", "none",
+        "--timeout", "20", "--max-retries", "0",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "RetryError" not in result.stderr
+    assert "RateLimitError (HTTP 429) on every attempt" in result.stderr, result.stderr
 
 
 def test_endpoints_secret_echo_is_scrubbed_from_sample_errors_and_report(
