@@ -8,10 +8,12 @@ this rule: the evals layer (model args, summaries, reports) imports it from here
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from urllib.parse import unquote, urlsplit
 
 SECRET_ENV = re.compile(
     r"(API[-_]?KEY|TOKEN|SECRET|PASSWORD|ACCESS[-_]KEY|CREDENTIALS?)($|_)|^AWS_SESSION", re.I
@@ -49,9 +51,27 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     process's environment, those :func:`remember_secrets` was given)."""
     env = os.environ if environ is None else environ
     found = {v for k, v in env.items() if SECRET_ENV.search(k) and len(v) >= MIN_SECRET_CHARS}
+    for value in env.values():
+        if "@" in value and "://" in value:  # a base URL with user:password@
+            found.update(_userinfo_secrets(value))
     if environ is None:
         found |= _REMEMBERED
     return sorted(found, key=len, reverse=True)
+
+
+def _userinfo_secrets(url: str) -> set[str]:
+    """A URL's password as a client sends it: itself, ``user:password``, and that in base64
+    (the ``Authorization: Basic`` header a gateway may echo into an error)."""
+    try:
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return set()
+    if not password:
+        return set()
+    pair = f"{unquote(user or '')}:{unquote(password)}"
+    basic = base64.b64encode(pair.encode()).decode()
+    return {v for v in (unquote(password), pair, basic) if len(v) >= MIN_SECRET_CHARS}
 
 
 def secrets_in(text: str, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -203,3 +203,15 @@ def test_endpoints_secret_values_and_redaction(monkeypatch: pytest.MonkeyPatch) 
     assert redact_url("http://u:pw@host:8/v1?api-key=zz&x=1") == (
         f"http://{REDACTED}@host:8/v1?api-key={REDACTED}&x=1"
     )
+
+
+def test_endpoints_a_base_url_password_is_scrubbed_as_sent_too() -> None:
+    # The failing path: a gateway echoing the Authorization header of a base URL with
+    # user:password@ put "Basic Ym9iOnB3..." (base64 of bob:pw-SECRET456) in the log.
+    import base64
+
+    env = {"OPENAI_BASE_URL": "http://bob:pw-SECRET456@127.0.0.1:18431/v1"}
+    echoed = "you sent Basic " + base64.b64encode(b"bob:pw-SECRET456").decode()
+    assert scrub(echoed, secret_values(env)) == f"you sent Basic {REDACTED}"
+    assert "pw-SECRET456" not in scrub("userinfo bob:pw-SECRET456", secret_values(env))
+    assert secret_values({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}) == []
