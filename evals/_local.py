@@ -148,8 +148,12 @@ def missing(home: Path | None = None) -> list[str]:
     if not (home / "node_modules" / "node-llama-cpp" / "package.json").exists():
         out.append(f"node-llama-cpp under {home / 'node_modules'}")
     path = model_path(home)
-    if not path.exists() or path.stat().st_size != MODEL.size:
+    if not path.exists():
         out.append(f"the model file {path}")
+    elif path.stat().st_size != MODEL.size:
+        out.append(
+            f"the model file {path} whole ({path.stat().st_size:,} bytes, not {MODEL.size:,})"
+        )
     return out
 
 

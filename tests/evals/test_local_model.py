@@ -161,6 +161,15 @@ def test_a_model_file_changed_at_its_size_is_refused_before_it_is_served(
         _local.verify_weights(tmp_path)
 
 
+def test_a_truncated_model_file_is_named_with_its_size(tmp_path: Path) -> None:
+    # The failing path: "not installed (missing: the model file ...)" for a file that is
+    # there, cut short (a copy that ran out of disk).
+    weights = tmp_path / "models" / MODEL.file
+    weights.parent.mkdir()
+    weights.write_bytes(b"GGUF")
+    assert f"the model file {weights} whole (4 bytes, not 491,400,064)" in missing(tmp_path)
+
+
 def test_install_into_a_home_that_is_a_file_is_one_error(tmp_path: Path) -> None:
     # The failing path: a FileExistsError traceback (TWICE_LOCAL_MODEL_HOME naming a file).
     from twice.evals import LocalModelError
