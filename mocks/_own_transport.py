@@ -47,10 +47,13 @@ def through_own_transport(
     """
     if _BELOW.get() is not None:
         return None  # already below the client's own transport: answer here
-    own = _own_transport(request)
-    if own is None:
+    found = _own_transport(request)
+    if found is None:
         return None
-    if isinstance(own, httpx.AsyncBaseTransport):
+    own, is_async = found
+    # Sync or async from the client, not from the transport's bases: httpx-retries'
+    # RetryTransport is both a sync and an async transport.
+    if is_async:
         return _send_async(own, request, answer)
     token = _BELOW.set(answer)
     try:
@@ -70,8 +73,9 @@ async def _send_async(
         _BELOW.reset(token)
 
 
-def _own_transport(request: httpx.Request) -> Any:
-    """The transport of the client sending ``request`` when it wraps httpx's own, else None.
+def _own_transport(request: httpx.Request) -> tuple[Any, bool] | None:
+    """The transport of the client sending ``request`` when it wraps httpx's own, with
+    whether that client is async; None otherwise.
 
     The client is found on the stack (httpx's ``_send_single_request``): respx has already
     replaced its ``_transport_for_url``, so the mounts are read as httpx reads them.
@@ -90,16 +94,37 @@ def _own_transport(request: httpx.Request) -> Any:
         if pattern.matches(request.url):
             transport = transport if mounted is None else mounted
             break
-    if isinstance(transport, _HTTPX_TRANSPORTS) or not _wraps_httpx(transport, depth=3):
+    if isinstance(transport, _HTTPX_TRANSPORTS):
+        if not _overrides_sending(transport):
+            return None  # httpx's own: swapping it out loses nothing
+    elif not _wraps_httpx(transport, depth=3):
         return None
-    return transport
+    return transport, isinstance(client, httpx.AsyncClient)
+
+
+def _overrides_sending(transport: Any) -> bool:
+    """Whether a subclass of httpx's transport sends its own way (retrying around
+    ``super().handle_request``, which then reaches httpx's method, answered below)."""
+    for base, name in ((httpx.HTTPTransport, "handle_request"),
+                       (httpx.AsyncHTTPTransport, "handle_async_request")):  # fmt: skip
+        if isinstance(transport, base) and type(transport) is not base:
+            return getattr(type(transport), name) is not getattr(base, name)
+    return False
 
 
 def _wraps_httpx(obj: Any, depth: int) -> bool:
-    """Whether an httpx transport is among ``obj``'s attributes (or theirs, ``depth`` deep)."""
+    """Whether an httpx transport is among ``obj``'s attributes, or in a list, tuple or dict
+    of them (or theirs), ``depth`` levels deep."""
     if depth == 0:
         return False
-    for value in getattr(obj, "__dict__", {}).values():
+    values: Any
+    if isinstance(obj, list | tuple):
+        values = obj
+    elif isinstance(obj, dict):
+        values = obj.values()
+    else:
+        values = getattr(obj, "__dict__", {}).values()
+    for value in values:
         if isinstance(value, _HTTPX_TRANSPORTS) or (
             not isinstance(value, type | str | bytes | int | float)
             and _wraps_httpx(value, depth - 1)
@@ -140,9 +165,11 @@ def start() -> None:
 
 
 def stop() -> None:
-    """Undo one :func:`start`."""
+    """Undo one :func:`start` (a stop with none to undo does nothing)."""
     global _users
     with _lock:
+        if _users == 0:
+            return
         _users -= 1
         if _users == 0:
             httpx.HTTPTransport.handle_request = _originals.pop(httpx.HTTPTransport)  # type: ignore[method-assign]

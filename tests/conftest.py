@@ -102,6 +102,22 @@ class AsyncRetrying(httpx.AsyncBaseTransport):
             except httpx.TimeoutException:
                 if attempt == 2:
                     raise
+
+
+class DualRetrying(Retrying, AsyncRetrying):
+    # Both a sync and an async transport, as httpx-retries' RetryTransport is.
+    pass
+
+
+class SubclassRetrying(httpx.HTTPTransport):
+    # httpx's transport itself, retrying around its own sending.
+    def handle_request(self, request):
+        for attempt in range(3):
+            try:
+                return super().handle_request(request)
+            except httpx.TimeoutException:
+                if attempt == 2:
+                    raise
 """
 
 

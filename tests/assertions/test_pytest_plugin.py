@@ -603,6 +603,20 @@ def test_sync_retrying_transport(ledger):
     assert_side_effects(ledger, exactly(1, "payments.refund.create", order_id="order_1042"))
 
 
+@pytest.mark.twice_mock(fault="lost_reply")
+def test_sync_client_of_a_sync_and_async_transport(ledger):
+    with httpx.Client(transport=DualRetrying(httpx.HTTPTransport())) as client:
+        client.post(URL, json=BODY, headers=HEADERS)
+    assert_side_effects(ledger, exactly(1, "payments.refund.create", order_id="order_1042"))
+
+
+@pytest.mark.twice_mock(fault="lost_reply")
+def test_subclass_of_httpx_transport(ledger):
+    with httpx.Client(transport=SubclassRetrying()) as client:
+        client.post(URL, json=BODY, headers=HEADERS)
+    assert_side_effects(ledger, exactly(1, "payments.refund.create", order_id="order_1042"))
+
+
 @pytest.mark.anyio
 @pytest.mark.twice_mock(fault="lost_reply")
 async def test_async_retrying_transport(ledger):
@@ -623,10 +637,10 @@ def test_plugin_runs_a_clients_own_retrying_transport(
     project.makepyfile(RETRYING_TRANSPORT.replace("HEADERS)", f"{headers})") + retrying_transports)
     result = project.runpytest(*PLUGIN)
     if keyed:  # one key for the request, so every retry of it is a replay
-        result.assert_outcomes(passed=2)
+        result.assert_outcomes(passed=4)
         return
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(failed=4)
     result.stdout.fnmatch_lines(
         ["*expected exactly 1, observed 2 (re_1 at attempt 1, reply lost; re_2 at attempt 2)*"]
     )
-    assert result.stdout.str().count("observed 2") == 2
+    assert result.stdout.str().count("observed 2") == 4
