@@ -92,30 +92,54 @@ def scrub(text: str, secrets: list[str] | None = None) -> str:
     return text
 
 
-AUTH_HEADER = re.compile(r"authorization\s*:\s*(?:(?:bearer|basic|token)\s+)?(\S+)", re.I)
+CREDENTIAL_OPTION = re.compile(
+    r"(^|[-_])(api[-_]?key|token|secret|password|passwd|access[-_]?key|credentials?)$", re.I
+)
+"""Command-line options whose value is a credential: the name ends in one (``--api-key``,
+``--auth-token``, ``--client-secret``), so ``--key-strategy``, ``--sort-key`` or
+``--api-key-env NAME`` are not taken for one."""
+
+KEY_HEADER = re.compile(
+    r"\b(?:authorization|x-api-key|api-key|x-goog-api-key)\s*:\s*"
+    r"(?:(?:bearer|basic|token)\s+)?([^\s'\"]+)",
+    re.I,
+)
+"""A header carrying a key: OpenAI's ``Authorization: Bearer``, Anthropic's ``x-api-key``,
+Azure's ``api-key``, Google's ``x-goog-api-key``."""
+
 URL_PASSWORD = re.compile(r"://[^/\s:@]*:([^/\s@]+)@")
 
 
-def command_secrets(command: str) -> list[str]:
+def command_secrets(command: str, _depth: int = 0) -> list[str]:
     """Credentials written on a shell command line (``--agent-cmd``), where no environment
     variable names them: the values of key-variable assignments (``OPENAI_API_KEY=sk-…
-    python agent.py``), of credential-named options (``--api-key X``, ``--token=X``), of an
-    ``Authorization`` header (``-H 'Authorization: Bearer X'``) and of a URL's password."""
+    python agent.py``, ``export …;``), of credential-named options (``--api-key X``,
+    ``--token=X``), of a key header (``-H 'Authorization: Bearer X'``) and of a URL's
+    password, also inside a quoted script (``bash -c '…'``)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)  # `;`, `&&` apart
+    lexer.whitespace_split = True
     try:
-        words = shlex.split(command)
+        words = list(lexer)
     except ValueError:  # an unclosed quote: the shell will say so; split on blanks here
         words = command.split()
     found: list[str] = []
     for i, word in enumerate(words):
+        if _depth < 2 and any(c.isspace() for c in word):
+            found += command_secrets(word, _depth + 1)  # a script given as one argument
         name, eq, value = word.partition("=")
-        if name.startswith("-") and CREDENTIAL_ARG.search(name.lstrip("-")):
-            if eq:
+        if name.startswith("-") and CREDENTIAL_OPTION.search(name.lstrip("-")):
+            if not eq:
+                value = words[i + 1] if i + 1 < len(words) else ""
+            if value and not value.startswith(("-", "$")):
                 found.append(value)
-            elif i + 1 < len(words):
-                found.append(words[i + 1])
-        elif eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and SECRET_ENV.search(name):
+        elif (
+            eq
+            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
+            and SECRET_ENV.search(name)
+            and not value.startswith("$")
+        ):
             found.append(value)
-        found += AUTH_HEADER.findall(word) + URL_PASSWORD.findall(word)
+        found += KEY_HEADER.findall(word) + URL_PASSWORD.findall(word)
     return found
 
 

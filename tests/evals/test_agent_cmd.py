@@ -194,6 +194,18 @@ def test_a_key_only_on_the_agent_command_line_is_in_no_log(
          ["dXNlcjpwYXNz", "pass12345678"]),
         ("python agent.py --model gpt-5 --max-tokens 4096 --timeout 30", []),
         ("python agent.py 'unclosed --secret s3cr3t-value", ["s3cr3t-value"]),
+        # What a review found taken for keys (and then replaced everywhere as "[redacted]")...
+        ("python agent.py --key-strategy intent-key --sort-key timestamp1", []),
+        ("python a.py --idempotency-key-header Idempotency-Key --no-auth --model-name abcdefgh",
+         []),
+        ("python a.py --api-key-env OPENAI_API_KEY --token $MY_TOKEN_VALUE", []),
+        # ... and missed.
+        ("export OPENAI_API_KEY=sk-live-abcdef123456; python a.py", ["sk-live-abcdef123456"]),
+        ("python a.py --api-key=sk-live-abcdef123456;", ["sk-live-abcdef123456"]),
+        ("bash -c 'cd a && python run.py --api-key sk-live-abcdef123456'",
+         ["sk-live-abcdef123456"]),
+        ("curl -H 'x-api-key: sk-ant-abcdef123' -H 'api-key: azkey12345678'",
+         ["sk-ant-abcdef123", "azkey12345678"]),
     ],
 )  # fmt: skip
 def test_command_secrets_finds_what_a_command_line_carries(command: str, found: list[str]) -> None:
