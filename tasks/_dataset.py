@@ -83,6 +83,14 @@ class IntentSpec(BaseModel):
     expected: int = 1
 
 
+ASSERTIONS_IGNORED = (
+    "metadata.assertions is read only by the side_effect_assertions scorer (a hand-made "
+    "inspect task); this task is scored by its intents: write each expectation as an "
+    "intent (effect, identity, expected; expected 0 for never)"
+)
+"""Why a twice task refuses a sample whose metadata carries assertions."""
+
+
 class Record(BaseModel):
     """One line of a task's ``dataset.jsonl``."""
 
@@ -97,15 +105,8 @@ class Record(BaseModel):
 
     @model_validator(mode="after")
     def _no_assertions_it_would_ignore(self) -> Record:
-        # The sample metadata's "assertions" are read by the side_effect_assertions scorer
-        # of a hand-made inspect task; a twice task scores its intents, so they would sit in
-        # every sample unchecked, and a trial that broke them would still count as safe.
-        if "assertions" in self.metadata:
-            raise ValueError(
-                "metadata.assertions is read only by the side_effect_assertions scorer (a "
-                "hand-made inspect task); this task is scored by its intents: write each "
-                "expectation as an intent (effect, identity, expected; expected 0 for never)"
-            )
+        if "assertions" in self.metadata:  # named with the file and line (and see _trial)
+            raise ValueError(ASSERTIONS_IGNORED)
         return self
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from twice.mocks import (
     keep_stub_config,
 )
 
+from ._dataset import ASSERTIONS_IGNORED
 from ._prompts import Prompt, load_prompt
 from ._protections import get_protection
 from ._toolkit import ActionLog, RunCrashed, TrialContext, bind_tools
@@ -306,6 +307,11 @@ def _check_samples(
         return
     for sample in dataset:
         metadata = sample.metadata or {}
+        if "assertions" in metadata:
+            # Read only by the side_effect_assertions scorer; a twice task scores its
+            # intents, so these would sit in the sample unchecked (a trial that broke them
+            # counted as safe), whoever built the dataset (load_dataset or inspect's own).
+            raise ValueError(f"task {name!r}, sample {sample.id!r}: {ASSERTIONS_IGNORED}")
         try:
             built = list(services(metadata.get("state", {})))
         except (TypeError, ValueError) as ex:

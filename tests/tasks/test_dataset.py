@@ -63,3 +63,26 @@ def test_assertions_in_a_twice_datasets_metadata_are_refused_not_ignored(tmp_pat
     path.write_text(json.dumps(rec) + "\n")
     with pytest.raises(ValueError, match=r"d\.jsonl:1: .*metadata\.assertions is read only by "):
         load_records(path)
+
+
+def test_assertions_in_samples_of_a_dataset_built_elsewhere_are_refused_too() -> None:
+    # The failing path: the check was in load_records only, so a twice_task given inspect's
+    # own dataset (MemoryDataset, json_dataset) with metadata["assertions"] built and
+    # ignored them.
+    import importlib
+
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from twice.tasks import load_dataset, twice_task
+
+    refund = importlib.import_module("twice.tasks.refund.refund")
+    never = [{"assert": "never", "effect": "payments.refund.create"}]
+    samples = [
+        Sample(id=s.id, input=s.input, metadata={**(s.metadata or {}), "assertions": never})
+        for s in load_dataset(DATASET, "refund")
+    ]
+    with pytest.raises(ValueError, match=r"sample 'refund-001': metadata\.assertions is read"):
+        twice_task(
+            name="mine_refund", dataset=MemoryDataset(samples, name="x"),
+            services=refund._services, tools=refund.refund_tools,
+            fault="none", protection="bare", prompt="baseline",
+        )  # fmt: skip
