@@ -388,6 +388,10 @@ def _bound() -> Services:
         ) from None
 
 
+UNMATCHED_ROUTE = "unmatched"
+"""The shared router's catch-all route (a request no service route matches)."""
+
+
 def _shared_router(layout: Layout, *, sync: bool) -> respx.Router:
     """The router of ``layout``: built on first use, then reused by every trial."""
     router = _ROUTERS.get((layout, sync))
@@ -400,7 +404,9 @@ def _shared_router(layout: Layout, *, sync: bool) -> respx.Router:
             router.route(method=method, url__regex=pattern, name=name).mock(
                 side_effect=_side_effect(name, sync=sync)
             )
-    router.route(name="unmatched").mock(side_effect=lambda request: _bound()._unmatched(request))
+    router.route(name=UNMATCHED_ROUTE).mock(
+        side_effect=lambda request: _bound()._unmatched(request)
+    )
     if len(_ROUTERS) >= MAX_ROUTERS:
         _ROUTERS.clear()
     _ROUTERS[(layout, sync)] = router
@@ -515,7 +521,13 @@ class Services:
             routes = service.routes()
             for r in routes:
                 # A route name is an effect's identity, and the router keeps one route per
-                # name: a second route of one name would silently replace the first.
+                # name: a second route of one name would silently replace the first (and the
+                # router's own catch-all, added last, any route of its name).
+                if r.name == UNMATCHED_ROUTE:
+                    raise ValueError(
+                        f"route name {UNMATCHED_ROUTE!r} ({r.method} {r.path}) is the router's "
+                        "own catch-all; give the route another name"
+                    )
                 if r.name in self._routes:
                     other = self._routes[r.name][1]
                     raise ValueError(

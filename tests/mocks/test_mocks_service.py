@@ -314,6 +314,19 @@ def test_two_routes_of_one_name_are_refused_when_the_services_are_built() -> Non
         Services([Doubled(orders=[ORDER])])
 
 
+def test_a_route_named_like_the_routers_catch_all_is_refused() -> None:
+    # The failing path: the catch-all, added after the services' routes, replaced it: every
+    # request to it was a 404 "no endpoint", with no error.
+    from twice.mocks import Route
+
+    class Shadowed(PaymentsService):
+        def routes(self) -> list[Route]:
+            return [*super().routes(), Route("GET", r"/v1/x", "unmatched", self.list_refunds)]
+
+    with pytest.raises(ValueError, match=r"route name 'unmatched' \(GET /v1/x\) is the router"):
+        Services([Shadowed(orders=[ORDER])])
+
+
 def test_sync_path_serves_threads_one_request_at_a_time() -> None:
     # Switch threads as often as possible, so an unserialised path races within a few rounds.
     old = sys.getswitchinterval()
