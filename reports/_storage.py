@@ -273,6 +273,11 @@ def local_target(path: Path | str) -> Path:
     """
     path = Path(path)
     real = Path(os.path.realpath(path))
+    for above in path.parents:  # a dangling link on the way: `>` would not make its target
+        if above.is_symlink() and not above.exists():
+            raise FileNotFoundError(
+                errno.ENOENT, f"the link {str(above)!r} on its path points nowhere"
+            )
     if path.is_symlink():
         if real.is_symlink():
             raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
