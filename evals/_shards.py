@@ -53,6 +53,10 @@ MIN_CELLS_PER_WORKER = 8
 (importing inspect) as a few stub cells take to run, so small suites stay in one process."""
 
 
+MAX_SHARDS = 10_000
+"""The most shards a run may be split into."""
+
+
 def parse_shard(text: str) -> Shard:
     """``"2/3"`` → ``Shard(2, 3)``.
 
@@ -60,6 +64,11 @@ def parse_shard(text: str) -> Shard:
         SuiteError: unless the text is ``i/n`` with ``1 <= i <= n``.
     """
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if m and int(m[2]) > MAX_SHARDS:
+        raise SuiteError(
+            f"--shard {text!r}: at most {MAX_SHARDS} shards (a run has one cell per shard at "
+            "most worth splitting; more leaves shards empty)"
+        )
     if not m or not 1 <= int(m[1]) <= int(m[2]):
         raise SuiteError(
             f"--shard {text!r} is not i/n with 1 <= i <= n (e.g. 1/4 ... 4/4; in a Kubernetes "

@@ -357,7 +357,7 @@ def run(
             agents=agents,
             mocks=_mocks(mocks),
         )
-        part = parse_shard(shard) if shard else None
+        part = parse_shard(shard) if shard is not None else None  # "": an unset $VAR
         if part and workers and workers > 1:
             raise SuiteError("--shard runs one shard in this process: drop --workers")
         out = log_dir or str(default_log_dir())

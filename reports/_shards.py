@@ -125,7 +125,9 @@ def require_complete(
         [*shards.missing, *(Shard(i, shards.count) for i in empty)], key=lambda m: m.index
     )
     if missing:
-        names = ", ".join(m.name for m in missing)
+        shown = 10  # a million-shard typo must not print a 25 MB line
+        names = ", ".join(m.name for m in missing[:shown])
+        names += f", ... ({len(missing) - shown} more)" if len(missing) > shown else ""
         raise LogReadError(
             f"log directory {str(log_dir)!r} is missing {len(missing)} of {shards.count} "
             f"shard(s): {names}; run `twice run --shard {missing[0]} --log-dir {log_dir}` "

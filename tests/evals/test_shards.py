@@ -79,6 +79,14 @@ def test_parse_shard_rejects(text: str) -> None:
         parse_shard(text)
 
 
+def test_parse_shard_caps_the_count() -> None:
+    # The failing path: 1/99999999999999999999 ran; `twice report` then hung listing the
+    # missing shards (1/1000000 printed a 25 MB message).
+    assert parse_shard("1/10000") == Shard(1, 10000)
+    with pytest.raises(SuiteError, match=r"at most 10000 shards"):
+        parse_shard("1/99999999999999999999")
+
+
 def test_parse_shard_accepts() -> None:
     assert parse_shard("2/3") == Shard(2, 3)
     assert parse_shard(" 1 / 1 ") == Shard(1, 1)
@@ -146,6 +154,10 @@ def test_bad_shard_is_a_usage_error(twice: Twice, tmp_path: Path) -> None:
     result = twice("run", *SUITE, "--shard", "3/2", "--log-dir", tmp_path / "x")
     assert result.exit_code == 2
     assert "'3/2' is not i/n" in result.output
+    # An unset variable in `--shard "$X"` ran the whole suite, unsharded, exit 0.
+    result = twice("run", *SUITE, "--shard", "", "--log-dir", tmp_path / "y")
+    assert result.exit_code == 2
+    assert "--shard '' is not i/n" in result.output
     result = twice("run", *SUITE, "--shard", "1/2", "--workers", "2", "--log-dir", tmp_path)
     assert result.exit_code == 2
     assert "drop --workers" in result.output
@@ -269,6 +281,13 @@ def test_missing_or_mixed_shards_exit_2(twice: Twice, tmp_path: Path) -> None:
         assert "missing 2 of 3 shard(s): shard-1-of-3, shard-3-of-3" in result.output
         assert "--shard 1/3" in result.output
     assert not (log_dir / "summary.json").exists()
+    # Many missing shards are counted past the first ten, not all listed.
+    many = tmp_path / "many"
+    assert twice("run", *SUITE, "--shard", "2/40", "--log-dir", many).exit_code == 0
+    result = twice("report", many)
+    assert result.exit_code == 2
+    assert "missing 39 of 40 shard(s): shard-1-of-40, shard-3-of-40," in result.output
+    assert "shard-11-of-40, ... (29 more)" in result.output
 
     (log_dir / "shard-1-of-2").mkdir()
     result = twice("report", log_dir)
