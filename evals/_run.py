@@ -37,6 +37,7 @@ from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
 from twice.reports import (
     CELL,
+    SHARD_DIR,
     Location,
     LogDir,
     LogEntry,
@@ -47,6 +48,7 @@ from twice.reports import (
     check_log_dir,
     crashed,
     file_stamp,
+    find_files,
     frame_of,
     is_file,
     is_remote,
@@ -516,6 +518,35 @@ def cell_dict(cell: Cell, names: dict[str, str]) -> dict[str, str]:
     }
 
 
+_RUN_FILES = ("summary.json", "eval-set.json", "logs.json")
+
+
+def refuse_runs_inside(log_dir: Location) -> None:
+    """Refuse a log directory that holds another run's logs in a subdirectory (its own
+    ``shard-i-of-n`` directories aside).
+
+    inspect's eval_set lists a log directory recursively: a run into ``logs`` would take the
+    logs of ``logs/run-41`` for its own, reuse or never finish their cells, and clean up the
+    ones it judged stale, deleting that run's finished work.
+
+    Raises:
+        SuiteError: naming the first such directory.
+    """
+    root = str(log_dir).rstrip("/")
+    for found in find_files(log_dir):
+        parts = str(found)[len(root) :].strip("/").split("/")
+        if len(parts) < 2 or (len(parts) == 2 and SHARD_DIR.match(parts[0])):
+            continue  # the run's own files, or its shards'
+        if parts[-1] in _RUN_FILES or parts[-1].endswith(".eval"):
+            inside = f"{root}/{'/'.join(parts[:-1])}"
+            raise SuiteError(
+                f"log directory {str(log_dir)!r} holds another run's logs in {inside!r}; "
+                "inspect reads a log directory with everything under it, so this run would "
+                "take those logs for its own and could delete them: give each run a "
+                "directory of its own, beside the others, not above them"
+            )
+
+
 def _prepare_log_dir(log_dir: Location) -> None:
     try:
         make_dirs(log_dir)
@@ -524,6 +555,7 @@ def _prepare_log_dir(log_dir: Location) -> None:
             f"log directory {str(log_dir)!r} cannot be created: {ex.strerror or ex}; "
             "pass a --log-dir you can write to"
         ) from None
+    refuse_runs_inside(log_dir)
     if is_remote(log_dir):
         return
     # Written after every trial has run: twice's summary and report, inspect's listing of the

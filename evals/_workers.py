@@ -47,6 +47,7 @@ from ._run import (
     gc_for_trials,
     incomplete_fields,
     prompt_names,
+    refuse_runs_inside,
     run_metadata,
     without_cut_short,
     write_atomic,
@@ -254,6 +255,8 @@ def run_parallel(
         # A bucket that is missing or cannot be reached is one line here, as in one process,
         # not every worker's usage error wrapped in the run's.
         _prepare_log_dir(log_dir)
+    elif is_dir(log_dir):
+        refuse_runs_inside(log_dir)  # its shards' directories aside (checked there too)
     with contextlib.ExitStack() as stack:
         if not is_remote(log_dir) and is_dir(log_dir):
             # The lock a one-process run takes: the two never run into one directory at once.

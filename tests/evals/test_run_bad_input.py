@@ -246,6 +246,26 @@ def test_bad_input_own_task_that_raises_as_it_is_built(
     _one_line_exit_2(result, f"task '{task}:mine' cannot be built: {error}")
 
 
+@pytest.mark.parametrize("workers", [None, "1", "2"])
+@pytest.mark.parametrize(
+    "left", ["old/summary.json", "old/shard-1-of-2/x.eval", "a/b/eval-set.json"]
+)
+def test_bad_input_a_log_dir_above_another_runs_logs(
+    twice: Twice, tmp_path: Path, left: str, workers: str | None
+) -> None:
+    # The failing path: inspect lists a log directory recursively, so a run into logs/ took
+    # logs/old's logs for its own and deleted them as stale (exit 0), or never finished.
+    log_dir = tmp_path / "logs"
+    other = log_dir / left
+    other.parent.mkdir(parents=True)
+    other.write_text("{}")
+    extra = ("--workers", workers) if workers else ()
+    result = _run(twice, log_dir, "--model", "stub/retry", "--task", "refund", *extra)
+    _one_line_exit_2(result, f"holds another run's logs in '{other.parent}'")
+    assert other.read_text() == "{}"
+    assert sorted(p.name for p in log_dir.iterdir()) == [left.split("/")[0]]
+
+
 @pytest.mark.parametrize("rate", ["nan", "NaN", "0", "1", "-0.1"])
 def test_bad_input_trials_rate(twice: Twice, rate: str) -> None:
     result = twice("trials", "--rate", rate)
