@@ -210,7 +210,7 @@ def _recipe_env(tmp_path: Path, log_dir: str) -> dict[str, str]:
     (tmp_path / "suite.toml").write_text(TINY_SUITE)
     (tmp_path / "gate.toml").write_text(TINY_GATE)
     # The recipes' suite and gate, swapped for tiny ones; everything else as written.
-    return {"SUITE": "suite.toml", "GATE": "gate.toml", "LOG_DIR": log_dir}
+    return {"SUITE": "suite.toml", "EPOCHS": "1", "GATE": "gate.toml", "LOG_DIR": log_dir}
 
 
 def _merged_ok(s3: Any, prefix: str, shards: int) -> None:
