@@ -308,6 +308,7 @@ def run(
 
     With no flags, runs the default offline suite of stub models.
     """
+    from twice.reports import LogReadError
     from twice.tasks import scrub
 
     from ._run import ERRORED_IN, LAST_INTERRUPT, default_log_dir, format_table, run_suite
@@ -441,6 +442,15 @@ def run(
                     _server_end(server, result.failed)
     except SuiteError as ex:
         raise click.UsageError(scrub(str(ex))) from None
+    except LogReadError as ex:
+        # A log that vanished or changed while the run read its logs back: another process
+        # writing into the same directory (object storage has no lock), not a twice bug.
+        click.echo(
+            f"error: {scrub(str(ex))}; is another run writing into this log directory? "
+            f"Give each run its own --log-dir, then {rerun} to resume",
+            err=True,
+        )
+        sys.exit(1)
     except KeyboardInterrupt:
         # Stopped outside the trials (while loading or summarising): nothing to resume from
         # but the logs, which the same command picks up.

@@ -157,3 +157,22 @@ def test_run_errors_corrupt_log_in_log_dir_is_refused_and_kept(
     assert f"cannot resume into '{log_dir}'" in message and corrupt.name in message
     assert "move it out of the directory" in message
     assert {p.name: p.read_bytes() for p in log_dir.iterdir()} == before
+
+
+def test_run_errors_a_log_gone_while_read_back_is_one_line(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path (two runs into one S3 shard directory, which has no lock): a log the
+    # other run replaced was gone when this one read its logs back: a LogReadError traceback.
+    from twice.evals import _run as run_module
+    from twice.reports import LogReadError
+
+    def gone(*args: Any, **kwargs: Any) -> Any:
+        raise LogReadError("could not read inspect log 's3://b/x.eval': FileNotFoundError")
+
+    monkeypatch.setattr(run_module, "ran_trials", gone)
+    result = _run(twice, tmp_path / "logs", "--model", "stub/retry", "--task", "refund",
+                  "--fault", "none")  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert "is another run writing into this log directory?" in result.stderr
