@@ -116,8 +116,7 @@ class TwiceMock:
     def _serve(self, request: httpx.Request) -> Any:
         """A mocked service's answer; through the client's own transport when it wraps
         httpx's (a retrying transport), so each attempt it makes is served and counted."""
-        sent = through_own_transport(request, self.services.dispatch)
-        return self.services.dispatch(request) if sent is None else sent
+        return through_own_transport(request, self.services.dispatch)
 
     def _other_host(self, request: httpx.Request) -> httpx.Request | httpx.Response:
         """A request no service mocks: left to the test's own respx routes, refused, or let

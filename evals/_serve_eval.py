@@ -377,7 +377,6 @@ def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None 
         RuntimeError: when the command cannot be run at all (exit 126 or 127: not found or
             not executable), which is a usage error, not a trial outcome.
     """
-
     real, where = command, cwd or os.getcwd()
     remember_command_secrets(command)  # a key written on the command line, not in the env
 

@@ -60,6 +60,9 @@ refund task's 28): enough to pass a cell whose true rate is 1% against a 5% boun
 NO_RULE = "no rule"
 """The verdict of a cell that no gate rule covers."""
 
+NOT_FAILING = ("pass", NO_RULE)
+"""Verdicts that fail nothing: the run's gate passes when every cell has one."""
+
 
 @dataclass
 class CellState:
@@ -410,7 +413,7 @@ def format_decisions(states: list[CellState], max_trials: int) -> str:
         }[st.status]
         lines.append(f"{verdict:<20} {st.label}: {when}, {st.trials} trial(s)")
         for name, rs in st.rules.items():
-            if rs.status == "fail" or st.status not in ("pass", NO_RULE):
+            if rs.status == "fail" or st.status not in NOT_FAILING:
                 lines.append(f"      {name!r}: {rs.message}")
     lines.append(f"{total} trial(s) in {len(states)} cell(s); {METHOD}")
     return "\n".join(lines)
@@ -515,7 +518,7 @@ def run_sequential_cli(
         unmatched = unmatched_rules(gate, suite)
         for line in unmatched:
             click.echo(f"FAIL {line}")
-        passed = not unmatched and all(st.status in ("pass", NO_RULE) for st in states)
+        passed = not unmatched and all(st.status in NOT_FAILING for st in states)
         verdict = "passed" if passed else "FAILED"
         click.echo(f"gate {verdict} (check again: twice gate {log_dir} --config {gate_path})")
     click.echo(f"\nsummary: {result.summary_path}")

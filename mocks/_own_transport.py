@@ -37,19 +37,18 @@ _originals: dict[type, Callable[..., Any]] = {}
 
 def through_own_transport(
     request: httpx.Request, answer: Answer
-) -> httpx.Response | Awaitable[httpx.Response] | None:
-    """Send ``request`` through its client's own transport, with ``answer`` serving it below.
+) -> httpx.Response | Awaitable[httpx.Response]:
+    """Answer ``request`` with ``answer``: through its client's own transport when that
+    wraps httpx's, with ``answer`` serving each attempt below it; directly otherwise.
 
     Returns:
-        The response (an awaitable for an async client), or None when the client's transport
-        is httpx's own or wraps none: the caller then answers as it always has. Exceptions
-        (a fault's timeout, once the wrapper gives up) propagate as the client would see them.
+        The response (an awaitable when it goes through an async client's transport).
+        Exceptions (a fault's timeout, once the wrapper gives up) propagate as the client
+        would see them.
     """
-    if _BELOW.get() is not None:
-        return None  # already below the client's own transport: answer here
-    found = _own_transport(request)
-    if found is None:
-        return None
+    found = None if _BELOW.get() is not None else _own_transport(request)
+    if found is None:  # httpx's own transport, one that wraps none, or already below
+        return answer(request)
     own, is_async = found
     # Sync or async from the client, not from the transport's bases: httpx-retries'
     # RetryTransport is both a sync and an async transport.

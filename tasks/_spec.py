@@ -120,12 +120,17 @@ def _library_dirs() -> list[Path]:
 _LIBRARY_KEYS = ("stdlib", "platstdlib", "purelib", "platlib")
 
 
+def _in_libraries(file: Path, libraries: list[Path]) -> bool:
+    """Whether ``file`` is not the user's: under one of :func:`_library_dirs`."""
+    return any(file.resolve().is_relative_to(d) for d in libraries)
+
+
 def _own_imports(root: Path, package: str) -> dict[str, Path]:
     """Module name → file of every user module ``root`` imports, directly or through another."""
     libraries = _library_dirs()
 
     def library(file: Path) -> bool:
-        return any(file.resolve().is_relative_to(d) for d in libraries)
+        return _in_libraries(file, libraries)
 
     home = None if package else root.parent  # a file spec's neighbours, found first
     found: dict[str, Path] = {}
@@ -256,7 +261,7 @@ def _own_neighbours(path: Path) -> Iterator[None]:
     for name in beside:
         cached = sys.modules.get(name)
         origin = getattr(getattr(cached, "__spec__", None), "origin", None)
-        if cached is not None and (origin is None or _neighbour(Path(origin), name) != home):
+        if cached is not None and (origin is None or _neighbour(Path(origin)) != home):
             for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
                 del sys.modules[loaded]
     finder = _BesideFinder(beside, str(home))
@@ -276,18 +281,18 @@ def _neighbours_imported(path: Path, home: Path) -> set[str]:
     for name, file in _own_imports(path, "").items():
         if "." in name or name in sys.builtin_module_names or file.resolve() == path.resolve():
             continue
-        if _neighbour(file, name) != home:
+        if _neighbour(file) != home:
             continue
         found = importlib.machinery.PathFinder.find_spec(name, elsewhere)
         origin = found.origin if found is not None else None
-        if origin and any(Path(origin).resolve().is_relative_to(d) for d in libraries):
+        if origin and _in_libraries(Path(origin), libraries):
             continue
         names.add(name)
     return names
 
 
-def _neighbour(file: Path, name: str) -> Path:
-    """The directory module ``name`` (top-level) sits in: a package's parent, else the file's."""
+def _neighbour(file: Path) -> Path:
+    """The directory a top-level module's ``file`` sits in: a package's parent, else its own."""
     file = file.resolve()
     return file.parent.parent if file.name == "__init__.py" else file.parent
 

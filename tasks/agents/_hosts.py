@@ -48,8 +48,7 @@ class _Trial:
         so every attempt it makes is served (:func:`twice.mocks.through_own_transport`)."""
         if self._target(request) is None:
             return None
-        sent = through_own_transport(request, self._dispatch)
-        return self._dispatch(request) if sent is None else sent  # type: ignore[return-value]
+        return through_own_transport(request, self._dispatch)  # type: ignore[return-value]
 
     def _dispatch(self, request: httpx.Request) -> httpx.Response:
         target = self._target(request)
