@@ -29,6 +29,30 @@ from ._shards import stop_with_parent
 from ._suite import SuiteError, suite_from_flags
 
 
+class _LocationType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.5 on
+    """A path or an fsspec URI, kept a string (``Path("s3://b/x")`` is ``s3:/b/x``), that is not
+    a URI written with one slash: ``s3:/b/x`` would be a local directory named ``s3:``."""
+
+    name = "location"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from twice.reports import misspelt_uri
+
+        text = str(value)
+        meant = misspelt_uri(text)
+        if meant is not None:
+            self.fail(
+                f"{text!r} is a URI with one slash after its scheme, which would be a local "
+                f"directory of that name: write {meant!r} (or ./{text} for a local path)",
+                param,
+                ctx,
+            )
+        return text
+
+
+LOCATION = _LocationType()
+
+
 def _existing_split(log_dir: str) -> int | None:
     from twice.reports import LogReadError, run_split
 
@@ -181,7 +205,7 @@ def cli() -> None:
 @click.option("--limit", type=click.IntRange(min=1), help="Samples per task (first N).")
 @click.option(
     "--log-dir",
-    type=str,  # not click.Path: a URI must stay a string (Path("s3://b/x") is "s3:/b/x")
+    type=LOCATION,
     help="Where logs, summary.json and report.html go (a path or an fsspec URI such as "
     "s3://bucket/run); rerun with the same directory to resume.",
 )
@@ -680,7 +704,7 @@ def _errored(logs: Any, frame: Any) -> list[str]:
 
 
 @cli.command()
-@click.argument("log_dir", type=str)  # a path or an fsspec URI: kept a string
+@click.argument("log_dir", type=LOCATION)
 @click.option(
     "--config",
     "config",
@@ -691,12 +715,12 @@ def _errored(logs: Any, frame: Any) -> list[str]:
 @click.option(
     "--baseline",
     "baseline_dir",
-    type=str,
+    type=LOCATION,
     help="Fail when a rate is significantly worse than in these logs (path or URI).",
 )
 @click.option(
     "--junit",
-    type=str,  # a path or an fsspec URI: kept a string (a Path would mangle s3://)
+    type=LOCATION,
     help="Write JUnit XML here (a path or URI; one test case per rule × cell).",
 )
 @click.option(
@@ -782,17 +806,17 @@ def _junit_or_exit(write: Callable[[], object], junit: str) -> None:
 
 
 @cli.command()
-@click.argument("log_dir", type=str)  # a path or an fsspec URI: kept a string
+@click.argument("log_dir", type=LOCATION)
 @click.option(
     "-o",
     "--output",
-    type=str,
+    type=LOCATION,
     help="Where to write the HTML (path or URI). Default: LOG_DIR/report.html.",
 )
 @click.option(
     "--baseline",
     "baseline_dir",
-    type=str,
+    type=LOCATION,
     help="Compare against these logs (path or URI).",
 )
 def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:

@@ -64,6 +64,27 @@ def is_remote(location: Location) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
+_ONE_SLASH = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/(?!/)(.*)", re.DOTALL)
+
+
+def misspelt_uri(text: str) -> str | None:
+    """What ``text`` means when it is a URI of a filesystem fsspec knows written with one slash
+    (``s3:/bucket/run``), else None.
+
+    Such a string is a legal local path, so without this check ``--log-dir s3:/bucket/run``
+    writes into ``./s3:/bucket/run`` and the bucket never gets the run.
+    """
+    match = _ONE_SLASH.fullmatch(text)
+    if match is None:
+        return None
+    proto, rest = match.group(1).lower(), match.group(2)
+    from fsspec.registry import known_implementations
+
+    if proto not in known_implementations:
+        return None
+    return f"/{rest}" if proto in ("file", "local") else f"{proto}://{rest}"
+
+
 def file_stamp(location: Location) -> tuple[int, int] | None:
     """A local file's size and modification time (None for a remote or missing one): what
     tells a log that was rewritten from one left as it was."""

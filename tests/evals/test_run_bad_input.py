@@ -78,6 +78,9 @@ def files(tmp_path: Path) -> Path:
         (("--epochs", "99999999999999999999"), "before the first ran (inspect plans every"),
         # An empty CI variable ran into a new logs/run-<time> each time, never resuming.
         (("--log-dir", ""), "--log-dir: is empty"),
+        # A URI with one slash is a legal local path: the run went into ./s3:/bucket/run.
+        (("--log-dir", "s3:/bucket/run"), "'s3:/bucket/run' is a URI with one slash after its "
+         "scheme, which would be a local directory of that name: write 's3://bucket/run'"),
         # Found after every trial had run, as a traceback.
         (("--log-dir", "{d}/has-dir-report"), "report.html' is a directory"),
         # inspect's listing of the logs: found after every trial, as a traceback.
@@ -103,8 +106,9 @@ def files(tmp_path: Path) -> Path:
     ],
 )  # fmt: skip
 def test_bad_input_run_is_one_line_and_exit_2(
-    twice: Twice, files: Path, args: tuple[str, ...], expected: str
+    twice: Twice, files: Path, args: tuple[str, ...], expected: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(files)  # a relative path wrongly taken, e.g. ./s3:/..., lands here
     args = tuple(a.format(d=files) for a in args)
     log_dir = files / "logs"
     if "--model" not in args:
@@ -293,6 +297,39 @@ def test_bad_input_report_and_gate_to_unwritable_paths(
         assert "Traceback" not in result.output
         errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
         assert len(errors) == 1 and hint in errors[0], result.stderr
+
+
+def test_bad_input_uris_with_one_slash_are_refused_everywhere(
+    twice: Twice, stub_logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each of these is a legal local path, so report and gate read or wrote ./s3:/... and
+    # ./gs:/... (or said "does not exist") where the user meant a bucket.
+    monkeypatch.chdir(tmp_path)
+    gate = Path(__file__).parents[2] / "evals" / "gate.toml"
+    for args, hint, meant in [
+        (("report", "s3:/bucket/run"), "LOG_DIR", "s3://bucket/run"),
+        (("report", stub_logs, "-o", "gs:/b/r.html"), "-o", "gs://b/r.html"),
+        (("report", stub_logs, "--baseline", "S3:/b/base"), "--baseline", "s3://b/base"),
+        (("gate", "memory:/run", "--config", gate), "LOG_DIR", "memory://run"),
+        (("gate", stub_logs, "--config", gate, "--junit", "s3:/b/j.xml"), "--junit", "s3://b"),
+        (("report", "file:/tmp/run"), "LOG_DIR", "write '/tmp/run'"),
+    ]:
+        result = twice(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output
+        assert hint in result.stderr and meant in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing made in the current directory
+
+
+def test_only_known_schemes_with_one_slash_count_as_misspelt() -> None:
+    from twice.reports import misspelt_uri
+
+    assert misspelt_uri("s3:/b/run") == "s3://b/run"
+    assert misspelt_uri("s3://b/run") is None
+    assert misspelt_uri("runs/s3:/x") is None  # a colon further along the path
+    assert misspelt_uri("notafs:/x") is None  # not a filesystem fsspec knows: a local name
+    assert misspelt_uri("./s3:/x") is None  # how the error says to name the local directory
+    assert misspelt_uri("/abs/path") is None
 
 
 @pytest.mark.parametrize(
