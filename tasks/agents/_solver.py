@@ -54,7 +54,7 @@ def agent_time_limit(seconds: float | None) -> Iterator[None]:
     """While evals run: an agent still running after ``seconds`` in a trial is cancelled and
     the trial counts as crashed ("timed out"), as an ``--agent-cmd`` command is stopped.
     Cancelling needs the agent to await: one blocking the event loop (``time.sleep``) is not
-    reached until it yields."""
+    reached until it yields, and counts as timed out when it ends past its deadline."""
     global _time_limit
     before, _time_limit = _time_limit, seconds
     try:
@@ -127,6 +127,13 @@ def agent_solver(
                         result = await fn(state.input_text, actx)
                     if scope.cancel_called:  # also when the agent swallowed the cancel
                         raise AgentTimedOut(f"timed out after {seconds:g} s (--agent-timeout)")
+                    if anyio.current_time() > scope.deadline:
+                        # An agent that blocked the event loop past its deadline is never
+                        # cancelled (the timer cannot fire), yet it overran all the same.
+                        raise AgentTimedOut(
+                            f"timed out: ran past {seconds:g} s (--agent-timeout) while "
+                            "blocking the event loop, so it could not be cancelled"
+                        )
                     if not isinstance(result, str):  # str(None) would pass for an answer
                         raise TypeError(
                             f"the agent returned {type(result).__name__} {result!r:.80}, not "

@@ -194,6 +194,29 @@ def test_an_agent_still_running_at_agent_timeout_crashed_saying_so(
     assert "timed out after 1 s (--agent-timeout)" in html
 
 
+@pytest.mark.parametrize("awaits_after", [False, True])
+def test_an_agent_that_blocked_past_agent_timeout_crashed_saying_so(
+    twice: Callable[..., Any], tmp_path: Path, awaits_after: bool
+) -> None:
+    # The failing path: an agent blocking the event loop (time.sleep) for 2 s under a 1 s
+    # limit was never cancelled, since the timer could not fire, and counted as a clean trial:
+    # crashed 0%, even when it awaited after its deadline before answering.
+    agent = tmp_path / "blocks.py"
+    then = "await asyncio.sleep(0)\n    " if awaits_after else ""
+    agent.write_text(
+        "import asyncio\nimport time\n\n\nasync def agent(request, ctx):\n"
+        f"    time.sleep(2)\n    {then}return 'done late'\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "logs"
+    result = _run_agent(twice, agent, out, "none", "--agent-timeout", "1")
+    assert result.exit_code == 0, result.output
+    (cell,) = _cells(out).values()
+    assert cell["crashed_rate"] == 1.0 and cell["errors"] == 0
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "ran past 1 s (--agent-timeout) while blocking the event loop" in html
+
+
 def test_twice_run_scores_a_crashing_agent_and_reports_it(
     twice: Callable[..., Any], tmp_path: Path
 ) -> None:
