@@ -169,43 +169,33 @@ def test_an_agent_file_named_like_an_installed_package_does_not_hide_it(
     assert cell["crashed_rate"] == 0.0
 
 
-@pytest.mark.parametrize("swallows", [False, True])
+HUNG = "timed out after 1 s (--agent-timeout)"
+BLOCKED = "ran past 1 s (--agent-timeout) while blocking the event loop"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # --agent-timeout was refused for --agent ("there is none to bound"), and a hung
+        # in-process agent held its trial until the run was killed.
+        ("await asyncio.sleep(3600)", HUNG),
+        # It swallows the cancellation and answers: still past its time, still crashed.
+        ("try:\n        await asyncio.sleep(3600)\n    except asyncio.CancelledError:\n"
+         "        return 'I give up'", HUNG),
+        # Blocking the event loop past the deadline, the agent was never cancelled (the timer
+        # could not fire) and counted as a clean trial, crashed 0%, even when it awaited
+        # after its deadline before answering.
+        ("time.sleep(2)", BLOCKED),
+        ("time.sleep(2)\n    await asyncio.sleep(0)", BLOCKED),
+    ],
+)  # fmt: skip
 def test_an_agent_still_running_at_agent_timeout_crashed_saying_so(
-    twice: Callable[..., Any], tmp_path: Path, swallows: bool
+    twice: Callable[..., Any], tmp_path: Path, body: str, expected: str
 ) -> None:
-    # The failing path: --agent-timeout was refused for --agent ("there is none to bound"),
-    # and a hung in-process agent held its trial until the run was killed.
-    agent = tmp_path / "hangs.py"
-    # The second swallows the cancellation and answers: still past its time, still crashed.
-    body = "await asyncio.sleep(3600)" if not swallows else (
-        "try:\n        await asyncio.sleep(3600)\n    except asyncio.CancelledError:\n"
-        "        return 'I give up'"
-    )  # fmt: skip
-    agent.write_text(
-        f"import asyncio\n\n\nasync def agent(request, ctx):\n    {body}\n    return 'never'\n",
-        encoding="utf-8",
-    )
-    out = tmp_path / "logs"
-    result = _run_agent(twice, agent, out, "none", "--agent-timeout", "1")
-    assert result.exit_code == 0, result.output
-    (cell,) = _cells(out).values()
-    assert cell["crashed_rate"] == 1.0 and cell["errors"] == 0
-    html = (out / "report.html").read_text(encoding="utf-8")
-    assert "timed out after 1 s (--agent-timeout)" in html
-
-
-@pytest.mark.parametrize("awaits_after", [False, True])
-def test_an_agent_that_blocked_past_agent_timeout_crashed_saying_so(
-    twice: Callable[..., Any], tmp_path: Path, awaits_after: bool
-) -> None:
-    # The failing path: an agent blocking the event loop (time.sleep) for 2 s under a 1 s
-    # limit was never cancelled, since the timer could not fire, and counted as a clean trial:
-    # crashed 0%, even when it awaited after its deadline before answering.
-    agent = tmp_path / "blocks.py"
-    then = "await asyncio.sleep(0)\n    " if awaits_after else ""
+    agent = tmp_path / "late.py"
     agent.write_text(
         "import asyncio\nimport time\n\n\nasync def agent(request, ctx):\n"
-        f"    time.sleep(2)\n    {then}return 'done late'\n",
+        f"    {body}\n    return 'late'\n",
         encoding="utf-8",
     )
     out = tmp_path / "logs"
@@ -214,7 +204,7 @@ def test_an_agent_that_blocked_past_agent_timeout_crashed_saying_so(
     (cell,) = _cells(out).values()
     assert cell["crashed_rate"] == 1.0 and cell["errors"] == 0
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert "ran past 1 s (--agent-timeout) while blocking the event loop" in html
+    assert expected in html
 
 
 def test_twice_run_scores_a_crashing_agent_and_reports_it(
