@@ -19,7 +19,7 @@ import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,6 +40,8 @@ class _Trial:
     services: Services
     hosts: tuple[tuple[str, str], ...]
     """``(production URL prefix, mock base URL)`` pairs from ``--mock SERVICE=URL``."""
+    refused: list[str] = field(default_factory=list, compare=False)
+    """Requests for its hosts refused because they came from outside any trial's context."""
 
     def serve(self, request: httpx.Request) -> httpx.Response | None:
         """The trial's services' answer to ``request``, or None for a host they do not mock.
@@ -75,7 +77,8 @@ class _Trial:
 
 _TRIAL: ContextVar[_Trial | None] = ContextVar("twice_agent_trial", default=None)
 _mock: respx.MockRouter | None = None
-_active = 0
+_live: dict[int, _Trial] = {}
+"""The trials running now, by id: whose hosts a request with no trial context may be for."""
 
 
 def _under(url: str, prefix: str) -> bool:
@@ -85,9 +88,39 @@ def _under(url: str, prefix: str) -> bool:
 
 def _side_effect(request: httpx.Request) -> httpx.Response | httpx.Request:
     trial = _TRIAL.get()
-    served = trial.serve(request) if trial is not None else None
+    if trial is None:
+        _refuse_without_context(request)
+        return request
+    served = trial.serve(request)
     # Returning the request tells respx to pass it through to the real transport.
     return served if served is not None else request
+
+
+def _refuse_without_context(request: httpx.Request) -> None:
+    """Refuse a request for a running trial's host that carries no trial context.
+
+    A thread started with ``loop.run_in_executor`` or ``threading.Thread`` does not copy
+    context variables, so which trial sent the request is unknown. Passed through, it went to
+    the production URL behind ``--mock`` (or a ``*.twice.test`` name) while the trial counted
+    no effect. Every running trial is marked (they run the same agent), so each errors even
+    when the agent catches this exception.
+    """
+    url = str(request.url)
+    if not any(t._target(request) is not None for t in list(_live.values())):
+        return  # another host: pass through
+    message = (
+        f"the agent sent {request.method} {url} from outside its trial's context (a thread "
+        "started with loop.run_in_executor or threading.Thread does not carry context "
+        "variables), so no trial's services could serve it: use asyncio.to_thread, or run "
+        "the call with contextvars.copy_context().run"
+    )
+    _mark_live(message)
+    raise AgentLimitError(message)
+
+
+def _mark_live(message: str) -> None:
+    for live in list(_live.values()):
+        live.refused.append(message)
 
 
 def parse_hosts(
@@ -125,25 +158,32 @@ def parse_hosts(
 @contextmanager
 def serve_trial(services: Services, hosts: tuple[tuple[str, str], ...] = ()) -> Iterator[None]:
     """While the block runs, ``httpx`` requests from this context go to the trial's services."""
-    global _mock, _active
+    global _mock
     _guard_model_clients()
-    if _active == 0:
+    if not _live:
         mock = respx.mock(using="httpx", assert_all_called=False, assert_all_mocked=False)
         mock.route(name="twice-agent-services").mock(side_effect=_side_effect)
         own_transport.start()
         mock.start()
         _mock = mock
-    _active += 1
-    token = _TRIAL.set(_Trial(services, hosts))
+    trial = _Trial(services, hosts)
+    _live[id(trial)] = trial
+    token = _TRIAL.set(trial)
     try:
         yield
+    except Exception:
+        if trial.refused:  # whatever the agent made of the refusal, the trial is unscored
+            raise AgentLimitError(trial.refused[0]) from None
+        raise
     finally:
         _TRIAL.reset(token)
-        _active -= 1
-        if _active == 0 and _mock is not None:
+        del _live[id(trial)]
+        if not _live and _mock is not None:
             _mock.stop()
             own_transport.stop()
             _mock = None
+    if trial.refused:
+        raise AgentLimitError(trial.refused[0])
 
 
 def in_agent_trial() -> bool:
@@ -220,10 +260,18 @@ def _wrap(cls: Any, *, sync: bool) -> None:
 
         @functools.wraps(original)
         def request_sync(self: Any, cast_to: Any, options: Any, *args: Any, **kw: Any) -> Any:
-            if _TRIAL.get() is not None:
-                check_model_request(
-                    options.url, _json(options), stream=bool(kw.get("stream")), sync=True
-                )
+            # Also with no trial context while trials run: a thread an agent started (with
+            # run_in_executor) would otherwise send the request, the user's text, to the
+            # network.
+            if _TRIAL.get() is not None or _live:
+                try:
+                    check_model_request(
+                        options.url, _json(options), stream=bool(kw.get("stream")), sync=True
+                    )
+                except AgentLimitError as ex:
+                    if _TRIAL.get() is None:
+                        _mark_live(str(ex))
+                    raise
             return original(self, cast_to, options, *args, **kw)
 
         cls.request = request_sync

@@ -176,9 +176,15 @@ def test_agent_that_raises_is_scored_as_crashed_not_an_error(tmp_path: Path) -> 
 def test_bridge_limits_end_the_trial_with_a_clear_error(
     tmp_path: Path, name: str, body: str, message: str
 ) -> None:
-    spec = _user_agent(tmp_path, name, body)
+    sample = _limit_error(tmp_path, refund(fault="none", agent=_user_agent(tmp_path, name, body)))
+    assert message in sample.error.message
+    assert sample.store[LEDGER_STORE_KEY]["attempts"] == []  # nothing reached the network
+
+
+def _limit_error(tmp_path: Path, task: Task) -> Any:
+    """The one sample of ``task`` on stub/retry, which must have ended in an AgentLimitError."""
     logs = eval(
-        refund(fault="none", agent=spec),
+        task,
         model="stub/retry",
         limit=1,
         display="none",
@@ -186,10 +192,8 @@ def test_bridge_limits_end_the_trial_with_a_clear_error(
         fail_on_error=False,
     )
     (sample,) = logs[0].samples or []
-    assert sample.error is not None
-    assert message in sample.error.message
-    assert "AgentLimitError" in sample.error.message
-    assert sample.store[LEDGER_STORE_KEY]["attempts"] == []  # nothing reached the network
+    assert sample.error is not None and "AgentLimitError" in sample.error.message
+    return sample
 
 
 def test_check_model_request_refuses_each_limit_and_passes_the_rest() -> None:
@@ -231,6 +235,102 @@ def test_user_agent_with_production_url_is_served_by_the_trial(tmp_path: Path) -
     (sample,) = log.samples or []
     assert [e["id"] for e in _effects(sample)] == ["re_1"]
     assert sample.output.completion == "re_1"
+
+
+@pytest.fixture
+def production(tmp_path: Path) -> Any:
+    """A stand-in for a production API on 127.0.0.1 that records every request it gets."""
+    import http.server
+    import threading
+
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            hits.append(f"{self.command} {self.path}")
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"id": "re_PROD"}')
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    server.hits = hits  # type: ignore[attr-defined]
+    server.url = f"http://127.0.0.1:{server.server_port}"  # type: ignore[attr-defined]
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+REFUND_CALL = (
+    "httpx.Client(timeout=5).post(URL + '/v1/refunds', "
+    "json={'order_id': 'order_1042', 'amount': 499, 'reason': 'cracked'}).status_code"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "message"),
+    [
+        (
+            "executor",
+            "import asyncio, httpx\n\nasync def agent(request, ctx):\n"
+            f"    run = lambda: {REFUND_CALL}\n"
+            "    return str(await asyncio.get_running_loop().run_in_executor(None, run))\n",
+            "from outside its trial's context",
+        ),
+        (
+            "thread_swallows",
+            "import threading, httpx\n\nasync def agent(request, ctx):\n"
+            "    def run():\n        try:\n"
+            f"            {REFUND_CALL}\n"
+            "        except Exception:\n            pass\n"
+            "    t = threading.Thread(target=run)\n    t.start()\n    t.join()\n"
+            "    return 'refunded'\n",
+            "from outside its trial's context",
+        ),
+        (
+            "sync_model_in_executor",
+            "import asyncio\nfrom openai import OpenAI\n\nasync def agent(request, ctx):\n"
+            "    run = lambda: OpenAI(base_url=URL + '/v1').chat.completions.create(\n"
+            "        model=ctx.model, messages=[{'role': 'user', 'content': request}])\n"
+            "    await asyncio.get_running_loop().run_in_executor(None, run)\n"
+            "    return 'asked'\n",
+            "through a synchronous client",
+        ),
+    ],
+)
+def test_a_request_from_a_thread_without_the_trial_context_is_refused(
+    tmp_path: Path, production: Any, name: str, body: str, message: str
+) -> None:
+    # The failing path: threads from run_in_executor or threading.Thread do not carry the
+    # trial's context variable, so the request passed through to the production URL behind
+    # --mock (the sync model call too, with the user's text), and the trial counted as clean.
+    spec = _user_agent(tmp_path, name, f"URL = {production.url!r}\n" + body)
+    sample = _limit_error(
+        tmp_path, refund(fault="none", agent=spec, mocks={"payments": production.url})
+    )
+    assert production.hits == []  # nothing reached "production"
+    assert message in sample.error.message
+
+
+def test_a_request_from_asyncio_to_thread_is_served_as_the_error_advises(
+    tmp_path: Path, production: Any
+) -> None:
+    body = (
+        "import asyncio, httpx\n\nasync def agent(request, ctx):\n"
+        f"    return str(await asyncio.to_thread(lambda: {REFUND_CALL}))\n"
+    )
+    spec = _user_agent(tmp_path, "to_thread", f"URL = {production.url!r}\n" + body)
+    task = refund(fault="none", agent=spec, mocks={"payments": production.url})
+    (log,) = _run([task], tmp_path / "logs", limit=1, model="stub/retry")
+    (sample,) = log.samples or []
+    assert production.hits == []
+    assert [e["id"] for e in _effects(sample)] == ["re_1"]
+    assert sample.output.completion == "200"
 
 
 def test_parse_hosts_checks_service_and_url() -> None:
