@@ -102,11 +102,12 @@ def _refuse_without_context(request: httpx.Request) -> None:
     A thread started with ``loop.run_in_executor`` or ``threading.Thread`` does not copy
     context variables, so which trial sent the request is unknown. Passed through, it went to
     the production URL behind ``--mock`` (or a ``*.twice.test`` name) while the trial counted
-    no effect. Every running trial is marked (they run the same agent), so each errors even
-    when the agent catches this exception.
+    no effect. Every running trial the host belongs to is marked (any of them may have sent
+    it), so each errors even when the agent catches this exception.
     """
     url = str(request.url)
-    if not any(t._target(request) is not None for t in list(_live.values())):
+    mine = [t for t in list(_live.values()) if t._target(request) is not None]
+    if not mine:
         return  # another host: pass through
     message = (
         f"the agent sent {request.method} {url} from outside its trial's context (a thread "
@@ -114,13 +115,13 @@ def _refuse_without_context(request: httpx.Request) -> None:
         "variables), so no trial's services could serve it: use asyncio.to_thread, or run "
         "the call with contextvars.copy_context().run"
     )
-    _mark_live(message)
+    _mark(mine, message)
     raise AgentLimitError(message)
 
 
-def _mark_live(message: str) -> None:
-    for live in list(_live.values()):
-        live.refused.append(message)
+def _mark(trials: list[_Trial], message: str) -> None:
+    for trial in trials:
+        trial.refused.append(message)
 
 
 def parse_hosts(
@@ -270,7 +271,7 @@ def _wrap(cls: Any, *, sync: bool) -> None:
                     )
                 except AgentLimitError as ex:
                     if _TRIAL.get() is None:
-                        _mark_live(str(ex))
+                        _mark(list(_live.values()), str(ex))
                     raise
             return original(self, cast_to, options, *args, **kw)
 
