@@ -32,7 +32,7 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import mcp_connection, mcp_server_http
 from inspect_ai.util import store
 from twice.assertions import side_effects
-from twice.mocks import LEDGER_STORE_KEY, get_fault
+from twice.mocks import LEDGER_STORE_KEY, get_fault, raise_if_stub_could_not_play
 from twice.tasks import (
     get_protection,
     load_prompt,
@@ -432,6 +432,7 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
             AGENT_STORE_KEY,
             {"agent": scrub(command, secrets), "crashed": failed, "error": error},
         )
+        raise_if_stub_could_not_play()  # the command saw only the bridge's HTTP error
         if result.returncode in (126, 127):
             raise RuntimeError(
                 f"agent command {scrub(command, secrets)!r} could not run "

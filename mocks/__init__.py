@@ -55,9 +55,11 @@ from ._stub import (
     STUB_STORE_KEY,
     UNKNOWN_OUTCOME,
     StubAPI,
+    StubCannotPlay,
     forget_stub_config,
     keep_stub_config,
     noisy_retry_rate,
+    raise_if_stub_could_not_play,
 )
 from .services import (
     EmailService,
@@ -107,6 +109,7 @@ __all__ = [
     "Service",
     "Services",
     "StubAPI",
+    "StubCannotPlay",
     "TicketsService",
     "TimeoutBeforeCommit",
     "TravelService",
@@ -123,6 +126,7 @@ __all__ = [
     "live_ledger",
     "noisy_retry_rate",
     "outcome_of",
+    "raise_if_stub_could_not_play",
     "services_from_state",
     "trial_metadata",
 ]

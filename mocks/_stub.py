@@ -98,6 +98,27 @@ def keep_stub_config(state: Any, plan: list[dict[str, Any]], prompt: str, seed: 
         _CONFIGS.keep(state, config)
 
 
+class StubCannotPlay(RuntimeError):
+    """A stub model asked to call a tool of its plan that the agent does not offer.
+
+    Not a finding about the agent: the control cannot play its part, so the trial is an
+    error (:func:`raise_if_stub_could_not_play`), never a crashed or clean trial.
+    """
+
+
+def raise_if_stub_could_not_play() -> None:
+    """Raise :class:`StubCannotPlay` in a trial where a stub model could not play its plan.
+
+    Agent solvers call this once the agent is done: the stub's own exception reaches the
+    agent, which may swallow it, crash with it, or (an ``--agent-cmd`` command) see only an
+    HTTP error from the bridge.
+    """
+    config = _config()
+    refused = config.get("refused") if config else None
+    if refused:
+        raise StubCannotPlay(refused)
+
+
 def forget_stub_config(state: Any) -> None:
     """Drop a finished trial's stub config (it goes with the sample at the latest)."""
     _CONFIGS.pop(state)
@@ -297,8 +318,44 @@ class StubAPI(ModelAPI):
         if turn is None:
             if any(isinstance(m, ChatMessageAssistant) for m in input):
                 return self._say(input, "Done.")
-            return self._act(input, plan, 0, 1)
-        return self._next(input, plan, cfg, turn)
+            out = self._act(input, plan, 0, 1)
+        else:
+            out = self._next(input, plan, cfg, turn)
+        return self._offered(out, input, plan, {t.name for t in tools})
+
+    def _offered(
+        self,
+        out: ModelOutput,
+        input: list[ChatMessage],
+        plan: list[dict[str, Any]],
+        names: set[str],
+    ) -> ModelOutput:
+        """``out`` if it calls only tools the agent offered, as a real model would.
+
+        A lookup the agent does not offer cannot be made: stub/verify then gives up, as a
+        careful model with no way to check would. A plan's action the agent does not offer
+        is an error naming both sets: the stub cannot play its part, and calling the missing
+        tool anyway made every control crash alike (the controls were not told apart).
+        """
+        calls = out.message.tool_calls or []
+        missing = sorted({c.function for c in calls} - names)
+        if not missing:
+            return out
+        m = _ID.match(calls[0].id)
+        if m is not None and m["kind"] == "v":
+            turn = _last_turn(input)
+            text = _text(turn.results[0]) if turn is not None and turn.results else "(no result)"
+            return self._offered(self._fail(input, plan, int(m["step"]), text), input, plan, names)
+        offered = ", ".join(sorted(names)) if names else "no tools"
+        message = (
+            f"stub/{self.behaviour} plays the task's plan, whose next call is "
+            f"{', '.join(missing)}, but the agent offered {offered}: a stub model calls the "
+            "task's tools by their names, so give the agent's tools those names"
+        )
+        config = _config()
+        if config is not None:
+            config["refused"] = message
+        raise StubCannotPlay(message)
 
     # -- decisions -------------------------------------------------------------------------
 

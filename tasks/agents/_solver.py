@@ -13,6 +13,7 @@ from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageTool, ModelOutput
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import LimitExceededError, store
+from twice.mocks import raise_if_stub_could_not_play
 
 from .._redact import scrub
 from ._context import AgentContext, AgentLimitError
@@ -156,6 +157,7 @@ def agent_solver(
                 if isinstance(message, ChatMessageTool):
                     ctx.observe(message.text)
             store().set(AGENT_STORE_KEY, record)
+        raise_if_stub_could_not_play()  # whatever the agent made of it: an error, not a result
         state.output = ModelOutput.from_content(str(state.model), answer)
         return state
 

@@ -47,6 +47,8 @@ def test_run_agent_cmd_scores_the_external_agents_ledger(tmp_path: Path) -> None
             "stub/retry",
             "--model",
             "stub/no-retry",
+            "--model",  # offered no lookup tool, it gives up: it called find_refunds, and crashed
+            "stub/verify",
             "--fault",
             "lost_reply",
             "--limit",
@@ -64,7 +66,7 @@ def test_run_agent_cmd_scores_the_external_agents_ledger(tmp_path: Path) -> None
     summary = json.loads((out / "summary.json").read_text())
     dup = {c["model"]: c["duplication_rate"] for c in summary["cells"]}
     # The stub's retry reaches the agent's own tool code: the retry refunds again.
-    assert dup == {"stub/retry": 1.0, "stub/no-retry": 0.0}
+    assert dup == {"stub/retry": 1.0, "stub/no-retry": 0.0, "stub/verify": 0.0}
     assert all(c["errors"] == 0 and c["completion_rate"] == 1.0 for c in summary["cells"])
     assert all(c["crashed_rate"] == 0.0 for c in summary["cells"])  # it exited 0
     assert summary["run"]["agent_cmd"].endswith("http_agent.py")

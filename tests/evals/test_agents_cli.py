@@ -318,3 +318,49 @@ def test_flags_with_a_framework_agent_default_to_its_tasks() -> None:
         epochs=None, limit=None, agents=("langgraph",),
     )  # fmt: skip
     assert {c.task for c in suite.cells()} == {"refund", "send_email", "create_ticket"}
+
+
+RENAMED_TOOLS = (
+    "[{'type': 'function', 'function': {'name': 'create_refund', 'description': 'refund',"
+    " 'parameters': {'type': 'object', 'properties': {'order_id': {'type': 'string'}}}}}]"
+)
+
+
+@pytest.mark.parametrize("how", ["--agent", "--agent-cmd"])
+def test_an_agent_whose_tools_the_stub_cannot_call_is_an_error_not_a_crash(
+    twice: Callable[..., Any], tmp_path: Path, how: str
+) -> None:
+    # The failing path: every stub called issue_refund, which the agent did not offer: each
+    # control "crashed" alike with 0% duplicated, and twice run exited 0.
+    if how == "--agent":
+        agent = tmp_path / "renamed.py"
+        agent.write_text(
+            "from openai import AsyncOpenAI\n\n\nasync def agent(request, ctx):\n"
+            "    r = await AsyncOpenAI().chat.completions.create(model=ctx.model, "
+            f"messages=[{{'role': 'user', 'content': request}}], tools={RENAMED_TOOLS})\n"
+            "    return r.choices[0].message.content or ''\n",
+            encoding="utf-8",
+        )
+        spec = f"{agent}:agent"
+    else:
+        agent = tmp_path / "renamed_cmd.py"
+        agent.write_text(
+            "import json, os, urllib.request\n"
+            "body = {'model': 'inspect', 'tools': " + RENAMED_TOOLS + ",\n"
+            "        'messages': [{'role': 'user', 'content': os.environ['TWICE_INPUT']}]}\n"
+            "request = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions',"
+            " json.dumps(body).encode(), {'Content-Type': 'application/json', "
+            "'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY']})\n"
+            "urllib.request.urlopen(request, timeout=60)\n",
+            encoding="utf-8",
+        )
+        spec = f"{sys.executable} {agent}"
+    out = tmp_path / "logs"
+    result = twice(
+        "run", how, spec, "--task", "refund", "--fault", "lost_reply", "--model", "stub/retry",
+        "--limit", "1", "--log-dir", out, "--display", "none", "--no-report",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    (cell,) = _cells(out).values()
+    assert cell["errors"] == 1
+    assert "next call is issue_refund, but the agent offered create_refund" in result.stderr

@@ -15,9 +15,9 @@ from inspect_ai.model import (
     ChatMessageUser,
     GenerateConfig,
 )
-from inspect_ai.tool import ToolCall
+from inspect_ai.tool import ToolCall, ToolInfo
 from inspect_ai.util import store
-from twice.mocks import STUB_STORE_KEY, StubAPI
+from twice.mocks import STUB_STORE_KEY, StubAPI, StubCannotPlay
 
 PLAN = [
     {
@@ -26,6 +26,9 @@ PLAN = [
         "found_pattern": r"re_\d+",
     }
 ]
+
+
+TOOLS = [ToolInfo(name=name, description=name) for name in ("issue_refund", "find_refunds")]
 
 
 def _after(result: str) -> list[object]:
@@ -37,22 +40,47 @@ def _after(result: str) -> list[object]:
     ]
 
 
-def _next_call(behaviour: str, result: str) -> str | None:
+def _next_call(behaviour: str, result: str, tools: list[ToolInfo] = TOOLS) -> str | None:
     store().set(STUB_STORE_KEY, {"plan": PLAN, "prompt": "baseline", "seed": "s"})
     out = asyncio.run(
-        StubAPI(behaviour).generate(_after(result), [], "auto", GenerateConfig())  # type: ignore[arg-type]
+        StubAPI(behaviour).generate(_after(result), tools, "auto", GenerateConfig())  # type: ignore[arg-type]
     )
     calls = out.message.tool_calls
     return calls[0].function if calls else None
+
+
+UNKNOWN = "Error: the payments API did not answer; the refund may or may not have been made."
 
 
 @pytest.mark.parametrize(
     ("behaviour", "then"), [("retry", "issue_refund"), ("verify", "find_refunds")]
 )
 def test_stub_sees_a_plain_text_error_from_a_bridged_agent(behaviour: str, then: str) -> None:
-    text = "Error: the payments API did not answer; the refund may or may not have been made."
-    assert _next_call(behaviour, text) == then
+    assert _next_call(behaviour, UNKNOWN) == then
 
 
 def test_stub_takes_a_plain_text_success_as_success() -> None:
     assert _next_call("retry", "Created refund re_1.") is None
+
+
+def test_stub_verify_offered_no_lookup_gives_up_rather_than_calling_it() -> None:
+    # The failing path: it called find_refunds, which the agent did not offer (the README's
+    # own --agent-cmd example then crashed on every trial).
+    assert _next_call("verify", UNKNOWN, TOOLS[:1]) is None
+    assert _next_call("retry", UNKNOWN, TOOLS[:1]) == "issue_refund"
+
+
+@pytest.mark.parametrize("behaviour", ["retry", "verify", "no-retry"])
+def test_stub_whose_action_the_agent_does_not_offer_is_an_error_naming_both(
+    behaviour: str,
+) -> None:
+    # The failing path: every stub called issue_refund anyway; the framework raised "tool not
+    # found", so every control crashed alike with 0% duplicated, and exit 0.
+    renamed = [ToolInfo(name=n, description=n) for n in ("create_refund", "list_refunds")]
+    store().set(STUB_STORE_KEY, {"plan": PLAN, "prompt": "baseline", "seed": "s"})
+    first = [ChatMessageUser(content="Refund order_1042.")]
+    with pytest.raises(StubCannotPlay, match="next call is issue_refund, but the agent offered "
+                       "create_refund, list_refunds"):  # fmt: skip
+        asyncio.run(StubAPI(behaviour).generate(first, renamed, "auto", GenerateConfig()))  # type: ignore[arg-type]
+    with pytest.raises(StubCannotPlay, match="the agent offered no tools"):
+        asyncio.run(StubAPI(behaviour).generate(first, [], "auto", GenerateConfig()))  # type: ignore[arg-type]
