@@ -160,7 +160,7 @@ def served_trial_setup(
         )
         await sync_ledger()
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
-        stub_setup(state, prompt_name)
+        stub_setup(state, prompt_name, prompt_text=prompt_text)
         return state
 
     return solve

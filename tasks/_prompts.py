@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
@@ -51,6 +52,19 @@ class Prompt:
 def builtin_prompts() -> list[str]:
     """Names of the built-in prompts."""
     return sorted(p.stem for p in PROMPTS_DIR.glob("*.md"))
+
+
+@functools.lru_cache(maxsize=64)
+def _builtin_text(name: str) -> str | None:
+    if "/" in name or "\\" in name or not (PROMPTS_DIR / f"{name}.md").is_file():
+        return None
+    return load_prompt(name).text
+
+
+def is_builtin_prompt(name: str, text: str) -> bool:
+    """Whether ``text`` is the built-in prompt ``name``: a prompt file of the user's that only
+    shares its stem (``my/cautious.md``) is not."""
+    return _builtin_text(name) == text
 
 
 def read_regular_file(path: str | Path, what: str) -> bytes:

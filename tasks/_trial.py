@@ -28,7 +28,7 @@ from twice.mocks import (
 )
 
 from ._dataset import ASSERTIONS_IGNORED
-from ._prompts import Prompt, load_prompt
+from ._prompts import Prompt, is_builtin_prompt, load_prompt
 from ._protections import get_protection
 from ._toolkit import ActionLog, RunCrashed, TrialContext, bind_tools
 from .agents import REACT, AgentError, agent_solver, check_agent, parse_hosts
@@ -183,7 +183,7 @@ def trial_setup(
         if contexts is not None:
             contexts[(state.sample_id, state.epoch)] = ctx
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
-        stub_setup(state, prompt_name, metadata)
+        stub_setup(state, prompt_name, metadata, prompt_text=prompt_text)
         keep_ledger(state, trial_services.ledger, ctx.sync)
         ledger_changes_once()
         return state
@@ -192,13 +192,24 @@ def trial_setup(
 
 
 def stub_setup(
-    state: TaskState, prompt_name: str, metadata: Mapping[str, Any] | None = None
+    state: TaskState,
+    prompt_name: str,
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    prompt_text: str | None = None,
 ) -> None:
     """Give a trial's stub models their script: the sample's gold plan (from ``metadata``,
-    default the sample's), the prompt's name and the trial's seed
-    (``"<sample id>:<epoch>:<prompt>"``, so reruns repeat)."""
+    default the sample's), the prompt and the trial's seed (``"<sample id>:<epoch>:<prompt>"``,
+    so reruns repeat).
+
+    The stubs are told the prompt's name only when it is a built-in prompt's text: stub/noisy
+    draws its retry rate from it, and a prompt file of the user's named ``cautious.md`` must not
+    get the built-in ``cautious`` prompt's rate by its name alone. Without ``prompt_text``
+    the name is taken as it is."""
     plan = (state.metadata if metadata is None else metadata).get("plan", [])
-    keep_stub_config(state, plan, prompt_name, f"{state.sample_id}:{state.epoch}:{prompt_name}")
+    builtin = prompt_text is None or is_builtin_prompt(prompt_name, prompt_text)
+    shown = prompt_name if builtin else ""
+    keep_stub_config(state, plan, shown, f"{state.sample_id}:{state.epoch}:{prompt_name}")
 
 
 def ledger_changes_once() -> None:

@@ -68,3 +68,37 @@ def test_noisy_repeats_exactly(noisy_trials: pd.DataFrame, tmp_path: Path) -> No
     again = trials_frame(tmp_path).sort_values(["sample", "epoch"])["duplicated"].tolist()
     first = noisy_trials[noisy_trials["prompt"] == "baseline"]
     assert first.sort_values(["sample", "epoch"])["duplicated"].tolist() == again
+
+
+def _duplicated(tmp_path: Path, name: str, *args: str) -> list[bool]:
+    from click.testing import CliRunner
+    from twice.evals.cli import cli
+
+    out = tmp_path / name
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--model", "stub/noisy", "--task", "refund", "--fault", "lost_reply",
+         "--log-dir", str(out), "--display", "none", "--no-report", *args],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return trials_frame(out).sort_values(["sample", "epoch"])["duplicated"].tolist()
+
+
+def test_noisy_rate_comes_from_a_builtin_prompts_text_not_a_files_name(tmp_path: Path) -> None:
+    # The failing path: a prompt file of the user's named cautious.md got the built-in
+    # cautious prompt's rate (0.1) by its stem, so comparing it with another file showed a
+    # difference that came from the file name alone. Other prompts' rate is 0.5.
+    from twice.tasks import load_prompt
+
+    mine = tmp_path / "mine" / "cautious.md"
+    mine.parent.mkdir()
+    mine.write_text("You are a support agent. This is my own cautious prompt.\n")
+    same = tmp_path / "same" / "cautious.md"
+    same.parent.mkdir()
+    same.write_text(load_prompt("cautious").text)
+    builtin = _duplicated(tmp_path, "builtin", "--prompt", "cautious")
+    # The same seeds (they follow the name), the rate of other prompts:
+    at_default = _duplicated(tmp_path, "default", "--prompt", "cautious", "-M", "p=0.5")
+    assert builtin != at_default  # the rate shows in the trials, so the test can tell
+    assert _duplicated(tmp_path, "mine", "--prompt", str(mine)) == at_default
+    assert _duplicated(tmp_path, "same", "--prompt", str(same)) == builtin
