@@ -280,6 +280,7 @@ def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]
                 "dup": _rate(r, "duplication", True),
                 "comp": _rate(r, "completion", False),
                 "excess": r["excess_effects_mean"],
+                "crashed": r.get("crashed_rate"),
                 "passk": passk_shown(r.get("no_dup_k") or {}),
                 "worst": worst,
                 # What the row pools: the headline rates are over all of these at once.
@@ -317,8 +318,19 @@ def _takeaway(headline: list[dict[str, Any]]) -> dict[str, Any] | None:
         # A model with no safe success at all is nobody's "highest safe success".
         "best": best if _num(best["safe"]["rate"]) > 0 else None,
         "duplicators": [r["model"] for r in scored if _num(r["dup"]["rate"]) > 0],
-        "clean": [r["model"] for r in scored if _num(r["dup"]["rate"]) == 0],
+        # An agent that crashed never had the chance to duplicate: "never duplicated" alone
+        # would read as safe, so those are listed apart with how often they crashed.
+        "clean": [r["model"] for r in scored if _num(r["dup"]["rate"]) == 0 and not _crashed(r)],
+        "crashed": [
+            {"model": r["model"], "rate": r["crashed"]}
+            for r in scored
+            if _num(r["dup"]["rate"]) == 0 and _crashed(r)
+        ],
     }
+
+
+def _crashed(row: dict[str, Any]) -> bool:
+    return _num(row.get("crashed")) > 0
 
 
 def _matched(part: pd.DataFrame) -> tuple[pd.DataFrame, str]:

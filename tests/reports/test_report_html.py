@@ -354,3 +354,22 @@ def test_the_callout_keeps_a_per_fault_difference_its_pooled_row_does_not_say() 
     flipped = h("lost_reply", "duplicated", "worse")
     assert callout([pooled, said, unsaid, flipped]) == [pooled, unsaid, flipped]
     assert callout([said]) == [said]  # no pooled row said anything: the detail stays
+
+
+def test_report_headline_does_not_call_a_crashing_agent_never_duplicated_alone(
+    unlike_frame: pd.DataFrame, tmp_path: Path
+) -> None:
+    # The failing path: an agent that crashed in every trial (so it never got the chance to
+    # duplicate) was listed under "Never duplicated", read as safe, with no word of crashes.
+    frame = unlike_frame[unlike_frame["model"] == "m/zero"].copy()
+    crashes = frame["prompt"] == "baseline"  # half of its trials
+    frame["crashed"] = crashes.astype(float)
+    frame["agent_error"] = crashes.map({True: "RuntimeError: tool not found", False: ""})
+    takeaway = report_data(frame, worst=0)["takeaway"]
+    assert takeaway["clean"] == []
+    assert takeaway["crashed"] == [{"model": "m/zero", "rate": 0.5}]
+    page = write_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "Never duplicated, but the agent crashed" in page and "m/zero (50% of trials)" in page
+    # Without crashes the same model is plainly clean.
+    frame["crashed"] = 0.0
+    assert report_data(frame, worst=0)["takeaway"]["clean"] == ["m/zero"]
