@@ -449,6 +449,7 @@ class TwiceServer:
         self.stopping = asyncio.Event()
         """Set when the server begins to stop: replies held by ``hang`` are dropped at once
         (they were never going to be answered) instead of holding the stop up."""
+        self._closed = False
 
     # -- durability ------------------------------------------------------------------------
 
@@ -664,10 +665,17 @@ class TwiceServer:
         return {"id": trial.id, **asdict(trial.config), "urls": urls}
 
     async def close(self) -> None:
-        """Stop every MCP endpoint."""
-        for trial in self.trials.values():
-            if trial.mcp is not None:
-                await trial.mcp.stop()
+        """Stop every MCP endpoint, then close the request log (folding its WAL into the
+        ``--db`` file and letting go of its lock). Once: later calls do nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for trial in self.trials.values():
+                if trial.mcp is not None:
+                    await trial.mcp.stop()
+        finally:
+            self.request_log.close()
 
 
 def _content_length(scope: dict[str, Any]) -> int | None:
@@ -750,11 +758,15 @@ def _prepare(
             "bearer token (or bind 127.0.0.1)"
         )
     own_tasks(tasks)  # before the database and the port are touched
+    sock = _bind(host, port)  # first: a busy port leaves no database or lock behind
     try:
         log = RequestLog(db)
     except ValueError as ex:
+        sock.close()
         raise ServeError(str(ex)) from None
-    sock = _bind(host, port)
+    except BaseException:
+        sock.close()
+        raise
     bound_port = sock.getsockname()[1]
     shown = host if host not in ("0.0.0.0", "::") else socket.gethostname()
     try:
@@ -786,6 +798,11 @@ def _uvicorn_server(config: Any, app: TwiceServer) -> Any:
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             app.stopping.set()  # before uvicorn waits for the open requests
             await super().shutdown(sockets)
+            # Here, not after serve() returns: uvicorn then raises the signal that stopped it
+            # again, and its default action (SIGTERM's, or SIGINT's KeyboardInterrupt) ends
+            # the process before any later line runs, leaving every record in the -wal
+            # file beside an empty --db.
+            await app.close()
 
     return Server(config)
 
@@ -817,8 +834,7 @@ async def _serve_async(
         server.should_exit = True
         stopper.cancel()
     await task
-    await app.close()
-    app.request_log.close()
+    await app.close()  # when it stopped before it started (and so never shut down)
     stopped_by: int | None = server.stopped_by
     return stopped_by
 

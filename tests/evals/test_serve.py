@@ -242,6 +242,20 @@ def test_serve_refuses_non_loopback_without_token(tmp_path: Path) -> None:
         _prepare("0.0.0.0", 0, tmp_path / "x.sqlite", None, ())
 
 
+def test_serve_refused_on_a_busy_port_leaves_no_database_or_lock(tmp_path: Path) -> None:
+    # The failing path: the request log was opened before the port was bound and not closed
+    # when the bind failed: x.sqlite, its -wal and -shm and a lock naming a dead pid stayed.
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ServeError, match=f"cannot listen on 127.0.0.1:{port}"):
+            _prepare("127.0.0.1", port, tmp_path / "x.sqlite", None, ())
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_serve_refuses_a_file_that_is_not_its_database(tmp_path: Path) -> None:
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"this is not sqlite" * 100)

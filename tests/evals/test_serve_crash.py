@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -186,7 +187,14 @@ def test_a_stop_signal_ends_serve_with_its_documented_code_and_keeps_its_trials(
     finally:
         if proc.poll() is None:
             proc.kill()
-    again, url = _start(db, _free_port())
+    # The failing path: the signal's default action ended the process before the log was
+    # closed, so every record stayed in serve.sqlite-wal beside an empty serve.sqlite (and a
+    # stale lock): a copy of the --db file alone restored 0 trials.
+    assert sorted(p.name for p in tmp_path.glob("serve.sqlite*")) == ["serve.sqlite"]
+    alone = tmp_path / "copy" / "serve.sqlite"
+    alone.parent.mkdir()
+    shutil.copy(db, alone)
+    again, url = _start(alone, _free_port())
     try:
         ledger = _ledgers(url, [trial["id"]])[trial["id"]]
         assert [e["id"] for e in ledger["effects"]] == ["re_1"]
