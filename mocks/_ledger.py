@@ -132,7 +132,9 @@ class Ledger:
             seen = f"client saw HTTP {a.status}"
         else:
             seen = "reply delivered"
-        return f"{effect.id} at attempt {a.n} ({a.source}), {seen}"
+        # "(unknown)" read as if the outcome were unknown: it is who sent the attempt.
+        sender = "sender unknown" if a.source == "unknown" else a.source
+        return f"{effect.id} at attempt {a.n} ({sender}), {seen}"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy, as stored in the inspect sample store."""

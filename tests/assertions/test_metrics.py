@@ -65,6 +65,15 @@ def test_duplicate_fires_with_evidence() -> None:
     assert "re_1 at attempt 1 (initial), reply lost" in m.explanation()
 
 
+def test_an_attempt_of_unknown_sender_is_not_read_as_an_unknown_outcome() -> None:
+    # "re_2 at attempt 2 (unknown), reply delivered" read as if the outcome were unknown.
+    led = ledger(("re_1", REFUND), ("re_2", REFUND))
+    led.attempts[1].source = "unknown"
+    assert (
+        led.describe_effect(led.effects[1]) == "re_2 at attempt 2 (sender unknown), reply delivered"
+    )
+
+
 def test_intent_on_a_field_no_effect_has_raises_instead_of_hiding_the_duplicate() -> None:
     # A misspelt identity field matched nothing: two refunds of the same order were "not
     # duplicated" (excess effects, but no intent over its count) and a duplication gate passed.
