@@ -9,7 +9,9 @@ may be form-encoded (amounts then arrive as digit strings); ``POST /v1/refunds``
 ``GET /v1/refunds`` accept ``payment_intent`` or ``charge`` naming the order, as well as
 ``order_id``; refunds carry Stripe's fields (``amount``, ``currency``, ``payment_intent``,
 ``charge``, ``created``, ``metadata``, ...) and lists carry ``has_more`` and ``url``. Error
-bodies are already Stripe's ``{"error": {"type", "message"}}``.
+bodies are already Stripe's ``{"error": {"type", "message"}}``. As in Stripe, a refund without
+``amount`` refunds what is left of the order (400 once nothing is), and ``metadata``
+(``metadata[key]=value`` in a form body) is kept and returned.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ CREATED_EPOCH = 1_767_225_600
 
 def _order_param(params: dict[str, Any]) -> Any:
     return next((params[k] for k in ORDER_PARAMS if params.get(k) is not None), None)
+
+
+def _metadata(params: dict[str, Any]) -> dict[str, Any]:
+    """Stripe's ``metadata``: a JSON object, or a form body's ``metadata[key]=value`` pairs."""
+    given = params.get("metadata")
+    if isinstance(given, dict):
+        return dict(given)
+    return {k[len("metadata[") : -1]: v for k, v in params.items() if k.startswith("metadata[")
+            and k.endswith("]")}  # fmt: skip
 
 
 def _cents(value: Any) -> Any:
@@ -91,12 +102,19 @@ class PaymentsService(Service):
         order = self.orders.get(str(named))
         if order is None:
             return error_response(404, f"No such order: {named!r}")
-        amount = _cents(p.get("amount"))
+        remaining = order["amount"] - self.refunded(order["order_id"])
+        if p.get("amount") is None:  # Stripe: what is left of the charge
+            if remaining <= 0:
+                return error_response(
+                    400, f"Order {order['order_id']} has already been refunded in full"
+                )
+            amount = remaining
+        else:
+            amount = _cents(p.get("amount"))
         if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
             return error_response(
                 400, f"amount must be a positive integer of cents, got {amount!r}"
             )
-        remaining = order["amount"] - self.refunded(order["order_id"])
         if amount > remaining:
             return error_response(
                 400,
@@ -114,7 +132,7 @@ class PaymentsService(Service):
             "payment_intent": order["order_id"],
             "charge": order["order_id"],
             "created": CREATED_EPOCH + int(effect.id.rsplit("_", 1)[1]),
-            "metadata": {},
+            "metadata": _metadata(p),
             "balance_transaction": None,
             "receipt_number": None,
         }

@@ -579,6 +579,23 @@ def test_stripe_sdk_application_retry_refunds_twice(
     assert verdict(server, t)["duplicated"] == 1.0
 
 
+def test_stripe_sdk_full_refund_without_amount_and_its_metadata(
+    server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str, float], None]
+) -> None:
+    # The failing path: without amount (Stripe: refund what is left) the SDK got a 400, "got
+    # None", and metadata was dropped ({} in the reply).
+    t = trial()
+    stripe_sdk(t["urls"]["payments"], 5)
+    stripe.max_network_retries = 0
+    first = stripe.Refund.create(payment_intent="order_1042", amount=997)
+    rest = stripe.Refund.create(payment_intent="order_1042", metadata={"ticket": "T-7"})
+    assert (first.amount, rest.amount, rest.metadata.to_dict()) == (997, 3000, {"ticket": "T-7"})
+    # Once nothing is left, another full refund is a Stripe error, never a second effect.
+    with pytest.raises(stripe.InvalidRequestError, match="already been refunded in full"):
+        stripe.Refund.create(payment_intent="order_1042")
+    assert refunds(server, t) == ["re_1", "re_2"]
+
+
 def test_stripe_sdk_hang_times_out_then_retries_once(
     server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str, float], None]
 ) -> None:

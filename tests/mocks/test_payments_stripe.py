@@ -48,3 +48,19 @@ def test_payments_list_filters_by_charge_in_the_stripe_list_shape(
     assert listed["object"] == "list" and listed["has_more"] is False
     assert listed["url"] == "/v1/refunds"
     assert [r["id"] for r in listed["data"]] == ["re_2"]
+
+
+def test_payments_json_metadata_is_kept_and_no_amount_refunds_the_rest(
+    payments: Callable[[str], Services],
+) -> None:
+    services = payments("none")
+    with services.sync_client(base_url="https://payments.twice.test") as client:
+        partial = client.post("/v1/refunds", json={"order_id": "order_1054", "amount": 850})
+        rest = client.post(
+            "/v1/refunds", json={"order_id": "order_1054", "metadata": {"why": "late"}}
+        )
+        again = client.post("/v1/refunds", json={"order_id": "order_1054"})
+    assert (partial.json()["amount"], rest.json()["amount"]) == (850, 9000)
+    assert rest.json()["metadata"] == {"why": "late"}
+    assert again.status_code == 400 and "already been refunded" in again.text
+    assert [e.fields["amount"] for e in services.ledger.effects] == [850, 9000]
