@@ -48,7 +48,7 @@ from twice.reports import (
     check_log_dir,
     crashed,
     file_stamp,
-    find_files,
+    find_relative,
     frame_of,
     is_file,
     is_remote,
@@ -532,13 +532,11 @@ def refuse_runs_inside(log_dir: Location) -> None:
     Raises:
         SuiteError: naming the first such directory.
     """
-    root = str(log_dir).rstrip("/")
-    for found in find_files(log_dir):
-        parts = str(found)[len(root) :].strip("/").split("/")
+    for parts in find_relative(log_dir):
         if len(parts) < 2 or (len(parts) == 2 and SHARD_DIR.match(parts[0])):
             continue  # the run's own files, or its shards'
         if parts[-1] in _RUN_FILES or parts[-1].endswith(".eval"):
-            inside = f"{root}/{'/'.join(parts[:-1])}"
+            inside = str(join(log_dir, *parts[:-1]))
             raise SuiteError(
                 f"log directory {str(log_dir)!r} holds another run's logs in {inside!r}; "
                 "inspect reads a log directory with everything under it, so this run would "

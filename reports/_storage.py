@@ -212,6 +212,25 @@ def find_files(location: Location) -> list[Location]:
 
 
 @_remote_errors
+def find_relative(location: Location) -> list[tuple[str, ...]]:
+    """Every file under a directory, recursively, as its path's parts below the directory
+    (sorted; empty when it does not exist).
+
+    Relative to the directory as the filesystem itself names it: ``./logs``, ``logs/.``,
+    ``file:///x`` or ``memory://logs`` come back listed under a spelling of their own, so
+    cutting the given string's length off each listed path cut the wrong characters.
+    """
+    if not is_remote(location):
+        root = _local(location)
+        if not root.is_dir():
+            return []
+        return sorted(p.relative_to(root).parts for p in root.rglob("*") if p.is_file())
+    fs, path = _fs(str(location))
+    base = path.rstrip("/")
+    return sorted(tuple(posixpath.relpath(p, base).split("/")) for p in fs.find(path))
+
+
+@_remote_errors
 def open_binary(location: Location) -> IO[bytes]:
     """Open a file for reading bytes (seekable: a zip archive can be read in place)."""
     if not is_remote(location):

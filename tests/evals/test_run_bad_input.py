@@ -270,6 +270,47 @@ def test_bad_input_a_log_dir_above_another_runs_logs(
     assert sorted(p.name for p in log_dir.iterdir()) == [left.split("/")[0]]
 
 
+@pytest.mark.parametrize("spelling", ["./logs", "logs/.", "logs/", "file://{d}/logs", "{d}/logs"])
+def test_a_run_is_not_refused_for_its_own_shards_however_its_dir_is_spelt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    # The failing path: the check cut len(--log-dir) characters off each listed path, which
+    # the listing spells its own way ("./logs" lists as "logs/..."): the run's own
+    # shard-1-of-2 became "hard-1-of-2", and rerunning a --workers run into ./logs (the
+    # default for 16 cells or more) was refused, exit 2, naming a directory that is not there.
+    from twice.evals._run import refuse_runs_inside
+
+    monkeypatch.chdir(tmp_path)
+    for shard in ("shard-1-of-2", "shard-2-of-2"):
+        (tmp_path / "logs" / shard).mkdir(parents=True)
+        (tmp_path / "logs" / shard / "x.eval").write_text("{}")
+        (tmp_path / "logs" / shard / "summary.json").write_text("{}")
+    (tmp_path / "logs" / "summary.json").write_text("{}")
+    refuse_runs_inside(spelling.format(d=tmp_path))  # its own: not refused
+    (tmp_path / "logs" / "old").mkdir()
+    (tmp_path / "logs" / "old" / "y.eval").write_text("{}")
+    with pytest.raises(SuiteError, match=r"holds another run's logs in '.*logs/old'"):
+        refuse_runs_inside(spelling.format(d=tmp_path))
+
+
+def test_a_run_in_object_storage_is_not_refused_for_its_own_shards() -> None:
+    import fsspec
+    from twice.evals._run import refuse_runs_inside
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/twice-own/shard-1-of-2/x.eval", b"{}")
+    fs.pipe("/twice-own/summary.json", b"{}")
+    try:
+        refuse_runs_inside("memory://twice-own")
+        fs.pipe("/twice-own/old/y.eval", b"{}")
+        with pytest.raises(
+            SuiteError, match="holds another run's logs in 'memory://twice-own/old'"
+        ):
+            refuse_runs_inside("memory://twice-own")
+    finally:
+        fs.rm("/twice-own", recursive=True)
+
+
 @pytest.mark.parametrize("rate", ["nan", "NaN", "0", "1", "-0.1"])
 def test_bad_input_trials_rate(twice: Twice, rate: str) -> None:
     result = twice("trials", "--rate", rate)
