@@ -36,6 +36,7 @@ from types import FrameType
 from typing import Any
 
 from twice.reports import (
+    MAX_SHARDS,
     Location,
     LogRecords,
     Shard,
@@ -53,10 +54,6 @@ MIN_CELLS_PER_WORKER = 8
 (importing inspect) as a few stub cells take to run, so small suites stay in one process."""
 
 
-MAX_SHARDS = 10_000
-"""The most shards a run may be split into."""
-
-
 def parse_shard(text: str) -> Shard:
     """``"2/3"`` → ``Shard(2, 3)``.
 
@@ -66,8 +63,8 @@ def parse_shard(text: str) -> Shard:
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
     if m and int(m[2]) > MAX_SHARDS:
         raise SuiteError(
-            f"--shard {text!r}: at most {MAX_SHARDS} shards (a run has one cell per shard at "
-            "most worth splitting; more leaves shards empty)"
+            f"--shard {text!r}: at most {MAX_SHARDS} shards (a shard beyond the suite's cell "
+            "count would be empty)"
         )
     if not m or not 1 <= int(m[1]) <= int(m[2]):
         raise SuiteError(

@@ -259,7 +259,8 @@ def cli() -> None:
 @click.option(
     "--shard",
     metavar="I/N",
-    help="Run only shard I of N (a stable split of the cells) into LOG_DIR/shard-I-of-N/; "
+    help="Run only shard I of N (a stable split of the cells; N at most 10000) into "
+    "LOG_DIR/shard-I-of-N/; "
     "`twice report`/`gate` on LOG_DIR merge the shards.",
 )
 @click.option(

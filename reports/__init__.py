@@ -53,6 +53,7 @@ from ._metrics import (
 )
 from ._passk import no_dup_k
 from ._shards import (
+    MAX_SHARDS,
     SHARD_DIR,
     Shard,
     ShardSet,
@@ -91,6 +92,7 @@ __all__ = [
     "COMPARED",
     "GATEABLE",
     "LEDGER_COLUMNS",
+    "MAX_SHARDS",
     "METRICS",
     "PARSE_COLUMNS",
     "PARSE_SHAPES",

@@ -26,6 +26,10 @@ from ._storage import (
 )
 
 SHARD_DIR = re.compile(r"^shard-(\d+)-of-(\d+)$")
+
+MAX_SHARDS = 10_000
+"""The most shards a run may be split into (``twice run --shard`` refuses more, and a log
+directory holding more is refused before its ``1..n`` is listed: 10**20 took forever)."""
 """Name of a shard's log directory inside ``LOG_DIR``."""
 
 
@@ -86,6 +90,11 @@ def find_shards(log_dir: Location) -> ShardSet | None:
             "move the shard directories of the other split elsewhere"
         )
     ((count, dirs),) = found.items()
+    if count > MAX_SHARDS:
+        raise LogReadError(
+            f"log directory {str(root)!r} holds shards of {count} (shard-i-of-{count}); a run "
+            f"is split into at most {MAX_SHARDS}: move that directory elsewhere"
+        )
     return ShardSet(count, dirs)
 
 

@@ -87,6 +87,27 @@ def test_parse_shard_caps_the_count() -> None:
         parse_shard("1/99999999999999999999")
 
 
+@pytest.mark.parametrize("command", ["report", "gate"])
+def test_report_and_gate_refuse_a_directory_of_too_many_shards_at_once(
+    tmp_path: Path, command: str
+) -> None:
+    # The failing path: a directory made by an older twice or by hand, shard-1-of-10**20,
+    # made report and gate list every missing shard of 1..10**20: they never finished.
+    from click.testing import CliRunner
+    from twice.evals.cli import cli
+
+    (tmp_path / "shard-1-of-99999999999999999999").mkdir()
+    args = [command, str(tmp_path)]
+    if command == "gate":
+        args += ["--config", str(Path(__file__).parents[2] / "evals" / "gate.toml")]
+    else:
+        args += ["-o", str(tmp_path / "r.html")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "holds shards of 99999999999999999999" in result.output
+    assert "at most 10000" in result.output
+
+
 def test_parse_shard_accepts() -> None:
     assert parse_shard("2/3") == Shard(2, 3)
     assert parse_shard(" 1 / 1 ") == Shard(1, 1)
