@@ -333,7 +333,7 @@ def run(
 
     With no flags, runs the default offline suite of stub models.
     """
-    from twice.reports import LogReadError
+    from twice.reports import LogReadError, StorageError
     from twice.tasks import scrub
 
     from ._run import ERRORED_IN, LAST_INTERRUPT, default_log_dir, format_table, run_suite
@@ -470,11 +470,13 @@ def run(
     except LogReadError as ex:
         # A log that vanished or changed while the run read its logs back: another process
         # writing into the same directory (object storage has no lock), not a twice bug.
-        click.echo(
-            f"error: {scrub(str(ex))}; is another run writing into this log directory? "
-            f"Give each run its own --log-dir, then {rerun} to resume",
-            err=True,
+        # Object storage that failed (denied, expired credentials) says so on its own.
+        hint = (
+            ""
+            if isinstance(ex, StorageError)
+            else "; is another run writing into this log directory? Give each run its own --log-dir"
         )
+        click.echo(f"error: {scrub(str(ex))}{hint}, then {rerun} to resume", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         # Stopped outside the trials (while loading or summarising): nothing to resume from

@@ -64,6 +64,7 @@ from ._shards import (
 from ._storage import (
     Location,
     LogReadError,
+    StorageError,
     as_location,
     file_stamp,
     find_files,
@@ -109,6 +110,7 @@ __all__ = [
     "Metric",
     "Shard",
     "ShardSet",
+    "StorageError",
     "as_location",
     "baseline_comparison",
     "baseline_test",

@@ -176,3 +176,22 @@ def test_run_errors_a_log_gone_while_read_back_is_one_line(
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     assert "is another run writing into this log directory?" in result.stderr
+
+
+def test_run_errors_object_storage_failing_as_logs_are_read_back_is_not_blamed_on_a_run(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: a StorageError (a LogReadError too) read "is another run writing into
+    # this log directory?" for expired credentials.
+    from twice.evals import _run as run_module
+    from twice.reports import StorageError
+
+    def denied(*args: Any, **kwargs: Any) -> Any:
+        raise StorageError("object storage at 's3://b/run' cannot be used: AccessDenied")
+
+    monkeypatch.setattr(run_module, "ran_trials", denied)
+    result = _run(twice, tmp_path / "logs", "--model", "stub/retry", "--task", "refund",
+                  "--fault", "none")  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "AccessDenied" in result.stderr and "rerun" in result.stderr
+    assert "another run" not in result.stderr
