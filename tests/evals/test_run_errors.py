@@ -159,39 +159,30 @@ def test_run_errors_corrupt_log_in_log_dir_is_refused_and_kept(
     assert {p.name: p.read_bytes() for p in log_dir.iterdir()} == before
 
 
-def test_run_errors_a_log_gone_while_read_back_is_one_line(
-    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        # Two runs into one S3 shard directory (which has no lock): a log the other run
+        # replaced was gone when this one read its logs back: a LogReadError traceback.
+        ("LogReadError", "is another run writing into this log directory?"),
+        # A StorageError is a LogReadError too: expired credentials were blamed on a run.
+        ("StorageError", "AccessDenied"),
+    ],
+)
+def test_run_errors_a_log_that_cannot_be_read_back_is_one_line(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: str, said: str
 ) -> None:
-    # The failing path (two runs into one S3 shard directory, which has no lock): a log the
-    # other run replaced was gone when this one read its logs back: a LogReadError traceback.
+    from twice import reports
     from twice.evals import _run as run_module
-    from twice.reports import LogReadError
 
-    def gone(*args: Any, **kwargs: Any) -> Any:
-        raise LogReadError("could not read inspect log 's3://b/x.eval': FileNotFoundError")
+    def fails(*args: Any, **kwargs: Any) -> Any:
+        raise getattr(reports, error)("reading 's3://b/x.eval': AccessDenied")
 
-    monkeypatch.setattr(run_module, "ran_trials", gone)
+    monkeypatch.setattr(run_module, "ran_trials", fails)
     result = _run(twice, tmp_path / "logs", "--model", "stub/retry", "--task", "refund",
                   "--fault", "none")  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
-    assert "is another run writing into this log directory?" in result.stderr
-
-
-def test_run_errors_object_storage_failing_as_logs_are_read_back_is_not_blamed_on_a_run(
-    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The failing path: a StorageError (a LogReadError too) read "is another run writing into
-    # this log directory?" for expired credentials.
-    from twice.evals import _run as run_module
-    from twice.reports import StorageError
-
-    def denied(*args: Any, **kwargs: Any) -> Any:
-        raise StorageError("object storage at 's3://b/run' cannot be used: AccessDenied")
-
-    monkeypatch.setattr(run_module, "ran_trials", denied)
-    result = _run(twice, tmp_path / "logs", "--model", "stub/retry", "--task", "refund",
-                  "--fault", "none")  # fmt: skip
-    assert result.exit_code == 1, result.output
-    assert "AccessDenied" in result.stderr and "rerun" in result.stderr
-    assert "another run" not in result.stderr
+    assert said in result.stderr and "to resume" in result.stderr
+    if error == "StorageError":
+        assert "another run" not in result.stderr
