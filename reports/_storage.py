@@ -220,14 +220,13 @@ def find_relative(location: Location) -> list[tuple[str, ...]]:
     ``file:///x`` or ``memory://logs`` come back listed under a spelling of their own, so
     cutting the given string's length off each listed path cut the wrong characters.
     """
+    found = find_files(location)
     if not is_remote(location):
         root = _local(location)
-        if not root.is_dir():
-            return []
-        return sorted(p.relative_to(root).parts for p in root.rglob("*") if p.is_file())
-    fs, path = _fs(str(location))
-    base = path.rstrip("/")
-    return sorted(tuple(posixpath.relpath(p, base).split("/")) for p in fs.find(path))
+        return [Path(p).relative_to(root).parts for p in found]
+    _, base = _fs(str(location))
+    cut = len(_protocol(str(location))) + len("://")  # find_files' own prefix
+    return sorted(tuple(posixpath.relpath(str(p)[cut:], base).split("/")) for p in found)
 
 
 @_remote_errors
