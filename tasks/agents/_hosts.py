@@ -48,9 +48,16 @@ class _Trial:
 
         A client whose own transport wraps httpx's (a retrying transport) sends through it,
         so every attempt it makes is served (:func:`twice.mocks.through_own_transport`)."""
-        if self._target(request) is None:
+        if not self.owns(request):
             return None
         return through_own_transport(request, self._dispatch)  # type: ignore[return-value]
+
+    def owns(self, request: httpx.Request) -> bool:
+        """Whether ``request`` is for a host this trial's services serve."""
+        url = str(request.url)
+        return any(_under(url, s.base_url) for s in self.services.services.values()) or any(
+            _under(url, prefix) for prefix, _ in self.hosts
+        )
 
     def _dispatch(self, request: httpx.Request) -> httpx.Response:
         target = self._target(request)
@@ -106,7 +113,7 @@ def _refuse_without_context(request: httpx.Request) -> None:
     it), so each errors even when the agent catches this exception.
     """
     url = str(request.url)
-    mine = [t for t in list(_live.values()) if t._target(request) is not None]
+    mine = [t for t in list(_live.values()) if t.owns(request)]
     if not mine:
         return  # another host: pass through
     message = (
