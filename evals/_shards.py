@@ -214,8 +214,11 @@ def run_workers(
     log_dir: Location,
     count: int,
     idle: Callable[[], object] | None = None,
+    at_once: int | None = None,
 ) -> list[WorkerExit]:
-    """Run ``twice run ARGS --shard i/count --log-dir LOG_DIR`` for every i, concurrently.
+    """Run ``twice run ARGS --shard i/count --log-dir LOG_DIR`` for every i, concurrently:
+    all at once, or with ``at_once`` at most that many at a time (the next shard starts as
+    one ends; a rerun of a directory split more ways than the machine has cores).
 
     The workers are local processes. Where the platform forks safely (Linux, and no thread
     started yet) each is a fork of this process, which has already imported inspect and
@@ -228,6 +231,8 @@ def run_workers(
     summary marked incomplete) and the caller learns it from :attr:`WorkerExit.interrupted`.
     A second signal stops waiting: each worker still running gets SIGINT again, then
     SIGKILL after 30 s (at once on a third signal), and this raises ``KeyboardInterrupt``.
+    A shard not yet started when the first signal comes is not started (it has no
+    :class:`WorkerExit`; its cells are missing from the merge).
 
     ``idle`` is called once, in this process, as soon as one worker has ended while another
     still runs: the caller's chance to do ahead what it needs after the run (the merged
@@ -236,7 +241,6 @@ def run_workers(
     """
     procs: list[tuple[Shard, subprocess.Popen[bytes] | _ForkedWorker, float, Any, str]] = []
     base = ["run", *args, "--log-dir", str(log_dir)]
-    fork = _can_fork()
     private = _new_hand_off_dir()
     received: list[int] = []
 
@@ -248,9 +252,17 @@ def run_workers(
             if proc.poll() is None:
                 proc.send_signal(signum)
 
+    def running() -> int:
+        return sum(1 for _, proc, *_ in procs if proc.poll() is None)
+
+    limit = count if at_once is None else max(1, min(at_once, count))
     saved = _handle_stop_signals(pass_on)
     try:
         for i in range(1, count + 1):
+            while not received and running() >= limit:
+                time.sleep(_FIRST_EXIT_POLL)  # signals reach their handler between looks
+            if received:  # stopping: the shards not yet begun stay missing
+                break
             shard = Shard(i, count)
             # The parent renders the one merged report; a report per shard would only cost
             # each worker seconds on the run's critical path.
@@ -258,7 +270,7 @@ def run_workers(
             hand_off = os.path.join(private, f"records-{i}.pickle")
             # stderr to a file, not a pipe: a worker blocked on a full pipe would never end.
             err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finally)
-            if fork:
+            if _can_fork():  # asked each time: a thread started meanwhile rules it out
                 proc: subprocess.Popen[bytes] | _ForkedWorker = _fork_worker(
                     argv, err, hand_off, saved
                 )

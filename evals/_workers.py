@@ -186,9 +186,10 @@ def run_with_workers(
     log_dir: Location,
     count: int,
     idle: Callable[[], object] | None = None,
+    at_once: int | None = None,
 ) -> tuple[list[str], LogRecords, str | None]:
     """Run ``count`` local shard processes of ``twice run ARGS`` into ``log_dir``; ``idle``
-    as :func:`run_workers`.
+    and ``at_once`` as :func:`run_workers`.
 
     Returns:
         One line per worker that failed (exit 1: an eval errored or a trial crashed; or killed
@@ -201,7 +202,7 @@ def run_with_workers(
         SuiteError: when a worker refused its arguments (exit 2).
     """
     failed = []
-    exits = run_workers(args, log_dir, count, idle)
+    exits = run_workers(args, log_dir, count, idle, at_once)
     interrupted = next((w.interrupted for w in exits if w.interrupted), None)
     for w in exits:
         if w.returncode == 0:
@@ -238,8 +239,10 @@ def run_parallel(
     *,
     model_args: dict[str, Any] | None = None,
     report: bool = True,
+    at_once: int | None = None,
 ) -> RunResult:
-    """``twice run ARGS --workers count``: the shards as local processes, then the merge.
+    """``twice run ARGS --workers count``: the shards as local processes (``at_once``: at most
+    that many at a time), then the merge.
 
     ``args`` are the ``twice run`` arguments that select the suite (each worker rebuilds the
     same suite from them and runs its share); the merged summary records the whole suite. A
@@ -267,7 +270,7 @@ def run_parallel(
         try:
             # The report's libraries load while the last workers finish, not after them.
             idle = prepare_report if report else None
-            failed, known, interrupted = run_with_workers(args, log_dir, count, idle)
+            failed, known, interrupted = run_with_workers(args, log_dir, count, idle, at_once)
         except SuiteError:  # the workers refused the arguments: nothing ran, nothing is lost
             if previous is not None:
                 write_text(summary_path, previous)

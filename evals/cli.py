@@ -337,7 +337,7 @@ def run(
     from twice.tasks import scrub
 
     from ._run import ERRORED_IN, LAST_INTERRUPT, default_log_dir, format_table, run_suite
-    from ._shards import default_workers, parse_shard, shard_cells
+    from ._shards import default_workers, parse_shard, shard_cells, usable_cpus
     from ._workers import run_parallel
 
     rerun = "rerun the same command"
@@ -392,8 +392,11 @@ def run(
         default = 1 if part or local or gate is not None else default_workers(n_cells)
         n_workers = min(workers or default, n_cells)
         split = _existing_split(out)
+        at_once = None
         if split is not None and part is None and workers is None and not (local or gate):
-            n_workers = split  # a rerun resumes split as the run already in the directory
+            # A rerun resumes split as the run already in the directory (a cluster's, maybe,
+            # split 20 ways), running no more shards at a time than this machine has CPUs.
+            n_workers, at_once = split, min(split, usable_cpus())
         asked = part.count if part else n_workers
         if split is not None and asked != split:
             raise SuiteError(_split_conflict(out, split, asked))
@@ -406,6 +409,8 @@ def run(
         rerun = "rerun the same command" if log_dir else f"rerun it with --log-dir {out}"
         shown = display or default_display()  # the display this run uses
         where = f", shard {part}" if part else f", {n_workers} workers" if n_workers > 1 else ""
+        if at_once is not None and at_once < n_workers:
+            where = f", {n_workers} shards {at_once} at a time"
         # A shard's counts are out of its own cells, not the suite's.
         mine = len(shard_cells(list(suite.cells()), part)) if part else n_cells
         if gate is None:  # a sequential run announces itself, naming its gate
@@ -439,7 +444,7 @@ def run(
             args += [a for m in model_arg for a in ("-M", m)]
             result = run_parallel(
                 suite, out, args, n_workers, model_args=_model_args(model_arg),
-                report=not no_report,
+                report=not no_report, at_once=at_once,
             )  # fmt: skip
         else:
             # twice run and --until-decided alike: the suite's model server around the run,

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from twice.evals import Cell, SuiteError, suite_from_flags
@@ -446,7 +446,7 @@ def test_a_rerun_is_split_as_the_run_already_in_its_directory(
     # A one-process run into a directory of shards used to run every cell, then find none of
     # its logs (logs beside shard directories do not count) and exit 1, forever; a different
     # shard count re-ran everything, then could not merge.
-    from twice.evals import _workers
+    from twice.evals import _shards, _workers
 
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     for i in (1, 2):
@@ -467,15 +467,21 @@ def test_a_rerun_is_split_as_the_run_already_in_its_directory(
     assert sorted(p.name for p in sharded.rglob("*")) == before, "a refused run wrote nothing"
     assert not list(single.glob("shard-*"))
 
-    counts: list[int] = []
+    counts: list[tuple[int, int | None]] = []
 
     def parallel(suite: Any, log_dir: Any, args: Any, count: int, **kwargs: Any) -> Any:
-        counts.append(count)
+        counts.append((count, kwargs.get("at_once")))
         raise SystemExit(0)
 
     monkeypatch.setattr(_workers, "run_parallel", parallel)
-    twice("run", *ONE_CELL, "--fault", "none", "--fault", "lost_reply", "--log-dir", sharded)
-    assert counts == [2], "a rerun without --workers resumes the directory's split"
+    monkeypatch.setattr(_shards, "usable_cpus", lambda: 1)
+    rerun = ["run", *ONE_CELL, "--fault", "none", "--fault", "lost_reply", "--log-dir", sharded]
+    result = twice(*rerun)
+    # ... no more of them at a time than this machine has CPUs (a cluster's split may be 20)
+    assert counts == [(2, 1)], "a rerun without --workers resumes the directory's split"
+    assert "2 shards 1 at a time" in result.output
+    twice(*rerun, "--workers", "2")  # asked for: as many at once as asked
+    assert counts[-1] == (2, None)
 
 
 def test_report_and_gate_keep_the_shards_status_and_leave_a_baseline_as_it_is(
@@ -1076,3 +1082,72 @@ def test_a_refused_workers_rerun_gives_the_workers_reason_once(
     assert result.stderr.count("Usage:") == 1, result.stderr
     assert "Error: worker 1/2 refused the run: log directory " in result.stderr
     assert "run with 2 sample(s) × 1 epoch(s); this run asks for 1 × 1" in result.stderr
+
+
+class _CountedWorker:
+    """A worker that ends after some polls; the class tracks how many run at once."""
+
+    live: ClassVar[list[_CountedWorker]] = []
+    most: ClassVar[int] = 0
+
+    def __init__(self, argv: list[str], *args: Any) -> None:
+        self.shard = argv[argv.index("--shard") + 1]
+        self.left = 10  # polls: more than starting the other four takes
+        self.signals: list[int] = []
+        _CountedWorker.live.append(self)
+        _CountedWorker.most = max(_CountedWorker.most, len(_CountedWorker.live))
+
+    def poll(self) -> int | None:
+        if self.left > 0:
+            self.left -= 1
+            return None
+        if self in _CountedWorker.live:
+            _CountedWorker.live.remove(self)
+        return 0
+
+    def wait(self) -> int:
+        while self.poll() is None:
+            pass
+        return 0
+
+    def send_signal(self, signum: int) -> None:
+        self.signals.append(signum)
+
+
+@pytest.fixture
+def counted_workers(monkeypatch: pytest.MonkeyPatch) -> type[_CountedWorker]:
+    from twice.evals import _shards
+
+    _CountedWorker.live, _CountedWorker.most = [], 0
+    monkeypatch.setattr(_shards, "_can_fork", lambda: True)
+    monkeypatch.setattr(_shards, "_fork_worker", _CountedWorker)
+    monkeypatch.setattr(_shards, "_FIRST_EXIT_POLL", 0.001)
+    return _CountedWorker
+
+
+@pytest.mark.parametrize(("at_once", "most"), [(None, 5), (2, 2), (1, 1), (9, 5)])
+def test_workers_run_at_most_at_once_at_a_time(
+    counted_workers: type[_CountedWorker], tmp_path: Path, at_once: int | None, most: int
+) -> None:
+    # A rerun of a directory a cluster split 20 ways started 20 processes at once here.
+    exits = run_workers([], tmp_path, 5, at_once=at_once)
+    assert [str(w.shard) for w in exits] == [f"{i}/5" for i in range(1, 6)]
+    assert {w.returncode for w in exits} == {0}
+    assert counted_workers.most == most
+
+
+def test_a_signal_while_shards_wait_their_turn_starts_no_more(
+    counted_workers: type[_CountedWorker], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poll, sent = _CountedWorker.poll, []
+
+    def signalled_once(self: _CountedWorker) -> int | None:
+        if self.shard == "1/3" and self.left == 1 and not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)  # the run's handler passes it on
+        return poll(self)
+
+    monkeypatch.setattr(_CountedWorker, "poll", signalled_once)
+    exits = run_workers([], tmp_path, 3, at_once=1)
+    assert [(str(w.shard), w.interrupted) for w in exits] == [("1/3", "SIGTERM")]
+    assert counted_workers.most == 1
