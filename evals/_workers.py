@@ -249,7 +249,9 @@ def run_parallel(
     run stopped by SIGINT or SIGTERM returns with ``interrupted`` set and its summary marked.
 
     Raises:
-        SuiteError: when a worker refused its arguments or ended unexpectedly.
+        SuiteError: when a worker refused its arguments.
+        LogReadError: when the workers' logs cannot be read back (a log gone or changed
+            meanwhile, object storage failing); the logs stay for a rerun to resume.
     """
     planned = list(suite.cells())
     run = run_metadata(suite, model_args)
@@ -309,7 +311,8 @@ def _merge_workers(
             )  # fmt: skip
         except LogReadError as ex:
             if not (interrupted or failed):
-                raise SuiteError(f"could not merge the workers' logs: {ex}") from None
+                # A read failure, as in one process (exit 1, resumable), not bad usage.
+                raise type(ex)(f"could not merge the workers' logs: {ex}") from None
             # Stopped, or a worker died, before there was anything to merge: the summary says
             # so (every cell missing); the logs written so far stay for the rerun to resume.
             extra = incomplete_fields(planned, prompt_names(planned), interrupted)

@@ -1151,3 +1151,22 @@ def test_a_signal_while_shards_wait_their_turn_starts_no_more(
     exits = run_workers([], tmp_path, 3, at_once=1)
     assert [(str(w.shard), w.interrupted) for w in exits] == [("1/3", "SIGTERM")]
     assert counted_workers.most == 1
+
+
+def test_a_log_lost_before_the_workers_merge_exits_1_as_in_one_process(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was wrapped as a usage error: exit 2 and "Usage:" text, where one process says the
+    # log vanished and exits 1 (the logs stay; the same command resumes).
+    from twice.evals import _workers
+    from twice.reports import LogReadError
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise LogReadError("logs/shard-1-of-2/x.eval vanished while it was read")
+
+    monkeypatch.setattr(_workers, "run_with_workers", lambda *a: ([], {}, None))
+    monkeypatch.setattr(_workers, "merge", lost)
+    result = twice("run", *SUITE, "--workers", "2", "--log-dir", tmp_path / "logs")
+    assert result.exit_code == 1, result.output
+    assert "could not merge the workers' logs: logs/shard-1-of-2/x.eval vanished" in result.output
+    assert "Usage:" not in result.output and "to resume" in result.output
