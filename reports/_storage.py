@@ -306,17 +306,26 @@ def local_target(path: Path | str) -> Path:
     A link is written through, never replaced, so it fails as a shell's ``>`` would.
 
     Raises:
-        OSError: ``ELOOP`` for a link in a loop (``realpath`` gives up and returns one of
-            its links); ``ENOENT`` for a link whose target's directory does not exist,
-            which is made for a plain path but not behind someone's link.
+        OSError: ``ELOOP`` for a link in a loop, at ``path`` or above it (``realpath``
+            gives up and returns one of its links); ``ENOENT`` for a link whose target's
+            directory does not exist, or a dangling link above ``path``: the directories a
+            plain path needs are made, but never behind someone's link.
     """
     path = Path(path)
     real = Path(os.path.realpath(path))
-    for above in path.parents:  # a dangling link on the way: `>` would not make its target
-        if above.is_symlink() and not above.exists():
+    for above in path.parents:  # a broken link on the way: `>` would not make its target
+        if not above.is_symlink():
+            continue
+        try:
+            os.stat(above)
+        except OSError as ex:
+            if ex.errno == errno.ELOOP:
+                raise OSError(
+                    errno.ELOOP, f"the link {str(above)!r} on its path is in a loop"
+                ) from None
             raise FileNotFoundError(
                 errno.ENOENT, f"the link {str(above)!r} on its path points nowhere"
-            )
+            ) from None
     if path.is_symlink():
         if real.is_symlink():
             raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))

@@ -79,14 +79,23 @@ def test_report_cli_output_through_a_symlink_writes_its_target(
     assert link.is_symlink() and target.read_text() == "<html>new report</html>"
 
 
-def test_report_cli_output_under_a_dangling_link_is_refused(
-    twice: Twice, logs: Path, tmp_path: Path, captured: list[dict[str, Any]]
+@pytest.mark.parametrize(
+    ("link_to", "said"), [("nowhere/deep", "points nowhere"), ("out", "is in a loop")]
+)
+def test_report_cli_output_under_a_broken_link_is_refused(
+    twice: Twice,
+    logs: Path,
+    tmp_path: Path,
+    captured: list[dict[str, Any]],
+    link_to: str,
+    said: str,
 ) -> None:
-    # The failing path: `-o out/report.html` with out -> nowhere/deep made nowhere/deep.
-    (tmp_path / "out").symlink_to(tmp_path / "nowhere" / "deep")
+    # The failing path: `-o out/report.html` with out -> nowhere/deep made nowhere/deep; a
+    # link in a loop was refused as one that "points nowhere".
+    (tmp_path / "out").symlink_to(tmp_path / link_to)
     result = twice("report", logs, "-o", tmp_path / "out" / "report.html")
     assert result.exit_code == 2, result.output
-    assert "on its path points nowhere" in result.output
+    assert f"the link '{tmp_path / 'out'}' on its path {said}" in result.output
     assert not (tmp_path / "nowhere").exists()
 
 
