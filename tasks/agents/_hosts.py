@@ -6,7 +6,10 @@ mock on ``httpx`` (not ``httpx2``: openai 3.x sends model traffic over httpx2, s
 never pass through here) looks up the *current* trial in a context variable and serves the
 request from that trial's :class:`~twice.mocks.Services`; a request for any other host passes
 through untouched. Trials run concurrently in one event loop: the context variable, copied
-into every task the agent starts, keeps their traffic apart.
+into every task the agent starts, keeps their traffic apart. A thread the agent starts
+(``threading.Thread``, ``loop.run_in_executor``, any ``ThreadPoolExecutor``) carries the
+trial's context too, as threads do under Python 3.14's ``-X thread_inherit_context=1``:
+without it, which trial sent the thread's request would be unknown.
 
 The same context variable lets twice refuse, with a clear message, model requests the
 in-process agent bridge would not route (sync clients, streaming, ``previous_response_id``,
@@ -15,8 +18,13 @@ a model name other than ``inspect``) instead of letting them go to the network.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextvars
 import functools
-from collections.abc import Iterator, Mapping
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import thread as _futures_thread
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -35,13 +43,17 @@ MODEL_PATHS = ("/chat/completions", "/responses", "/v1/messages")
 """Client paths that carry a model request (OpenAI Chat Completions/Responses, Anthropic)."""
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class _Trial:
     services: Services
     hosts: tuple[tuple[str, str], ...]
     """``(production URL prefix, mock base URL)`` pairs from ``--mock SERVICE=URL``."""
-    refused: list[str] = field(default_factory=list, compare=False)
-    """Requests for its hosts refused because they came from outside any trial's context."""
+    refused: list[str] = field(default_factory=list)
+    """Requests twice refused that this trial's agent may have sent: whatever the agent made
+    of the exception, the trial errors."""
+    ended: bool = False
+    """Its agent has returned: a request in its context now comes from a thread that
+    outlived it."""
 
     def serve(self, request: httpx.Request) -> httpx.Response | None:
         """The trial's services' answer to ``request``, or None for a host they do not mock.
@@ -98,37 +110,125 @@ def _side_effect(request: httpx.Request) -> httpx.Response | httpx.Request:
     if trial is None:
         _refuse_without_context(request)
         return request
+    if trial.ended and trial.owns(request):
+        raise AgentLimitError(_late(f"{request.method} {request.url}"))
     served = trial.serve(request)
     # Returning the request tells respx to pass it through to the real transport.
     return served if served is not None else request
 
 
+def _late(what: str) -> str:
+    return (
+        f"{what} was sent after its trial ended, from a thread the agent started and did not "
+        "wait for; it was not served (nor sent on), and the trial was scored without it: "
+        "join the thread (or await the executor's future) before the agent returns"
+    )
+
+
 def _refuse_without_context(request: httpx.Request) -> None:
     """Refuse a request for a running trial's host that carries no trial context.
 
-    A thread started with ``loop.run_in_executor`` or ``threading.Thread`` does not copy
-    context variables, so which trial sent the request is unknown. Passed through, it went to
-    the production URL behind ``--mock`` (or a ``*.twice.test`` name) while the trial counted
-    no effect. Every running trial the host belongs to is marked (any of them may have sent
-    it), so each errors even when the agent catches this exception.
+    A thread the agent starts carries its trial's context (:func:`_carry_trial_context`);
+    one started outside any trial (a pool an agent module made when imported) does not, so
+    which trial sent the request is unknown. Passed through, it went to the production URL
+    behind ``--mock`` (or a ``*.twice.test`` name) while the trial counted no effect. Every
+    running trial the host belongs to is marked (any of them may have sent it), so each
+    errors even when the agent catches this exception.
     """
-    url = str(request.url)
     mine = [t for t in list(_live.values()) if t.owns(request)]
-    if not mine:
-        return  # another host: pass through
+    if mine:
+        _refuse_for(mine, f"{request.method} {request.url}")
+
+
+def _refuse_for(trials: list[_Trial], what: str) -> None:
+    n = len(trials)
     message = (
-        f"the agent sent {request.method} {url} from outside its trial's context (a thread "
-        "started with loop.run_in_executor or threading.Thread does not carry context "
-        "variables), so no trial's services could serve it: use asyncio.to_thread, or run "
-        "the call with contextvars.copy_context().run"
+        f"{what} came from a thread that carries no trial's context (one started outside "
+        f"any trial, such as a pool made when the agent's module was imported), so twice "
+        f"cannot tell which of the {n} running trial(s) it belongs to; it was not served "
+        "(nor sent on): start threads and executors from within the agent, or use "
+        "asyncio.to_thread"
     )
-    _mark(mine, message)
+    for trial in trials:
+        trial.refused.append(message)
     raise AgentLimitError(message)
 
 
-def _mark(trials: list[_Trial], message: str) -> None:
-    for trial in trials:
-        trial.refused.append(message)
+# -- threads carry the trial's context --------------------------------------------------------
+
+_carrying = False
+_trial_threads: weakref.WeakKeyDictionary[threading.Thread, _Trial] = weakref.WeakKeyDictionary()
+"""Threads started from a trial (executor workers aside), each with its trial."""
+_in_flight: dict[int, int] = {}
+"""Executor work submitted from a trial and not yet finished, counted by trial id."""
+_in_flight_lock = threading.Lock()
+
+
+def _carry_trial_context() -> None:
+    """From now on, a thread started, or executor work submitted, from a trial runs in a copy
+    of the trial's context (once per process; outside trials, nothing changes).
+
+    Without it a thread's request came with no trial, so none could be served; and the
+    threads of two concurrent trials could not be told apart. Executor worker threads are
+    shared between trials, so they are not given one: each piece of work carries its own.
+    """
+    global _carrying
+    if _carrying:
+        return
+    start = threading.Thread.start
+    submit: Any = concurrent.futures.ThreadPoolExecutor.submit
+
+    @functools.wraps(start)
+    def start_in_context(self: threading.Thread) -> None:
+        trial = _TRIAL.get()
+        if trial is not None and getattr(self, "_target", None) is not _futures_thread._worker:
+            run, ctx = self.run, contextvars.copy_context()
+            self.run = lambda: ctx.run(run)  # type: ignore[method-assign]
+            _trial_threads[self] = trial
+        start(self)
+
+    @functools.wraps(submit)
+    def submit_in_context(
+        self: concurrent.futures.ThreadPoolExecutor, fn: Callable[..., Any], /, *a: Any, **kw: Any
+    ) -> Any:  # a Future
+        trial = _TRIAL.get()
+        if trial is None:
+            return submit(self, fn, *a, **kw)
+        key = id(trial)
+        _count_in_flight(key, 1)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _count_in_flight(key, -1)
+
+        try:
+            return submit(self, contextvars.copy_context().run, run, *a, **kw)
+        except BaseException:  # never submitted (the pool was shut down): never in flight
+            _count_in_flight(key, -1)
+            raise
+
+    threading.Thread.start = start_in_context  # type: ignore[method-assign]
+    setattr(concurrent.futures.ThreadPoolExecutor, "submit", submit_in_context)  # noqa: B010
+    _carrying = True
+
+
+def _count_in_flight(key: int, step: int) -> None:
+    with _in_flight_lock:
+        left = _in_flight.get(key, 0) + step
+        if left > 0:
+            _in_flight[key] = left
+        else:
+            _in_flight.pop(key, None)
+
+
+def _outlived() -> bool:
+    """Whether a thread or executor work a trial started may still send requests."""
+    with _in_flight_lock:
+        if _in_flight:
+            return True
+    return any(t.is_alive() for t in list(_trial_threads))
 
 
 def parse_hosts(
@@ -168,7 +268,8 @@ def serve_trial(services: Services, hosts: tuple[tuple[str, str], ...] = ()) -> 
     """While the block runs, ``httpx`` requests from this context go to the trial's services."""
     global _mock
     _guard_model_clients()
-    if not _live:
+    _carry_trial_context()
+    if _mock is None:
         mock = respx.mock(using="httpx", assert_all_called=False, assert_all_mocked=False)
         mock.route(name="twice-agent-services").mock(side_effect=_side_effect)
         own_transport.start()
@@ -185,8 +286,11 @@ def serve_trial(services: Services, hosts: tuple[tuple[str, str], ...] = ()) -> 
         raise
     finally:
         _TRIAL.reset(token)
+        trial.ended = True
         del _live[id(trial)]
-        if not _live and _mock is not None:
+        # A thread the agent did not wait for may still send its request: the mock stays to
+        # refuse it (until a later trial ends with none left), rather than let it through.
+        if not _live and _mock is not None and not _outlived():
             _mock.stop()
             own_transport.stop()
             _mock = None
@@ -268,18 +372,9 @@ def _wrap(cls: Any, *, sync: bool) -> None:
 
         @functools.wraps(original)
         def request_sync(self: Any, cast_to: Any, options: Any, *args: Any, **kw: Any) -> Any:
-            # Also with no trial context while trials run: a thread an agent started (with
-            # run_in_executor) would otherwise send the request, the user's text, to the
-            # network.
-            if _TRIAL.get() is not None or _live:
-                try:
-                    check_model_request(
-                        options.url, _json(options), stream=bool(kw.get("stream")), sync=True
-                    )
-                except AgentLimitError as ex:
-                    if _TRIAL.get() is None:
-                        _mark(list(_live.values()), str(ex))
-                    raise
+            # Also with no trial context while trials run: a thread started outside any trial
+            # would otherwise send the request, the user's text, to the network.
+            _check_model_request(options, stream=bool(kw.get("stream")), sync=True)
             return original(self, cast_to, options, *args, **kw)
 
         cls.request = request_sync
@@ -287,13 +382,35 @@ def _wrap(cls: Any, *, sync: bool) -> None:
 
     @functools.wraps(original)
     async def request_async(self: Any, cast_to: Any, options: Any, *args: Any, **kw: Any) -> Any:
-        if _TRIAL.get() is not None:
-            check_model_request(
-                options.url, _json(options), stream=bool(kw.get("stream")), sync=False
-            )
+        _check_model_request(options, stream=bool(kw.get("stream")), sync=False)
         return await original(self, cast_to, options, *args, **kw)
 
     cls.request = request_async
+
+
+def _check_model_request(options: Any, *, stream: bool, sync: bool) -> None:
+    """:func:`check_model_request` for an openai/anthropic client's request while agent
+    trials run; a refusal marks the trial(s) it may belong to, so each errors even when the
+    agent catches the exception."""
+    trial = _TRIAL.get()
+    if trial is None and not _live:
+        return  # no agent trial running: inspect's own model calls, say
+    path, body = options.url, _json(options)
+    if trial is None:
+        # No trial's context (a thread started outside any trial): the async client's
+        # request for the bridge's model, or any sync one, would go to the network. Model
+        # calls of inspect's own (the eval's model, by its real name) pass.
+        model = str((body or {}).get("model", ""))
+        if path in MODEL_PATHS and (sync or model == BRIDGE_MODEL or model.startswith("inspect/")):
+            _refuse_for(list(_live.values()), f"a model request ({model!r}, {path})")
+        return
+    if trial.ended and path in MODEL_PATHS:
+        raise AgentLimitError(_late(f"a model request ({path})"))
+    try:
+        check_model_request(path, body, stream=stream, sync=sync)
+    except AgentLimitError as ex:
+        trial.refused.append(str(ex))
+        raise
 
 
 def _json(options: Any) -> Mapping[str, Any] | None:

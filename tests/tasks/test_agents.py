@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -272,65 +273,136 @@ REFUND_CALL = (
 )
 
 
-@pytest.mark.parametrize(
-    ("name", "body", "message"),
-    [
-        (
-            "executor",
-            "import asyncio, httpx\n\nasync def agent(request, ctx):\n"
-            f"    run = lambda: {REFUND_CALL}\n"
-            "    return str(await asyncio.get_running_loop().run_in_executor(None, run))\n",
-            "from outside its trial's context",
-        ),
-        (
-            "thread_swallows",
-            "import threading, httpx\n\nasync def agent(request, ctx):\n"
-            "    def run():\n        try:\n"
-            f"            {REFUND_CALL}\n"
-            "        except Exception:\n            pass\n"
-            "    t = threading.Thread(target=run)\n    t.start()\n    t.join()\n"
-            "    return 'refunded'\n",
-            "from outside its trial's context",
-        ),
-        (
-            "sync_model_in_executor",
-            "import asyncio\nfrom openai import OpenAI\n\nasync def agent(request, ctx):\n"
-            "    run = lambda: OpenAI(base_url=URL + '/v1').chat.completions.create(\n"
-            "        model=ctx.model, messages=[{'role': 'user', 'content': request}])\n"
-            "    await asyncio.get_running_loop().run_in_executor(None, run)\n"
-            "    return 'asked'\n",
-            "through a synchronous client",
-        ),
-    ],
-)
-def test_a_request_from_a_thread_without_the_trial_context_is_refused(
-    tmp_path: Path, production: Any, name: str, body: str, message: str
+THREADS = {
+    "executor": (
+        "import asyncio, httpx\n\nasync def agent(request, ctx):\n"
+        "    await asyncio.sleep(0.2)  # the two trials overlap\n"
+        f"    run = lambda: {REFUND_CALL}\n"
+        "    return str(await asyncio.get_running_loop().run_in_executor(None, run))\n"
+    ),
+    "thread": (
+        "import asyncio, threading, httpx\n\nasync def agent(request, ctx):\n"
+        "    await asyncio.sleep(0.2)\n    out = []\n"
+        f"    t = threading.Thread(target=lambda: out.append({REFUND_CALL}))\n"
+        "    t.start()\n    t.join()\n    return str(out[0])\n"
+    ),
+    "own_pool": (
+        "import asyncio, httpx\nfrom concurrent.futures import ThreadPoolExecutor\n\n"
+        "async def agent(request, ctx):\n    await asyncio.sleep(0.2)\n"
+        "    with ThreadPoolExecutor(2) as pool:\n"
+        f"        return str(pool.submit(lambda: {REFUND_CALL}).result())\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(THREADS))
+def test_a_thread_the_agent_starts_is_served_by_its_own_trial(
+    tmp_path: Path, production: Any, name: str
 ) -> None:
-    # The failing path: threads from run_in_executor or threading.Thread do not carry the
-    # trial's context variable, so the request passed through to the production URL behind
-    # --mock (the sync model call too, with the user's text), and the trial counted as clean.
-    spec = _user_agent(tmp_path, name, f"URL = {production.url!r}\n" + body)
+    # The failing path: threads from run_in_executor or threading.Thread did not carry the
+    # trial's context, so the request passed through to the production URL behind --mock
+    # and the trial counted as clean (then it was refused: which trial sent it was unknown).
+    spec = _user_agent(tmp_path, name, f"URL = {production.url!r}\n" + THREADS[name])
+    task = refund(fault="none", agent=spec, mocks={"payments": production.url})
+    (log,) = _run([task], tmp_path / "logs", limit=1, epochs=2, model="stub/retry")
+    samples = log.samples or []
+    assert production.hits == []  # nothing reached "production"
+    # each trial's refund in its own ledger, the two concurrent trials kept apart
+    assert [[e["id"] for e in _effects(s)] for s in samples] == [["re_1"], ["re_1"]]
+    assert [s.output.completion for s in samples] == ["200", "200"]
+
+
+IMPORTED_THREAD = """
+import asyncio, queue, threading, httpx
+from openai import AsyncOpenAI
+
+JOBS = queue.Queue()
+
+def worker():  # started when the module is imported: outside any trial
+    while True:
+        job, out = JOBS.get()
+        try:
+            out.append(job())
+        except Exception as ex:
+            out.append(repr(ex))
+
+threading.Thread(target=worker, daemon=True).start()
+
+def ask_model():
+    client = AsyncOpenAI(base_url=URL + "/v1", api_key="x", max_retries=0)
+    return asyncio.run(client.chat.completions.create(
+        model="inspect", messages=[{"role": "user", "content": "hi"}]))
+
+async def agent(request, ctx):
+    out = []
+    JOBS.put((CALL, out))
+    while not out:
+        await asyncio.sleep(0.05)
+    return "done: " + str(out[0])  # the refusal swallowed
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "what"),
+    [(f"lambda: {REFUND_CALL}", "POST http"), ("ask_model", "a model request ('inspect'")],
+)
+def test_a_request_from_a_thread_without_any_trials_context_is_refused(
+    tmp_path: Path, production: Any, call: str, what: str
+) -> None:
+    # A thread started outside any trial: which trial sent its request is unknown. The
+    # async model client's request from there went to the network with the user's text.
+    source = f"URL = {production.url!r}\n" + IMPORTED_THREAD.replace("CALL,", f"{call},")
+    spec = _user_agent(tmp_path, "imported_thread", source)
     sample = _limit_error(
         tmp_path, refund(fault="none", agent=spec, mocks={"payments": production.url})
     )
-    assert production.hits == []  # nothing reached "production"
-    assert message in sample.error.message
+    assert production.hits == []
+    assert what in sample.error.message and "carries no trial's context" in sample.error.message
 
 
-def test_a_request_from_asyncio_to_thread_is_served_as_the_error_advises(
+def test_a_refused_model_call_errors_the_trial_even_when_the_agent_swallows_it(
     tmp_path: Path, production: Any
 ) -> None:
     body = (
-        "import asyncio, httpx\n\nasync def agent(request, ctx):\n"
-        f"    return str(await asyncio.to_thread(lambda: {REFUND_CALL}))\n"
+        "import asyncio\nfrom openai import OpenAI\n\nasync def agent(request, ctx):\n"
+        "    def run():\n        try:\n"
+        "            OpenAI(base_url=URL + '/v1').chat.completions.create(\n"
+        "                model=ctx.model, messages=[{'role': 'user', 'content': request}])\n"
+        "        except Exception:\n            pass\n"
+        "    await asyncio.get_running_loop().run_in_executor(None, run)\n"
+        "    return 'asked'\n"
     )
-    spec = _user_agent(tmp_path, "to_thread", f"URL = {production.url!r}\n" + body)
+    spec = _user_agent(tmp_path, "sync_model", f"URL = {production.url!r}\n" + body)
+    sample = _limit_error(tmp_path, refund(fault="none", agent=spec))
+    assert production.hits == []
+    assert "through a synchronous client" in sample.error.message
+
+
+def test_a_request_from_a_thread_that_outlives_its_trial_is_not_sent_on(
+    tmp_path: Path, production: Any
+) -> None:
+    # The failing path: once the last trial ended the mock stopped, so the thread's late
+    # request went to the production URL behind --mock.
+    done = tmp_path / "late.txt"
+    body = (
+        "import threading, time, httpx\n\nasync def agent(request, ctx):\n"
+        "    def run():\n        time.sleep(1.0)\n        try:\n"
+        f"            {REFUND_CALL}\n"
+        "        except Exception as ex:\n"
+        f"            open({str(done)!r}, 'w').write(str(ex))\n"
+        "    threading.Thread(target=run, daemon=True).start()\n"
+        "    return 'refund queued'\n"
+    )
+    spec = _user_agent(tmp_path, "late", f"URL = {production.url!r}\n" + body)
     task = refund(fault="none", agent=spec, mocks={"payments": production.url})
     (log,) = _run([task], tmp_path / "logs", limit=1, model="stub/retry")
-    (sample,) = log.samples or []
+    deadline = time.monotonic() + 30
+    while not done.exists():
+        assert time.monotonic() < deadline, "the late thread never finished"
+        time.sleep(0.1)
     assert production.hits == []
-    assert [e["id"] for e in _effects(sample)] == ["re_1"]
-    assert sample.output.completion == "200"
+    assert "was sent after its trial ended" in done.read_text()
+    assert _effects((log.samples or [])[0]) == []  # scored without it, as the message says
 
 
 def test_parse_hosts_checks_service_and_url() -> None:
