@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from twice.reports import MAX_SHARDS
 
 from ._run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, GC_THRESHOLDS
 from ._shards import stop_with_parent
@@ -259,7 +260,7 @@ def cli() -> None:
 @click.option(
     "--shard",
     metavar="I/N",
-    help="Run only shard I of N (a stable split of the cells; N at most 10000) into "
+    help=f"Run only shard I of N (a stable split of the cells; N at most {MAX_SHARDS}) into "
     "LOG_DIR/shard-I-of-N/; "
     "`twice report`/`gate` on LOG_DIR merge the shards.",
 )

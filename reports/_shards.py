@@ -26,11 +26,11 @@ from ._storage import (
 )
 
 SHARD_DIR = re.compile(r"^shard-(\d+)-of-(\d+)$")
+"""Name of a shard's log directory inside ``LOG_DIR``."""
 
 MAX_SHARDS = 10_000
 """The most shards a run may be split into (``twice run --shard`` refuses more, and a log
 directory holding more is refused before its ``1..n`` is listed: 10**20 took forever)."""
-"""Name of a shard's log directory inside ``LOG_DIR``."""
 
 
 @dataclass(frozen=True)

@@ -66,31 +66,27 @@ class _Trial:
 
     def owns(self, request: httpx.Request) -> bool:
         """Whether ``request`` is for a host this trial's services serve."""
-        url = str(request.url)
-        return any(_under(url, s.base_url) for s in self.services.services.values()) or any(
-            _under(url, prefix) for prefix, _ in self.hosts
-        )
+        return self._target(str(request.url)) is not None
 
     def _dispatch(self, request: httpx.Request) -> httpx.Response:
-        target = self._target(request)
-        assert target is not None  # checked by serve() for the same URL
-        return self.services.dispatch(target)
-
-    def _target(self, request: httpx.Request) -> httpx.Request | None:
-        """``request`` as the services take it (a ``--mock`` production URL moved onto the
-        service's base URL), or None for a host no service mocks."""
         url = str(request.url)
+        target = self._target(url)
+        assert target is not None  # checked by serve() for the same URL
+        if target != url:  # a --mock production URL, moved onto the service's base URL
+            request = httpx.Request(
+                request.method, target, headers=request.headers, content=request.content
+            )
+        return self.services.dispatch(request)
+
+    def _target(self, url: str) -> str | None:
+        """The URL the services take ``url`` as (a ``--mock`` production URL moved onto the
+        service's base URL), or None for a host no service mocks."""
         for service in self.services.services.values():
             if _under(url, service.base_url):
-                return request
+                return url
         for prefix, base in self.hosts:
             if _under(url, prefix):
-                return httpx.Request(
-                    request.method,
-                    base + url[len(prefix) :],
-                    headers=request.headers,
-                    content=request.content,
-                )
+                return base + url[len(prefix) :]
         return None
 
 
