@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from twice.mocks import Attempt, Effect, Ledger
+from twice.mocks import Attempt, Effect, Ledger, describe_effect
 
 _KEY_SHOWN = 32
 
@@ -50,15 +50,6 @@ def describe_attempt(attempt: Attempt) -> str:
         unknown = " (outcome unknown)" if attempt.outcome == "unknown" else ""
         seen = f"HTTP {attempt.status}{unknown}"
     return f"attempt {attempt.n} {attempt.method} {attempt.path} ({', '.join(tags)}): {did}, {seen}"
-
-
-def _describe_effect(effect: Effect, attempt: Attempt | None) -> str:
-    line = f"{effect.id} at attempt {effect.attempt}"
-    if attempt is None or (attempt.delivered and attempt.outcome == "ok"):
-        return line
-    if not attempt.delivered:
-        return f"{line}, reply lost"
-    return f"{line}, client saw HTTP {attempt.status}"
 
 
 def attempts_behind(ledger: Ledger, effects: Iterable[Effect]) -> tuple[Attempt, ...]:
@@ -135,7 +126,7 @@ class Verdict:
     def evidence(self) -> list[str]:
         """One short line per effect: ``re_1 at attempt 1, reply lost``."""
         by_n = {a.n: a for a in self.attempts}
-        return [_describe_effect(e, by_n.get(e.attempt)) for e in self.effects]
+        return [describe_effect(e, by_n.get(e.attempt), brief=True) for e in self.effects]
 
     @property
     def message(self) -> str:

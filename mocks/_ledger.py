@@ -123,18 +123,7 @@ class Ledger:
 
     def describe_effect(self, effect: Effect) -> str:
         """One evidence line: ``re_1 at attempt 1 (initial), reply lost``."""
-        a = self.attempt(effect.attempt)
-        if a.fault == "crash_after_commit":
-            seen = "run crashed before the agent saw the reply"
-        elif not a.delivered:
-            seen = "reply lost"
-        elif a.outcome != "ok":
-            seen = f"client saw HTTP {a.status}"
-        else:
-            seen = "reply delivered"
-        # "(unknown)" read as if the outcome were unknown: it is who sent the attempt.
-        sender = "sender unknown" if a.source == "unknown" else a.source
-        return f"{effect.id} at attempt {a.n} ({sender}), {seen}"
+        return describe_effect(effect, self.attempt(effect.attempt))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy, as stored in the inspect sample store."""
@@ -215,3 +204,30 @@ def ledgers(log: Any) -> list[Ledger]:
     """The ledgers of every sample of a full inspect log (an ``EvalLog`` read with samples),
     in sample order."""
     return [ledger_of(s) for s in getattr(log, "samples", None) or []]
+
+
+def describe_effect(effect: Effect, attempt: Attempt | None, *, brief: bool = False) -> str:
+    """One evidence line for ``effect``, committed by ``attempt``.
+
+    In full, ``re_1 at attempt 1 (initial), reply lost``: who sent the attempt and what its
+    client saw. ``brief`` (an assertion's message) leaves out the sender, and what the client
+    saw when it was the reply as sent: ``re_1 at attempt 1, reply lost; re_2 at attempt 2``.
+    """
+    line = f"{effect.id} at attempt {effect.attempt}"
+    if attempt is None:  # a ledger without it (hand-built): nothing more is known
+        return line
+    if attempt.fault == "crash_after_commit":
+        seen = "run crashed before the agent saw the reply"
+    elif not attempt.delivered:
+        seen = "reply lost"
+    elif attempt.outcome != "ok":
+        seen = f"client saw HTTP {attempt.status}"
+    elif brief:
+        return line
+    else:
+        seen = "reply delivered"
+    if brief:
+        return f"{line}, {seen}"
+    # "(unknown)" read as if the outcome were unknown: it is who sent the attempt.
+    sender = "sender unknown" if attempt.source == "unknown" else attempt.source
+    return f"{line} ({sender}), {seen}"

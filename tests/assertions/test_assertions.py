@@ -495,3 +495,15 @@ def test_a_numpy_bool_ok_is_taken_as_the_bool_it_is(duplicated: Ledger) -> None:
 
     verdict = Verdict(ok=np.bool_(False), subject="x", expected="1", observed=2)
     assert verdict.ok is False
+
+
+def test_an_assertions_evidence_says_what_the_ledgers_does(duplicated: Ledger) -> None:
+    # Review M: the assertion's evidence line was a second copy of the ledger's that called a
+    # run that crashed after the commit a "reply lost".
+    data = duplicated.to_dict()
+    data["attempts"][0].update(fault="crash_after_commit")
+    crashed = Ledger.from_dict(data)
+    verdict = exactly(1, REFUND, order_id="order_1042").check(crashed)
+    seen = "run crashed before the agent saw the reply"
+    assert verdict.evidence == [f"re_1 at attempt 1, {seen}", "re_2 at attempt 2"]
+    assert crashed.describe_effect(crashed.effects[0]).endswith(f"), {seen}")
