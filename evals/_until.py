@@ -12,7 +12,6 @@ interrupted run resumes (inspect reuses the finished samples of a log whose epoc
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,7 +21,16 @@ from typing import Any
 import pandas as pd
 from inspect_ai import Task, task_with
 from inspect_ai.log import EvalLog
-from twice.reports import CELL, Location, cells, join, trials_frame, write_summary
+from twice.reports import (
+    CELL,
+    Location,
+    LogDir,
+    cells,
+    join,
+    read_summary,
+    trials_frame,
+    write_summary,
+)
 
 from ._gate import GateConfig, cell_label
 from ._run import (
@@ -101,17 +109,34 @@ class CellState:
         }
 
 
-def sequential_record(log_dir: str | Path) -> dict[str, Any] | None:
-    """The ``run.sequential`` record of a log directory's summary.json (None: a fixed run)."""
-    path = Path(log_dir) / "summary.json"
-    if not path.is_file():
-        return None
-    try:
-        run = json.loads(path.read_text(encoding="utf-8")).get("run") or {}
-    except (ValueError, AttributeError):
-        return None
+def sequential_record(log_dir: Location, logs: LogDir | None = None) -> dict[str, Any] | None:
+    """The ``run.sequential`` record of a log directory's summary.json, or else the one its
+    logs carry (``metadata["twice"]["sequential"]``, without the cells' verdicts); None: a
+    fixed run.
+
+    The logs' copy means that a directory without its summary.json (deleted, or left out of
+    an artifact) is still gated with the anytime-valid bounds its run looked at every round;
+    with Wilson's it could pass where the run's own gate failed.
+    """
+    run = read_summary(log_dir).get("run")
     seq = run.get("sequential") if isinstance(run, dict) else None
-    return seq if isinstance(seq, dict) else None
+    if isinstance(seq, dict):
+        return seq
+    for entry in logs.current if logs is not None else ():
+        seq = entry.twice.get("sequential")
+        if isinstance(seq, Mapping):
+            return dict(seq)
+    return None
+
+
+def _fixed_run(log_dir: Location) -> int | None:
+    """The epochs of the fixed run (``twice run --epochs``) whose summary.json ``log_dir``
+    holds, if it holds one."""
+    run = read_summary(log_dir).get("run")
+    if not isinstance(run, dict) or isinstance(run.get("sequential"), dict):
+        return None
+    epochs = run.get("epochs")
+    return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else 0
 
 
 def _key(task: Task, model: str) -> dict[str, str]:
@@ -157,12 +182,14 @@ def _settle(state: CellState, round_: int) -> None:
         state.status = "pass"
 
 
-def _replay(state: CellState, rows: pd.DataFrame, gate: GateConfig) -> None:
+def _replay(state: CellState, rows: pd.DataFrame, gate: GateConfig, max_trials: int) -> None:
     """Resume: re-judge the cell at each complete round already in its logs, as the first run
-    did, so a resumed run stops where an uninterrupted one would have."""
+    did, so a resumed run stops where an uninterrupted one would have (never past
+    ``max_trials``: rounds beyond it, from a run with a higher cap, are not looked at)."""
     done_epochs = int(rows["epoch"].max()) if len(rows) else 0
     per_round = state.epochs_per_round
-    for r in range(1, done_epochs // per_round + 1):
+    within = max_trials // (state.samples * per_round) if state.samples else 0
+    for r in range(1, min(done_epochs // per_round, within) + 1):
         upto = rows[rows["epoch"] <= r * per_round]
         if len(upto) < state.samples * r * per_round:
             break  # this round did not finish
@@ -230,9 +257,21 @@ def run_until_decided(
     planned = list(suite.cells())
     states: list[CellState] = []
 
+    header = {
+        "method": METHOD,
+        "confidence": gate.confidence,
+        "alpha": round(1 - gate.confidence, 12),
+        "gate": gate_path,
+        "batch": batch,
+        "max_trials": max_trials,
+    }
+
     def plan(tasks: list[Task]) -> None:
         # Before the log directory is touched: a cap below one round is bad input.
         for task, cell in zip(tasks, planned, strict=True):
+            # Every log says it is sequential (summary.json may go missing): its gate's bounds.
+            meta = task.metadata or {}
+            task.metadata = {**meta, "twice": {**meta.get("twice", {}), "sequential": header}}
             s = _samples(task, suite.limit)
             epochs = max(1, math.ceil((batch or s) / s)) if s else 1
             if s * epochs > max_trials:
@@ -246,16 +285,16 @@ def run_until_decided(
     with prepared_run(
         suite, log_dir, settings, model_args=model_args, planned=planned, check=plan
     ) as prepared:
+        fixed = _fixed_run(prepared.log_dir)
+        if fixed is not None:
+            raise SuiteError(
+                f"log directory {str(prepared.log_dir)!r} holds a fixed run"
+                + (f" (--epochs {fixed})" if fixed else "")
+                + "; its rounds would rewrite that run's logs to fewer epochs and drop trials: "
+                "give --until-decided its own --log-dir"
+            )
         rerun_errored(_read_or_none(prepared.log_dir), prepared.planned)
-        record: dict[str, Any] = {
-            "method": METHOD,
-            "confidence": gate.confidence,
-            "alpha": round(1 - gate.confidence, 12),
-            "gate": gate_path,
-            "batch": batch,
-            "max_trials": max_trials,
-            "cells": [],
-        }
+        record: dict[str, Any] = {**header, "cells": []}
         run = {**run_metadata(suite, model_args), "sequential": record, "epochs": None}
         rounds = _Rounds(prepared, settings, states, gate, max_trials, record, run)
         return rounds.run(suite.limit, progress, report), states
@@ -298,10 +337,10 @@ class _Rounds:
         names = prompt_names(self.prepared.planned)
         frame = self._frame()[0]
         for st in self.states:
-            epr = st.epochs_per_round
-            _replay(st, _rows(frame, st.keys), self.gate)
+            _replay(st, _rows(frame, st.keys), self.gate, self.max_trials)
             if st.stopped_round is None:
-                st.epochs += epr  # the next round
+                self._next_round(st)
+        self._refuse_dropping(frame)
         running = {"complete": False, "status": "running"}
         self._summary(frame, **running, missing=[cell_dict(c, names) for c in self._unsettled()])
         state = LAST_INTERRUPT
@@ -337,6 +376,36 @@ class _Rounds:
             unreachable=self.prepared.unreachable(),
         )  # fmt: skip
 
+    def _refuse_dropping(self, frame: pd.DataFrame) -> None:
+        """Refuse a resume whose rounds would hold fewer trials of a cell than its logs do.
+
+        A cell settles (or reaches the cap) at an earlier round when the gate file or
+        ``--max-trials`` changed since the logs were written; its next ``eval_set`` would then
+        rewrite its log to fewer epochs, dropping the trials beyond them."""
+        for st in self.states:
+            rows = _rows(frame, st.keys)
+            held = int(rows["epoch"].max()) if len(rows) else 0
+            if held > st.epochs:
+                raise SuiteError(
+                    f"log directory {str(self.prepared.log_dir)!r} holds {held} epoch(s) of "
+                    f"cell {st.label}, and this run stops it at {st.epochs} (its gate or "
+                    "--max-trials differ from the run that wrote them): the rest would be "
+                    "dropped; rerun with that run's gate and --max-trials, or another --log-dir"
+                )
+
+    def _next_round(self, st: CellState) -> bool:
+        """Plan the cell's next round; at the cap, stop it undecided instead. True: planned.
+
+        The one place the cap applies: a resumed run replays its finished rounds and comes
+        here as an uninterrupted run did after its last one (a rerun of a run that stopped at
+        the cap runs nothing more; it used to run one more round each time)."""
+        if (st.epochs + st.epochs_per_round) * st.samples > self.max_trials:
+            st.status = "undecided"
+            st.stopped_round = st.rounds
+            return False
+        st.epochs += st.epochs_per_round
+        return True
+
     def _rounds(
         self,
         limit: int | None,
@@ -366,18 +435,13 @@ class _Rounds:
                 return logs, frame
             grew = False
             for st in self.states:
-                epr = st.epochs_per_round
                 if st.stopped_round is not None:
                     continue
-                st.rounds = st.epochs // epr
+                st.rounds = st.epochs // st.epochs_per_round
                 if _judge(st, _rows(frame, st.keys), self.gate):
                     _settle(st, st.rounds)
-                elif (st.epochs + epr) * st.samples > self.max_trials:
-                    st.status = "undecided"
-                    st.stopped_round = st.rounds
                 else:
-                    st.epochs += epr
-                    grew = True
+                    grew = self._next_round(st) or grew
             # After every round, so an interrupted run's directory already says it is
             # sequential and how far each cell got.
             missing = [cell_dict(c, names) for c in self._unsettled()]

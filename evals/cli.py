@@ -789,7 +789,7 @@ def gate(
         sys.exit(2)
     from ._until import sequential_record
 
-    sequential = sequential_record(log_dir)
+    sequential = sequential_record(log_dir, logs)
     result = evaluate_gate(frame, cfg, baseline=base_frame, sequential=sequential)
     skipped = f", {len(logs.superseded)} superseded log(s) not counted" if logs.superseded else ""
     click.echo(

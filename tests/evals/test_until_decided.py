@@ -78,12 +78,18 @@ def test_a_cell_no_rule_covers_is_recorded_as_no_rule_not_as_a_pass() -> None:
     assert format_decisions([state], 480).startswith("NO RULE (1 round)    stub/retry")
 
 
-def loose_gate(tmp_path: Path) -> Path:
-    path = tmp_path / "loose.toml"
+def gate_file(tmp_path: Path, max_dup: float = 0.5) -> Path:
+    """A gate of one rule: duplication_rate at most ``max_dup``."""
+    path = tmp_path / f"dup-{max_dup}.toml"
     path.write_text(
-        '[[rule]]\nname = "dup"\nmetric = "duplication_rate"\nmax = 0.5\n', encoding="utf-8"
+        f'[[rule]]\nname = "dup"\nmetric = "duplication_rate"\nmax = {max_dup}\n',
+        encoding="utf-8",
     )
     return path
+
+
+def loose_gate(tmp_path: Path) -> Path:
+    return gate_file(tmp_path)
 
 
 @pytest.mark.slow
@@ -134,9 +140,65 @@ def test_verify_passes_after_some_rounds_and_a_rerun_resumes_without_new_trials(
     code, out = invoke("gate", str(logs), "--config", str(gate))
     assert code == 0, out
     assert "anytime-valid" in out
-    # A fixed run's gate is unchanged: no sequential record, Wilson bounds.
-    summary = json.loads((logs / "summary.json").read_text(encoding="utf-8"))
-    del summary["run"]["sequential"]
-    (logs / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    # Without its summary.json the logs still say the run was sequential. The failing path:
+    # the gate fell back to Wilson's bounds, which the run's looking every round invalidates
+    # (a cell the run's own gate failed then passed).
+    (logs / "summary.json").unlink()
     code, out = invoke("gate", str(logs), "--config", str(gate))
-    assert "anytime-valid" not in out and "Wilson" in out
+    assert code == 0, out
+    assert "anytime-valid" in out and "Wilson" not in out
+
+
+@pytest.mark.slow
+def test_a_cell_undecided_at_the_cap_stays_there_when_the_run_is_repeated(
+    tmp_path: Path,
+) -> None:
+    # The failing path: every rerun (a CI retry) replayed the rounds, then ran one more past
+    # --max-trials; the 13th turned "undecided" into a pass.
+    logs, gate = tmp_path / "logs", gate_file(tmp_path, 0.2)
+    args = ("run", "--until-decided", str(gate), "--model", "stub/noisy", "--prompt", "cautious",
+            *COMMON, "--max-trials", "8", "--log-dir", str(logs), "--no-report")  # fmt: skip
+    code, out = invoke(*args)
+    assert code == 0, out
+    assert "UNDECIDED at the 8-trial cap" in out and "after round 2, 8 trial(s)" in out
+    files = log_files(logs)
+    for _ in range(2):
+        code, out = invoke(*args)
+        assert code == 0, out
+        assert "UNDECIDED at the 8-trial cap" in out and "after round 2, 8 trial(s)" in out
+    assert log_files(logs) == files
+    (cell,) = json.loads((logs / "summary.json").read_text())["run"]["sequential"]["cells"]
+    assert (cell["verdict"], cell["trials"]) == ("undecided", 8)
+    # A lower cap would stop the cell before the trials its logs hold, and inspect would
+    # rewrite the log without them: refused, nothing dropped.
+    lower = [a if a != "8" else "4" for a in args]  # --max-trials 4
+    code, out = invoke(*lower)
+    assert code == 2, out
+    assert "holds 2 epoch(s) of cell stub/noisy" in out and "stops it at 1" in out
+    assert log_files(logs) == files
+    assert sum(1 for _ in ran(logs)) == 8
+
+
+def ran(logs: Path) -> list[object]:
+    from twice.reports import read_log_dir, trials_frame
+
+    frame = trials_frame(read_log_dir(logs).files)
+    return list(frame.itertuples())
+
+
+@pytest.mark.slow
+def test_until_decided_into_a_fixed_runs_directory_is_refused(tmp_path: Path) -> None:
+    # The failing path: its first round rewrote the fixed run's 3-epoch logs to one epoch,
+    # dropping two thirds of the trials, with exit 0.
+    logs = tmp_path / "logs"
+    fixed = ("run", "--model", "stub/verify", *COMMON, "--epochs", "3", "--log-dir", str(logs),
+             "--no-report")  # fmt: skip
+    code, out = invoke(*fixed)
+    assert code == 0, out
+    files = log_files(logs)
+    code, out = invoke("run", "--until-decided", str(loose_gate(tmp_path)), "--model",
+                       "stub/verify", *COMMON, "--log-dir", str(logs), "--no-report")  # fmt: skip
+    assert code == 2, out
+    assert "holds a fixed run (--epochs 3)" in out and "its own --log-dir" in out
+    assert log_files(logs) == files
+    assert sum(1 for _ in ran(logs)) == 12
