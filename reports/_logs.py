@@ -372,20 +372,46 @@ def _with_unfinished(part: LogDir, summary: Mapping[str, Any]) -> LogDir:
 def _require_disjoint(parts: list[LogDir], root: Location) -> None:
     """Refuse shards that both hold a log of one cell (shards of different suites, one of
     them written by a twice that did not record its suite): the cell would count twice."""
+    clash = _first_clash((e, part.root) for part in parts for e in part.current)
+    if clash is not None:
+        cell, first, second = clash
+        raise LogReadError(
+            f"log directory {str(root)!r} holds cell {cell} in two shards "
+            f"({name_of(first)}, {name_of(second)}): the shards come from "
+            "different suites. Rerun the stale shards with the same suite, or move "
+            "them elsewhere"
+        )
+
+
+def _require_one_log_per_cell(current: Iterable[LogEntry], root: Location) -> None:
+    """Refuse two counted logs of one cell in one directory: the logs of two runs put
+    together (copied, or a directory without inspect's ``eval-set.json``) would count the
+    same trials (sample × epoch) twice, and narrow every interval as if they were new."""
+    clash = _first_clash((e, e.path) for e in current)
+    if clash is not None:
+        cell, first, second = clash
+        raise LogReadError(
+            f"log directory {str(root)!r} holds two logs of cell {cell} ({name_of(first)}, "
+            f"{name_of(second)}), from two runs: their trials would be counted twice. Keep "
+            "one of them there (move the other elsewhere), or rerun `twice run` into a new "
+            "--log-dir"
+        )
+
+
+def _first_clash(
+    entries: Iterable[tuple[LogEntry, Location]],
+) -> tuple[str, Location, Location] | None:
+    """The first cell that two different origins (shards, or log files) both hold:
+    ``(cell label, first origin, second origin)``."""
     seen: dict[tuple[str, ...], Location] = {}
-    for part in parts:
-        for e in part.current:
-            cell = _cell_of(e)
-            if cell is None:
-                continue
-            if cell in seen and seen[cell] != part.root:
-                raise LogReadError(
-                    f"log directory {str(root)!r} holds cell {' / '.join(cell)} in two shards "
-                    f"({name_of(seen[cell])}, {name_of(part.root)}): the shards come from "
-                    "different suites. Rerun the stale shards with the same suite, or move "
-                    "them elsewhere"
-                )
-            seen[cell] = part.root
+    for e, origin in entries:
+        cell = _cell_of(e)
+        if cell is None:
+            continue
+        if cell in seen and seen[cell] != origin:
+            return " / ".join(cell), seen[cell], origin
+        seen[cell] = origin
+    return None
 
 
 def _has_logs(root: Location) -> bool:
@@ -404,6 +430,7 @@ def _read_one(root: Location, *, allow_empty: bool) -> LogDir:
         if planned is None or e.task_id in planned:
             newest[e.task_id] = e
     current = tuple(newest.values())
+    _require_one_log_per_cell(current, root)
     kept = {str(e.path) for e in current}
     superseded = tuple(e for e in entries if str(e.path) not in kept)
     missing = tuple(desc for tid, desc in (planned or {}).items() if tid not in newest)

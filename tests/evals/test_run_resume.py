@@ -366,3 +366,34 @@ def test_a_rerun_after_the_task_was_edited_is_not_refused_for_fewer_trials(
     dataset.write_text(dataset.read_text(encoding="utf-8").splitlines()[0] + "\n")
     again = run_suite(suite, tmp_path / "logs", report=False)
     assert list(again.table["trials"]) == [1]
+
+
+def test_two_runs_logs_of_one_cell_in_one_directory_are_refused(tmp_path: Path) -> None:
+    # The failing path: the logs of two identical runs copied into one directory (no
+    # eval-set.json to say which run counts) were both counted: every cell had twice its
+    # trials, the same sample × epoch twice, and intervals as if the copies were new trials.
+    from click.testing import CliRunner
+    from twice.evals.cli import cli
+
+    suite = suite_from_flags(
+        config=None, models=["stub/verify"], prompts=[], tasks=["refund"],
+        faults=["lost_reply"], protections=[], epochs=2, limit=3,
+    )  # fmt: skip
+    mix = tmp_path / "mix"
+    mix.mkdir()
+    for name in ("a", "b"):
+        assert run_suite(suite, tmp_path / name, display="none", report=False).ok
+        for log in (tmp_path / name).glob("*.eval"):
+            (mix / log.name).write_bytes(log.read_bytes())
+    gate = ["gate", str(mix), "--config", str(Path(__file__).parents[2] / "evals" / "gate.toml")]
+    for command in (gate, ["report", str(mix)]):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 2, result.output
+        assert "holds two logs of cell stub/verify / react / refund / lost_reply" in result.output
+        assert "counted twice" in result.output
+    assert not (mix / "report.html").exists()
+    (*_, last) = sorted(mix.glob("*.eval"))
+    last.unlink()  # one of them kept: 6 trials, each once
+    assert len(read_log_dir(mix).current) == 1
+    result = CliRunner().invoke(cli, ["report", str(mix)])
+    assert result.exit_code == 0, result.output
