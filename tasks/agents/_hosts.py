@@ -250,12 +250,26 @@ def parse_hosts(
                 + ", ".join(sorted(services))
             )
         parts = urlsplit(url)
+        if parts.username is not None or parts.password is not None:
+            # The URL is logged (the task's arguments): a password or key in it would be too.
+            shown = f"{parts.scheme}://…@{parts.hostname}"
+            raise AgentError(
+                f"--mock {name}={shown}: the URL carries credentials (user:password@), which "
+                "would be written to every log; give the production URL without them (the "
+                "mock service needs none)"
+            )
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
             raise AgentError(
                 f"--mock {name}={url}: expected an http(s) URL such as https://api.example.com "
                 "(optionally with a path prefix, no query)"
             )
-        pairs.append((url.rstrip("/"), services[name].rstrip("/")))
+        try:
+            # As httpx spells a request's URL (host in lower case, no default port), or
+            # http://LocalHost:8000 and https://api.stripe.com:443 would match nothing.
+            prefix = str(httpx.URL(url)).rstrip("/")
+        except httpx.InvalidURL as ex:
+            raise AgentError(f"--mock {name}={url}: not a valid URL ({ex})") from None
+        pairs.append((prefix, services[name].rstrip("/")))
     return tuple(sorted(pairs, key=lambda p: -len(p[0])))
 
 

@@ -414,6 +414,35 @@ def test_parse_hosts_checks_service_and_url() -> None:
         parse_hosts({"email": "https://mail.example.com"}, urls)
     with pytest.raises(AgentError, match="expected an http"):
         parse_hosts({"payments": "api.example.com"}, urls)
+    # Spelt as httpx spells a request's URL: these matched nothing, and went to production.
+    for spelt, prefix in [
+        ("http://LocalHost:18555", "http://localhost:18555"),
+        ("https://API.Example.com:443/v1/", "https://api.example.com/v1"),
+        ("http://127.0.0.1:80", "http://127.0.0.1"),
+    ]:
+        assert parse_hosts({"payments": spelt}, urls)[0][0] == prefix
+    # A key in the URL would be written to every log: refused, and not echoed.
+    with pytest.raises(AgentError, match="carries credentials") as refused:
+        parse_hosts({"payments": "https://user:sk-test-SECRET123@api.example.com"}, urls)
+    assert "SECRET" not in str(refused.value)
+
+
+def test_a_mock_url_spelt_otherwise_than_the_agents_is_served(
+    tmp_path: Path, production: Any
+) -> None:
+    port = production.url.rsplit(":", 1)[1]
+    body = (
+        "import httpx\n\nasync def agent(request, ctx):\n"
+        "    async with httpx.AsyncClient() as http:\n"
+        f"        r = await http.post('http://localhost:{port}/v1/refunds',\n"
+        "            json={'order_id': 'order_1042', 'amount': 499, 'reason': 'cracked'})\n"
+        "    return r.json()['id']\n"
+    )
+    spec = _user_agent(tmp_path, "spelt", body)
+    task = refund(fault="none", agent=spec, mocks={"payments": f"http://LocalHost:{port}/"})
+    (log,) = _run([task], tmp_path / "logs", limit=1, model="stub/retry")
+    assert production.hits == []
+    assert [e["id"] for e in _effects((log.samples or [])[0])] == ["re_1"]
 
 
 def test_load_agent_errors_name_the_bad_value(tmp_path: Path) -> None:
