@@ -66,7 +66,7 @@ from twice.tasks import TASKS, Prompt, get_task, load_prompt, scrub, secret_valu
 from twice.tasks._redact import CREDENTIAL_ARG
 from twice.tasks._spec import file_digest
 from twice.tasks._trial import twice_metadata
-from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit
+from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit, take_late_requests
 
 from ._endpoint import EndpointState, guard_model
 from ._gate import cell_label
@@ -431,6 +431,12 @@ def _failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> 
                 f"{row.task} / {row.fault} / {row.protection}"
                 + (f"; the first: {why}" if why else "")
             )
+    late = take_late_requests()
+    if late:  # each trial was scored without its request: the rates miss them
+        lines.append(
+            f"{len(late)} request(s) of in-process agents were refused because their trial "
+            f"had ended; those trials were scored without them. The first: {late[0]}"
+        )
     return [scrub(line) for line in lines]
 
 
@@ -864,6 +870,7 @@ def prepared_run(
     """
     planned = list(suite.cells()) if planned is None else planned
     guards: dict[str, EndpointState] = {}
+    take_late_requests()  # an earlier run's in this process: that run had ended already
     with contextlib.ExitStack() as stack:
         stack.enter_context(agent_time_limit(suite.agent_timeout))  # in-process agents
         server = None

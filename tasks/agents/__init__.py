@@ -12,7 +12,7 @@ Limits (each refused with an :class:`AgentLimitError`): synchronous model client
 
 from ._apis import API_TOOLS, api_tools
 from ._context import BRIDGE_MODEL, AgentContext, AgentError, AgentFunction, AgentLimitError
-from ._hosts import check_model_request, parse_hosts, serve_trial
+from ._hosts import check_model_request, parse_hosts, serve_trial, take_late_requests
 from ._load import (
     AGENT_TASKS,
     BUILTIN_AGENTS,
@@ -47,4 +47,5 @@ __all__ = [
     "load_agent",
     "parse_hosts",
     "serve_trial",
+    "take_late_requests",
 ]

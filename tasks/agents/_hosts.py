@@ -18,9 +18,11 @@ a model name other than ``inspect``) instead of letting them go to the network.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -103,21 +105,56 @@ def _under(url: str, prefix: str) -> bool:
 
 def _side_effect(request: httpx.Request) -> httpx.Response | httpx.Request:
     trial = _TRIAL.get()
+    if os.getpid() != _mock_pid:
+        _refuse_in_child(request, trial)
+        return request
     if trial is None:
         _refuse_without_context(request)
         return request
     if trial.ended and trial.owns(request):
-        raise AgentLimitError(_late(f"{request.method} {request.url}"))
+        _refuse_late(f"{request.method} {request.url}")
     served = trial.serve(request)
     # Returning the request tells respx to pass it through to the real transport.
     return served if served is not None else request
 
 
-def _late(what: str) -> str:
-    return (
-        f"{what} was sent after its trial ended, from a thread the agent started and did not "
-        "wait for; it was not served (nor sent on), and the trial was scored without it: "
-        "join the thread (or await the executor's future) before the agent returns"
+_late: list[str] = []
+"""Requests refused because their trial had ended (:func:`take_late_requests`)."""
+_late_lock = threading.Lock()
+
+
+def _refuse_late(what: str) -> None:
+    message = (
+        f"{what} was sent after its trial ended, from a task or thread the agent started and "
+        "did not wait for; it was not served (nor sent on), and the trial was scored without "
+        "it: await the task, join the thread (or await the executor's future) before the "
+        "agent returns"
+    )
+    with _late_lock:
+        _late.append(message)
+    raise AgentLimitError(message)
+
+
+def take_late_requests() -> list[str]:
+    """The requests refused since the last call because they came after their trial ended
+    (each trial was scored without its request): a run reports them and exits 1."""
+    with _late_lock:
+        out = list(_late)
+        _late.clear()
+    return out
+
+
+def _refuse_in_child(request: httpx.Request, trial: _Trial | None) -> None:
+    """Refuse a trial's request from a process forked from the eval's (a ``multiprocessing``
+    or ``ProcessPoolExecutor`` worker): its effect would be recorded in the child's copy of
+    the ledger and lost with it, while the agent saw it succeed."""
+    if trial is None or not trial.owns(request):
+        return
+    raise AgentLimitError(
+        f"{request.method} {request.url} came from a child process (multiprocessing, a "
+        "ProcessPoolExecutor): the trial's ledger lives in the eval's process, so its effect "
+        "could not be counted; it was not served (nor sent on): make the call from the "
+        "agent's process (a thread, or asyncio.to_thread)"
     )
 
 
@@ -155,6 +192,8 @@ def _refuse_for(trials: list[_Trial], what: str) -> None:
 _carrying = False
 _trial_threads: weakref.WeakKeyDictionary[threading.Thread, _Trial] = weakref.WeakKeyDictionary()
 """Threads started from a trial (executor workers aside), each with its trial."""
+_trial_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+"""asyncio tasks created from a trial (a fire-and-forget task may outlive it)."""
 _in_flight: dict[int, int] = {}
 """Executor work submitted from a trial and not yet finished, counted by trial id."""
 _in_flight_lock = threading.Lock()
@@ -162,7 +201,9 @@ _in_flight_lock = threading.Lock()
 
 def _carry_trial_context() -> None:
     """From now on, a thread started, or executor work submitted, from a trial runs in a copy
-    of the trial's context (once per process; outside trials, nothing changes).
+    of the trial's context (once per process; outside trials, nothing changes); and what a
+    trial starts (threads, executor work, asyncio tasks) is tracked, so the interception
+    outlives the trial while any of it may still send a request.
 
     Without it a thread's request came with no trial, so none could be served; and the
     threads of two concurrent trials could not be told apart. Executor worker threads are
@@ -173,15 +214,31 @@ def _carry_trial_context() -> None:
         return
     start = threading.Thread.start
     submit: Any = concurrent.futures.ThreadPoolExecutor.submit
+    create_task: Any = asyncio.BaseEventLoop.create_task
 
     @functools.wraps(start)
     def start_in_context(self: threading.Thread) -> None:
         trial = _TRIAL.get()
         if trial is not None and getattr(self, "_target", None) is not _futures_thread._worker:
             run, ctx = self.run, contextvars.copy_context()
-            self.run = lambda: ctx.run(run)  # type: ignore[method-assign]
+
+            def run_in_trial() -> None:
+                try:
+                    ctx.run(run)
+                finally:
+                    _stop_when_done(this_thread=self)
+
+            self.run = run_in_trial  # type: ignore[method-assign]
             _trial_threads[self] = trial
         start(self)
+
+    @functools.wraps(create_task)
+    def create_task_in_trial(self: asyncio.BaseEventLoop, coro: Any, *a: Any, **kw: Any) -> Any:
+        task = create_task(self, coro, *a, **kw)
+        if _TRIAL.get() is not None:
+            _trial_tasks.add(task)
+            task.add_done_callback(lambda _: _stop_when_done())
+        return task
 
     @functools.wraps(submit)
     def submit_in_context(
@@ -198,6 +255,7 @@ def _carry_trial_context() -> None:
                 return fn(*args, **kwargs)
             finally:
                 _count_in_flight(key, -1)
+                _stop_when_done()
 
         try:
             return submit(self, contextvars.copy_context().run, run, *a, **kw)
@@ -207,6 +265,7 @@ def _carry_trial_context() -> None:
 
     threading.Thread.start = start_in_context  # type: ignore[method-assign]
     setattr(concurrent.futures.ThreadPoolExecutor, "submit", submit_in_context)  # noqa: B010
+    setattr(asyncio.BaseEventLoop, "create_task", create_task_in_trial)  # noqa: B010
     _carrying = True
 
 
@@ -219,12 +278,48 @@ def _count_in_flight(key: int, step: int) -> None:
             _in_flight.pop(key, None)
 
 
-def _outlived() -> bool:
-    """Whether a thread or executor work a trial started may still send requests."""
+def _outlived(this_thread: threading.Thread | None = None) -> bool:
+    """Whether a thread (other than ``this_thread``, which is ending), executor work or an
+    asyncio task a trial started may still send requests."""
     with _in_flight_lock:
         if _in_flight:
             return True
-    return any(t.is_alive() for t in list(_trial_threads))
+    if any(not t.done() for t in list(_trial_tasks)):
+        return True
+    return any(t.is_alive() and t is not this_thread for t in list(_trial_threads))
+
+
+_mock_lock = threading.Lock()
+"""Guards starting and stopping the interception (a trial's thread may stop it)."""
+_mock_pid = os.getpid()
+"""The process the interception serves trials in (a forked child's requests are refused)."""
+
+
+def _start_mock() -> None:
+    global _mock, _mock_pid
+    with _mock_lock:
+        if _mock is not None:
+            # Running here, or copied into a process forked from one where it ran, which now
+            # runs trials of its own (a --workers worker): it serves this process from now on.
+            _mock_pid = os.getpid()
+            return
+        mock = respx.mock(using="httpx", assert_all_called=False, assert_all_mocked=False)
+        mock.route(name="twice-agent-services").mock(side_effect=_side_effect)
+        own_transport.start()
+        mock.start()
+        _mock, _mock_pid = mock, os.getpid()
+
+
+def _stop_when_done(this_thread: threading.Thread | None = None) -> None:
+    """Stop the interception once no trial runs and nothing a trial started may still send
+    a request (until then a late request is refused, never let through to the network)."""
+    global _mock
+    with _mock_lock:
+        if _live or _mock is None or _outlived(this_thread):
+            return
+        _mock.stop()
+        own_transport.stop()
+        _mock = None
 
 
 def parse_hosts(
@@ -276,17 +371,13 @@ def parse_hosts(
 @contextmanager
 def serve_trial(services: Services, hosts: tuple[tuple[str, str], ...] = ()) -> Iterator[None]:
     """While the block runs, ``httpx`` requests from this context go to the trial's services."""
-    global _mock
     _guard_model_clients()
+    _guard_requests()
     _carry_trial_context()
-    if _mock is None:
-        mock = respx.mock(using="httpx", assert_all_called=False, assert_all_mocked=False)
-        mock.route(name="twice-agent-services").mock(side_effect=_side_effect)
-        own_transport.start()
-        mock.start()
-        _mock = mock
+    _start_mock()
     trial = _Trial(services, hosts)
-    _live[id(trial)] = trial
+    with _mock_lock:  # a trial's thread may be deciding whether to stop the interception
+        _live[id(trial)] = trial
     token = _TRIAL.set(trial)
     try:
         yield
@@ -297,13 +388,11 @@ def serve_trial(services: Services, hosts: tuple[tuple[str, str], ...] = ()) -> 
     finally:
         _TRIAL.reset(token)
         trial.ended = True
-        del _live[id(trial)]
-        # A thread the agent did not wait for may still send its request: the mock stays to
-        # refuse it (until a later trial ends with none left), rather than let it through.
-        if not _live and _mock is not None and not _outlived():
-            _mock.stop()
-            own_transport.stop()
-            _mock = None
+        with _mock_lock:
+            del _live[id(trial)]
+        # A task or thread the agent did not wait for may still send its request: the mock
+        # stays to refuse it (until the last of them ends), rather than let it through.
+        _stop_when_done()
     if trial.refused:
         raise AgentLimitError(trial.refused[0])
 
@@ -353,6 +442,48 @@ def check_model_request(
             "conversation: send the whole input each turn (openai-agents: do not pass "
             "previous_response_id or auto_previous_response_id)"
         )
+
+
+_requests_guarded = False
+
+
+def _guard_requests() -> None:
+    """Refuse a ``requests`` call to a trial's host (once per process, if it is installed).
+
+    twice serves ``httpx`` only: a tool that used ``requests`` for a ``--mock`` production URL
+    sent its refund to production, uncounted. Now it is refused, and its trial errors."""
+    global _requests_guarded
+    if _requests_guarded:
+        return
+    _requests_guarded = True
+    try:
+        from requests.adapters import HTTPAdapter
+    except ImportError:
+        return
+    send = HTTPAdapter.send
+
+    @functools.wraps(send)
+    def send_unless_mocked(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if _live:
+            try:
+                url = str(httpx.URL(request.url))
+            except (httpx.InvalidURL, TypeError):
+                url = ""
+            trial = _TRIAL.get()
+            mine = [trial] if trial is not None else list(_live.values())
+            owners = [t for t in mine if t._target(url) is not None]
+            if url and owners:
+                message = (
+                    f"{request.method} {url} was sent with requests; twice serves only httpx "
+                    "clients (sync or async), so it was not served (nor sent on): make the "
+                    "tool's HTTP calls with httpx"
+                )
+                for t in owners:
+                    t.refused.append(message)
+                raise AgentLimitError(message)
+        return send(self, request, *args, **kwargs)
+
+    HTTPAdapter.send = send_unless_mocked  # type: ignore[method-assign]
 
 
 def _guard_model_clients() -> None:
@@ -415,7 +546,7 @@ def _check_model_request(options: Any, *, stream: bool, sync: bool) -> None:
             _refuse_for(list(_live.values()), f"a model request ({model!r}, {path})")
         return
     if trial.ended and path in MODEL_PATHS:
-        raise AgentLimitError(_late(f"a model request ({path})"))
+        _refuse_late(f"a model request ({path})")
     try:
         check_model_request(path, body, stream=stream, sync=sync)
     except AgentLimitError as ex:

@@ -542,3 +542,90 @@ def test_agents_package_all_is_sorted_and_importable() -> None:
     assert all(hasattr(agents, n) for n in names)
     # Importing twice's agents must not import a framework: they are an optional extra.
     assert not {"agents", "langgraph", "pydantic_ai"} & set(dir(agents))
+
+
+FIRE_AND_FORGET = """
+import asyncio, httpx
+
+async def post():
+    try:
+        async with httpx.AsyncClient(timeout=5) as http:
+            await http.post(URL + '/v1/refunds', json={'order_id': 'order_1042', 'amount': 499})
+    except Exception as ex:
+        open(DONE, 'w').write(str(ex))
+
+async def agent(request, ctx):
+    asyncio.get_running_loop().create_task(post())  # never awaited: runs once it returned
+    return 'refund queued'
+"""
+
+
+def test_a_task_the_agent_does_not_await_is_refused_and_fails_the_run(
+    tmp_path: Path, production: Any
+) -> None:
+    # The failing path: once the last trial ended the interception stopped (only threads
+    # kept it), so the task's refund went to the production URL behind --mock, exit 0.
+    from click.testing import CliRunner
+    from twice.evals.cli import cli
+
+    done = tmp_path / "late.txt"
+    source = f"URL = {production.url!r}\nDONE = {str(done)!r}\n" + FIRE_AND_FORGET
+    spec = _user_agent(tmp_path, "fire_and_forget", source)
+    result = CliRunner().invoke(cli, [
+        "run", "--agent", spec, "--mock", f"payments={production.url}", "--task", "refund",
+        "--fault", "none", "--model", "stub/retry", "--limit", "1", "--display", "none",
+        "--log-dir", str(tmp_path / "logs"), "--no-report",
+    ])  # fmt: skip
+    assert production.hits == []
+    assert "was sent after its trial ended" in done.read_text()
+    assert result.exit_code == 1, result.output
+    assert "1 request(s) of in-process agents were refused because their trial" in result.output
+
+
+CHILD_PROCESS = """
+import multiprocessing, httpx
+
+def post():
+    try:
+        httpx.Client(timeout=5).post(URL + '/v1/refunds', json={'order_id': 'order_1042'})
+    except Exception as ex:
+        open(DONE, 'w').write(str(ex))
+
+async def agent(request, ctx):
+    child = multiprocessing.get_context('fork').Process(target=post)
+    child.start()
+    child.join()
+    return 'refunded'
+"""
+
+
+def test_a_request_from_a_forked_child_process_is_refused(tmp_path: Path, production: Any) -> None:
+    # The failing path: the child's copy of the trial served it, so the agent saw a refund
+    # that the trial's ledger (in the eval's process) never had.
+    done = tmp_path / "child.txt"
+    source = f"URL = {production.url!r}\nDONE = {str(done)!r}\n" + CHILD_PROCESS
+    spec = _user_agent(tmp_path, "child", source)
+    task = refund(fault="none", agent=spec, mocks={"payments": production.url})
+    _run([task], tmp_path / "logs", limit=1, model="stub/retry")
+    assert production.hits == []
+    assert "came from a child process" in done.read_text()
+
+
+def test_a_requests_call_to_a_mocked_host_is_refused_not_sent(
+    tmp_path: Path, production: Any
+) -> None:
+    # The failing path: twice serves httpx, so a tool using requests sent the refund to the
+    # production URL behind --mock, uncounted, exit 0.
+    body = (
+        "import asyncio, requests\n\nasync def agent(request, ctx):\n"
+        "    def call():\n        try:\n"
+        "            return requests.post(URL + '/v1/refunds', json={'order_id': 'order_1042'})\n"
+        "        except Exception as ex:\n            return str(ex)\n"
+        "    return str(await asyncio.to_thread(call))\n"
+    )
+    spec = _user_agent(tmp_path, "uses_requests", f"URL = {production.url!r}\n" + body)
+    sample = _limit_error(
+        tmp_path, refund(fault="none", agent=spec, mocks={"payments": production.url})
+    )
+    assert production.hits == []
+    assert "was sent with requests; twice serves only httpx" in sample.error.message
