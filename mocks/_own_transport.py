@@ -122,7 +122,7 @@ def _wraps_httpx(obj: Any, depth: int) -> bool:
     elif isinstance(obj, dict):
         values = obj.values()
     else:
-        values = getattr(obj, "__dict__", {}).values()
+        values = [*getattr(obj, "__dict__", {}).values(), *_slot_values(obj)]
     for value in values:
         if isinstance(value, _HTTPX_TRANSPORTS) or (
             not isinstance(value, type | str | bytes | int | float)
@@ -130,6 +130,20 @@ def _wraps_httpx(obj: Any, depth: int) -> bool:
         ):
             return True
     return False
+
+
+def _slot_values(obj: Any) -> list[Any]:
+    """The values in ``obj``'s ``__slots__`` (a class made with attrs' ``@define`` or
+    ``slots=True`` keeps its attributes there, not in a ``__dict__``)."""
+    out = []
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__"):
+                value = getattr(obj, name, None)  # an unset slot raises AttributeError
+                if value is not None:
+                    out.append(value)
+    return out
 
 
 def _handle_request(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:

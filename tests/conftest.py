@@ -109,6 +109,17 @@ class DualRetrying(Retrying, AsyncRetrying):
     pass
 
 
+class SlottedRetrying(httpx.BaseTransport):
+    # Its attributes in __slots__ (attrs' @define makes such classes): no __dict__ to find
+    # httpx's transport in.
+    __slots__ = ("inner",)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    handle_request = Retrying.handle_request
+
+
 class SubclassRetrying(httpx.HTTPTransport):
     # httpx's transport itself, retrying around its own sending.
     def handle_request(self, request):

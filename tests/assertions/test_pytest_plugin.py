@@ -611,6 +611,13 @@ def test_sync_client_of_a_sync_and_async_transport(ledger):
 
 
 @pytest.mark.twice_mock(fault="lost_reply")
+def test_slotted_retrying_transport(ledger):
+    with httpx.Client(transport=SlottedRetrying(httpx.HTTPTransport())) as client:
+        client.post(URL, json=BODY, headers=HEADERS)
+    assert_side_effects(ledger, exactly(1, "payments.refund.create", order_id="order_1042"))
+
+
+@pytest.mark.twice_mock(fault="lost_reply")
 def test_subclass_of_httpx_transport(ledger):
     with httpx.Client(transport=SubclassRetrying()) as client:
         client.post(URL, json=BODY, headers=HEADERS)
@@ -637,13 +644,13 @@ def test_plugin_runs_a_clients_own_retrying_transport(
     project.makepyfile(RETRYING_TRANSPORT.replace("HEADERS)", f"{headers})") + retrying_transports)
     result = project.runpytest(*PLUGIN)
     if keyed:  # one key for the request, so every retry of it is a replay
-        result.assert_outcomes(passed=4)
+        result.assert_outcomes(passed=5)
         return
-    result.assert_outcomes(failed=4)
+    result.assert_outcomes(failed=5)
     result.stdout.fnmatch_lines(
         ["*expected exactly 1, observed 2 (re_1 at attempt 1, reply lost; re_2 at attempt 2)*"]
     )
     # Count the failure sections' "E" lines only: under CI=1 pytest prints each whole message
     # again in the short summary, so a count over all of stdout doubles there.
     reported = [line for line in result.outlines if line.startswith("E") and "observed 2" in line]
-    assert len(reported) == 4
+    assert len(reported) == 5
