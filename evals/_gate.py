@@ -47,6 +47,7 @@ from twice.reports import (
     AGENT_CRASHED,
     CELL,
     COMPARED,
+    alpha_of,
     as_location,
     baseline_test,
     crashed,
@@ -360,7 +361,7 @@ def _check_rule(rule: Rule, cell: _Cell, confidence: float) -> Check:
     if _is_rate(rule.metric):
         k = int(cell.scored[column].sum())
         point = k / n if n else math.nan
-        lo, hi = wilson(k, n, alpha=1 - confidence)
+        lo, hi = wilson(k, n, alpha=alpha_of(confidence))
         value = {"point": point, "lower": lo, "upper": hi}[rule.statistic]
         evidence = (
             f"{k} of {n} trials {column}: {rule.metric} {_num(rule.metric, point)}, "

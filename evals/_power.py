@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from twice.reports import wilson
+from twice.reports import alpha_of, wilson
 
 DEFAULT_RATES = (0.10, 0.05, 0.02, 0.01, 0.005, 0.001)
 DEFAULT_OBSERVED = (0, 1, 2)
@@ -44,7 +44,7 @@ def trials_needed(max_rate: float, confidence: float = 0.95, observed: int = 0) 
         raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence!r}")
     if observed < 0:
         raise ValueError(f"observed must be ≥ 0, got {observed!r}")
-    alpha = 1 - confidence
+    alpha = alpha_of(confidence)
 
     def fits(n: int) -> bool:
         return wilson(observed, n, alpha=alpha)[1] <= max_rate

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
-from twice.reports import metric
+from twice.reports import alpha_of, metric
 
 from ._sequential import bounds, proves
 
@@ -70,7 +70,7 @@ def rule_state(
         confidence: The gate's confidence; each one-sided bound has error ``1 - confidence``.
         excluded: Text appended to the evidence (errored trials left out).
     """
-    alpha = 1 - confidence
+    alpha = alpha_of(confidence)
     column = metric(rule.metric).column
     n = len(scored)
     enough = n >= rule.min_trials

@@ -25,6 +25,7 @@ from twice.reports import (
     CELL,
     Location,
     LogDir,
+    alpha_of,
     cells,
     join,
     read_summary,
@@ -260,7 +261,7 @@ def run_until_decided(
     header = {
         "method": METHOD,
         "confidence": gate.confidence,
-        "alpha": round(1 - gate.confidence, 12),
+        "alpha": alpha_of(gate.confidence),
         "gate": gate_path,
         "batch": batch,
         "max_trials": max_trials,

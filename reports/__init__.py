@@ -3,7 +3,7 @@
 ``reports`` reads only inspect logs: it imports nothing from the rest of twice.
 """
 
-from ._aggregate import cells, summary, wilson, write_summary
+from ._aggregate import alpha_of, cells, summary, wilson, write_summary
 from ._compare import (
     BaselineTest,
     Difference,
@@ -111,6 +111,7 @@ __all__ = [
     "Shard",
     "ShardSet",
     "StorageError",
+    "alpha_of",
     "as_location",
     "baseline_comparison",
     "baseline_test",

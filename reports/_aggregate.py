@@ -18,6 +18,14 @@ from ._storage import Location, as_location, write_text
 ALPHA = 0.05
 
 
+def alpha_of(confidence: float) -> float:
+    """The error of a ``confidence`` interval (or bound): ``1 - confidence``, rounded to 12
+    places, so a gate at 0.95 uses the report's 0.05 exactly (``1 - 0.95`` is
+    0.050000000000000044, and moved the gate's Wilson bound off the report's in the 17th
+    digit: a rule's limit between the two passed where the summary's bound exceeds it)."""
+    return round(1 - confidence, 12)
+
+
 def wilson(successes: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
     """Wilson score interval for ``successes`` out of ``n`` (NaNs when ``n == 0``).
 

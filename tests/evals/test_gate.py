@@ -42,6 +42,19 @@ def test_gate_upper_bound_fails_with_too_few_trials(make_trials: Trials) -> None
     assert "0 of 10 trials duplicated" in check.message
 
 
+def test_gate_bound_is_the_summarys_interval_to_the_last_digit(make_trials: Trials) -> None:
+    # The failing path: the gate used alpha = 1 - 0.95 = 0.050000000000000044, so its bound
+    # for 0 of 6 was 0.3903342879021653 where summary.json says 0.39033428790216546; a
+    # limit between the two passed although the summary's bound exceeds it.
+    from twice.reports import wilson
+
+    trials = make_trials(6)
+    hi = wilson(0, 6)[1]  # summary.json's and the report's interval (alpha 0.05)
+    assert evaluate_gate(trials, parse_gate(rule(max=hi))).passed
+    below = math.nextafter(hi, 0.0)
+    assert not evaluate_gate(trials, parse_gate(rule(max=below))).passed
+
+
 def test_gate_point_statistic_ignores_the_interval(make_trials: Trials) -> None:
     result = evaluate_gate(make_trials(10), parse_gate(rule(statistic="point")))
     assert result.passed
