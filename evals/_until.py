@@ -579,6 +579,13 @@ def run_sequential_cli(
             f"gate not decided: {len(result.missing)} cell(s) not settled (rerun the same "
             "command to resume)"
         )
+    elif result.failed:
+        # Errored trials are left out of the rates, as twice gate would refuse to: no verdict.
+        click.echo(
+            f"gate not decided: the run failed ({len(result.failed)} problem(s) below); "
+            "twice gate refuses a run with errored trials (rerun the same command to run "
+            "them again)"
+        )
     else:
         unmatched = unmatched_rules(gate, suite)
         for line in unmatched:

@@ -202,3 +202,31 @@ def test_until_decided_into_a_fixed_runs_directory_is_refused(tmp_path: Path) ->
     assert "holds a fixed run (--epochs 3)" in out and "its own --log-dir" in out
     assert log_files(logs) == files
     assert sum(1 for _ in ran(logs)) == 12
+
+
+SOMETIMES_REFUSED = """
+from openai import AsyncOpenAI
+
+async def agent(request, ctx):
+    if str(ctx.sample_id).endswith("1"):  # one sample of four: a trial error every epoch
+        await AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="x").chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": request}])
+    return "nothing to do"
+"""
+
+
+@pytest.mark.slow
+def test_a_sequential_run_with_errored_trials_does_not_say_the_gate_passed(
+    tmp_path: Path,
+) -> None:
+    # The failing path: "PASS (settled)" and "gate passed" printed, then exit 1 (a quarter
+    # of the trials errored), and twice gate refuses the directory.
+    agent = tmp_path / "agent.py"
+    agent.write_text(SOMETIMES_REFUSED, encoding="utf-8")
+    logs = tmp_path / "logs"
+    code, out = invoke("run", "--until-decided", str(loose_gate(tmp_path)), "--model",
+                       "stub/verify", "--agent", f"{agent}:agent", *COMMON, "--log-dir",
+                       str(logs), "--no-report")  # fmt: skip
+    assert code == 1, out
+    assert "gate passed" not in out
+    assert "gate not decided: the run failed" in out
