@@ -58,9 +58,8 @@ from twice.reports import (
     wilson,
     write_text,
 )
-from twice.tasks._prompts import read_regular_file
 
-from ._suite import shipped_file
+from ._suite import read_shipped
 
 STATISTICS = ("point", "lower", "upper")
 
@@ -277,9 +276,8 @@ def load_gate(path: str | Path) -> GateConfig:
         GateError: for a missing file, malformed TOML, or a bad key or value, naming it and
             what would be accepted.
     """
-    p = shipped_file(path)
-    try:  # a FIFO is refused, never waited on; a directory or unreadable file is named
-        raw = read_regular_file(p, "gate file")
+    try:
+        p, raw = read_shipped(path, "gate file")
     except ValueError as ex:
         raise GateError(str(ex)) from None
     try:

@@ -65,6 +65,29 @@ def shipped_file(path: str | Path) -> Path:
     return installed if installed.is_file() else p
 
 
+def read_shipped(path: str | Path, what: str) -> tuple[Path, bytes]:
+    """Read a suite or gate file: ``path``, or the installed copy it names
+    (:func:`shipped_file`).
+
+    Raises:
+        ValueError: naming the file and why it cannot be read; for a missing one, also the
+            files twice ships (``--config gate`` means ``gate.toml``).
+    """
+    p = shipped_file(path)
+    try:  # a FIFO is refused, never waited on; a directory or unreadable file is named
+        return p, read_regular_file(p, what)
+    except ValueError as ex:
+        if p.exists():
+            raise
+        gates = what.startswith("gate")  # the shipped gate files have "gate" in their name
+        names = ", ".join(
+            sorted(
+                f.name for f in DEFAULT_SUITE.parent.glob("*.toml") if ("gate" in f.name) == gates
+            )
+        )
+        raise ValueError(f"{ex}; twice ships {names} (give one of those, or a path)") from None
+
+
 STUB_NAMES = [f"stub/{n}" for n in STUB_MODELS]
 DEFAULT_FAULTS = ["none", "lost_reply", "timeout_before_commit"]
 """Faults used when flags name models but no faults: the control and the twin faults."""
@@ -346,9 +369,8 @@ def load_suite(path: str | Path) -> Suite:
             waited on), text that is not UTF-8 TOML, unknown keys, or values of the wrong
             type (``epochs``/``limit`` must be positive integers), naming the problem.
     """
-    p = shipped_file(path)
     try:
-        raw = read_regular_file(p, "suite file")
+        p, raw = read_shipped(path, "suite file")
     except ValueError as ex:
         raise SuiteError(str(ex)) from None
     try:

@@ -296,6 +296,13 @@ def test_gate_cli_exit_2_on_missing_config(twice: Twice, stub_logs: Path, tmp_pa
     result = twice("gate", stub_logs, "--config", tmp_path / "missing.toml")
     assert result.exit_code == 2
     assert "missing.toml' does not exist" in result.stderr
+    # What is accepted, named: `--config gate` meant the shipped gate.toml.
+    result = twice("gate", stub_logs, "--config", "gate")
+    assert result.exit_code == 2
+    assert "gate file 'gate' does not exist; twice ships gate.toml" in result.stderr
+    result = twice("run", "--config", "defaults")
+    assert result.exit_code == 2
+    assert "twice ships default.toml, full.toml, real.toml" in result.output
 
 
 def _flaky_model(input: list[Any], tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
