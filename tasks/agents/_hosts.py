@@ -148,7 +148,10 @@ def _refuse_in_child(request: httpx.Request, trial: _Trial | None) -> None:
     """Refuse a trial's request from a process forked from the eval's (a ``multiprocessing``
     or ``ProcessPoolExecutor`` worker): its effect would be recorded in the child's copy of
     the ledger and lost with it, while the agent saw it succeed."""
-    if trial is None or not trial.owns(request):
+    # A child forked from a thread without the trial's context has the trials that ran at
+    # the fork (its copy of them): a request for one of their hosts is refused all the same.
+    candidates = [trial] if trial is not None else list(_live.values())
+    if not any(t.owns(request) for t in candidates):
         return
     raise AgentLimitError(
         f"{request.method} {request.url} came from a child process (multiprocessing, a "

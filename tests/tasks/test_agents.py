@@ -599,11 +599,20 @@ async def agent(request, ctx):
 """
 
 
-def test_a_request_from_a_forked_child_process_is_refused(tmp_path: Path, production: Any) -> None:
+@pytest.mark.parametrize("context", [True, False])
+def test_a_request_from_a_forked_child_process_is_refused(
+    tmp_path: Path, production: Any, context: bool
+) -> None:
     # The failing path: the child's copy of the trial served it, so the agent saw a refund
-    # that the trial's ledger (in the eval's process) never had.
+    # that the trial's ledger (in the eval's process) never had. A child forked without the
+    # trial's context (from a fresh context) sent it on to production.
     done = tmp_path / "child.txt"
     source = f"URL = {production.url!r}\nDONE = {str(done)!r}\n" + CHILD_PROCESS
+    if not context:
+        source = source.replace(
+            "    child.start()\n",
+            "    import contextvars\n    contextvars.Context().run(child.start)\n",
+        )
     spec = _user_agent(tmp_path, "child", source)
     task = refund(fault="none", agent=spec, mocks={"payments": production.url})
     _run([task], tmp_path / "logs", limit=1, model="stub/retry")
