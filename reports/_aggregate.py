@@ -23,7 +23,9 @@ def alpha_of(confidence: float) -> float:
     places, so a gate at 0.95 uses the report's 0.05 exactly (``1 - 0.95`` is
     0.050000000000000044, and moved the gate's Wilson bound off the report's in the 17th
     digit: a rule's limit between the two passed where the summary's bound exceeds it)."""
-    return round(1 - confidence, 12)
+    alpha = 1 - confidence
+    rounded = round(alpha, 12)
+    return rounded if rounded > 0 else alpha  # a confidence within 5e-13 of 1: not zero
 
 
 def wilson(successes: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:

@@ -193,8 +193,10 @@ def _refuse_for(trials: list[_Trial], what: str) -> None:
 # -- threads carry the trial's context --------------------------------------------------------
 
 _carrying = False
-_trial_threads: weakref.WeakKeyDictionary[threading.Thread, _Trial] = weakref.WeakKeyDictionary()
-"""Threads started from a trial (executor workers aside), each with its trial."""
+_trial_threads: list[weakref.ref[threading.Thread]] = []
+"""Threads started from a trial (executor workers aside), by weak reference: a thread
+subclass may be unhashable, and a long-lived one must not keep its trial's ledger alive."""
+_threads_lock = threading.Lock()
 _trial_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 """asyncio tasks created from a trial (a fire-and-forget task may outlive it)."""
 _in_flight: dict[int, int] = {}
@@ -232,7 +234,9 @@ def _carry_trial_context() -> None:
                     _stop_when_done(this_thread=self)
 
             self.run = run_in_trial  # type: ignore[method-assign]
-            _trial_threads[self] = trial
+            with _threads_lock:  # not _mock_lock: a thread may start while that is held
+                _trial_threads[:] = [r for r in _trial_threads if r() is not None]
+                _trial_threads.append(weakref.ref(self))
         start(self)
 
     @functools.wraps(create_task)
@@ -252,19 +256,18 @@ def _carry_trial_context() -> None:
             return submit(self, fn, *a, **kw)
         key = id(trial)
         _count_in_flight(key, 1)
-
-        def run(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                _count_in_flight(key, -1)
-                _stop_when_done()
-
         try:
-            return submit(self, contextvars.copy_context().run, run, *a, **kw)
+            future = submit(self, contextvars.copy_context().run, fn, *a, **kw)
         except BaseException:  # never submitted (the pool was shut down): never in flight
             _count_in_flight(key, -1)
             raise
+
+        def done(_: Any) -> None:  # also for work cancelled before it ran
+            _count_in_flight(key, -1)
+            _stop_when_done()
+
+        future.add_done_callback(done)
+        return future
 
     threading.Thread.start = start_in_context  # type: ignore[method-assign]
     setattr(concurrent.futures.ThreadPoolExecutor, "submit", submit_in_context)  # noqa: B010
@@ -289,7 +292,9 @@ def _outlived(this_thread: threading.Thread | None = None) -> bool:
             return True
     if any(not t.done() for t in list(_trial_tasks)):
         return True
-    return any(t.is_alive() and t is not this_thread for t in list(_trial_threads))
+    with _threads_lock:
+        threads = [r() for r in _trial_threads]
+    return any(t is not None and t.is_alive() and t is not this_thread for t in threads)
 
 
 _mock_lock = threading.Lock()
@@ -298,9 +303,12 @@ _mock_pid = os.getpid()
 """The process the interception serves trials in (a forked child's requests are refused)."""
 
 
-def _start_mock() -> None:
+def _start_mock(trial: _Trial) -> None:
+    """Register ``trial`` as running and make sure the interception is up, in one step: a
+    thread of an earlier trial that ends in between must not stop it under the new trial."""
     global _mock, _mock_pid
     with _mock_lock:
+        _live[id(trial)] = trial
         if _mock is not None:
             # Running here, or copied into a process forked from one where it ran, which now
             # runs trials of its own (a --workers worker): it serves this process from now on.
@@ -356,10 +364,15 @@ def parse_hosts(
                 "would be written to every log; give the production URL without them (the "
                 "mock service needs none)"
             )
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.netloc
+            or parts.query
+            or parts.fragment
+        ):
             raise AgentError(
                 f"--mock {name}={url}: expected an http(s) URL such as https://api.example.com "
-                "(optionally with a path prefix, no query)"
+                "(optionally with a path prefix, no query or fragment)"
             )
         try:
             # As httpx spells a request's URL (host in lower case, no default port), or
@@ -377,10 +390,8 @@ def serve_trial(services: Services, hosts: tuple[tuple[str, str], ...] = ()) -> 
     _guard_model_clients()
     _guard_requests()
     _carry_trial_context()
-    _start_mock()
     trial = _Trial(services, hosts)
-    with _mock_lock:  # a trial's thread may be deciding whether to stop the interception
-        _live[id(trial)] = trial
+    _start_mock(trial)
     token = _TRIAL.set(trial)
     try:
         yield
@@ -467,14 +478,16 @@ def _guard_requests() -> None:
 
     @functools.wraps(send)
     def send_unless_mocked(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-        if _live:
+        trial = _TRIAL.get()
+        if _live or trial is not None:
             try:
                 url = str(httpx.URL(request.url))
             except (httpx.InvalidURL, TypeError):
                 url = ""
-            trial = _TRIAL.get()
             mine = [trial] if trial is not None else list(_live.values())
             owners = [t for t in mine if t._target(url) is not None]
+            if url and trial is not None and trial.ended and owners:
+                _refuse_late(f"{request.method} {url} (sent with requests)")
             if url and owners:
                 message = (
                     f"{request.method} {url} was sent with requests; twice serves only httpx "

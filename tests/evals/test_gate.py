@@ -53,6 +53,10 @@ def test_gate_bound_is_the_summarys_interval_to_the_last_digit(make_trials: Tria
     assert evaluate_gate(trials, parse_gate(rule(max=hi))).passed
     below = math.nextafter(hi, 0.0)
     assert not evaluate_gate(trials, parse_gate(rule(max=below))).passed
+    # Rounding must not make a confidence near 1 an alpha of 0 (a bound of NaN).
+    from twice.reports import alpha_of
+
+    assert alpha_of(0.95) == 0.05 and 0 < alpha_of(0.9999999999999) < 1e-12
 
 
 def test_gate_point_statistic_ignores_the_interval(make_trials: Trials) -> None:

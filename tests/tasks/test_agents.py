@@ -24,6 +24,8 @@ from twice.tasks.agents import (
     check_model_request,
     load_agent,
     parse_hosts,
+    serve_trial,
+    take_late_requests,
 )
 
 STUBS = ("stub/retry", "stub/no-retry", "stub/verify")
@@ -421,6 +423,8 @@ def test_parse_hosts_checks_service_and_url() -> None:
         ("http://127.0.0.1:80", "http://127.0.0.1"),
     ]:
         assert parse_hosts({"payments": spelt}, urls)[0][0] == prefix
+    with pytest.raises(AgentError, match="no query or fragment"):  # it matched nothing
+        parse_hosts({"payments": "http://127.0.0.1:9/#prod"}, urls)
     # A key in the URL would be written to every log: refused, and not echoed.
     with pytest.raises(AgentError, match="carries credentials") as refused:
         parse_hosts({"payments": "https://user:sk-test-SECRET123@api.example.com"}, urls)
@@ -638,3 +642,98 @@ def test_a_requests_call_to_a_mocked_host_is_refused_not_sent(
     )
     assert production.hits == []
     assert "was sent with requests; twice serves only httpx" in sample.error.message
+
+
+def _payments() -> Any:
+    from twice.mocks import PaymentsService, Services, get_fault
+
+    orders = [{"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997}]
+    return Services([PaymentsService(orders=orders)], fault=get_fault("none"))
+
+
+def _urls(services: Any) -> dict[str, str]:
+    return {name: s.base_url for name, s in services.services.items()}
+
+
+def test_a_thread_ending_as_a_trial_starts_does_not_stop_its_interception(
+    production: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path (review P): the interception was started, then the trial registered;
+    # an earlier trial's thread ending in between saw no trial running and stopped it, so
+    # the new trial's refund went to production (29 of 3000 trials in a stress run).
+    import asyncio
+    import threading
+
+    from twice.tasks.agents import _hosts
+
+    real = _hosts._Trial
+
+    class Slow(real):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            time.sleep(0.2)  # the window, widened
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(_hosts, "_Trial", Slow)
+
+    async def main() -> int:
+        first = _payments()
+        with serve_trial(first, parse_hosts({"payments": production.url}, _urls(first))):
+            threading.Thread(target=lambda: time.sleep(0.1)).start()  # not joined
+        second = _payments()
+        with serve_trial(second, parse_hosts({"payments": production.url}, _urls(second))):
+            async with httpx.AsyncClient() as http:
+                await http.post(production.url + "/v1/refunds", json={"order_id": "order_1042"})
+        return len(second.ledger.effects)
+
+    assert asyncio.run(main()) == 1
+    assert production.hits == []
+
+
+def test_executor_work_cancelled_before_it_ran_does_not_keep_the_interception_up() -> None:
+    # The failing path (review P): the in-flight count dropped only when the work ran, so a
+    # cancelled item kept respx patched into httpx for the rest of the process.
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from twice.tasks.agents import _hosts
+
+    async def main() -> None:
+        with serve_trial(_payments()), ThreadPoolExecutor(1) as pool:
+            pool.submit(time.sleep, 0.2)
+            assert pool.submit(time.sleep, 0.2).cancel()
+
+    asyncio.run(main())
+    assert _hosts._in_flight == {} and _hosts._mock is None
+
+
+def test_a_late_requests_call_is_refused_and_reported_after_the_last_trial(
+    production: Any,
+) -> None:
+    # The failing path (review P): the requests guard acted only while a trial ran, so a
+    # thread's late call after the last trial went to production, unreported.
+    import asyncio
+    import threading
+
+    import requests
+
+    seen: list[str] = []
+
+    def late() -> None:
+        time.sleep(0.3)
+        try:
+            requests.post(production.url + "/v1/refunds", json={"order_id": "order_1042"})
+        except Exception as ex:
+            seen.append(type(ex).__name__)
+
+    async def main() -> threading.Thread:
+        services = _payments()
+        with serve_trial(services, parse_hosts({"payments": production.url}, _urls(services))):
+            thread = threading.Thread(target=late)
+            thread.start()
+        return thread
+
+    take_late_requests()
+    asyncio.run(main()).join()
+    assert production.hits == [] and seen == ["AgentLimitError"]
+    (late_request,) = take_late_requests()
+    assert "(sent with requests) was sent after its trial ended" in late_request
