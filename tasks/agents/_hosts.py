@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import os
+import select
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -137,9 +139,10 @@ def _refuse_late(what: str) -> None:
 
 def take_late_requests() -> list[str]:
     """The requests refused since the last call because they came after their trial ended
-    (each trial was scored without its request): a run reports them and exits 1."""
+    (each trial was scored without its request), or from a child process of a trial that
+    has ended: a run reports them and exits 1."""
     with _late_lock:
-        out = list(_late)
+        out = list(_late) + _take_child_refusals()
         _late.clear()
     return out
 
@@ -151,14 +154,63 @@ def _refuse_in_child(request: httpx.Request, trial: _Trial | None) -> None:
     # A child forked from a thread without the trial's context has the trials that ran at
     # the fork (its copy of them): a request for one of their hosts is refused all the same.
     candidates = [trial] if trial is not None else list(_live.values())
-    if not any(t.owns(request) for t in candidates):
+    owners = [t for t in candidates if t.owns(request)]
+    if not owners:
         return
-    raise AgentLimitError(
+    message = (
         f"{request.method} {request.url} came from a child process (multiprocessing, a "
         "ProcessPoolExecutor): the trial's ledger lives in the eval's process, so its effect "
         "could not be counted; it was not served (nor sent on): make the call from the "
         "agent's process (a thread, or asyncio.to_thread)"
     )
+    for t in owners:  # the eval's process errors the trial, whatever the agent makes of it
+        _tell_parent(id(t), message)
+    raise AgentLimitError(message)
+
+
+_from_children: tuple[int, int] | None = None
+"""A pipe (read end, write end) on which forked children report their refusals."""
+_child_refusals: dict[int, list[str]] = {}
+"""Refusals children reported, by trial id, not yet taken by their trial."""
+
+
+def _open_child_pipe() -> None:
+    global _from_children
+    if _from_children is None:
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)  # a child never waits on a full pipe: it drops the line
+        _from_children = (read, write)
+
+
+def _tell_parent(trial_id: int, message: str) -> None:
+    if _from_children is None:
+        return
+    line = f"{trial_id}\t{' '.join(message.split())}"[: _pipe_buf() - 1] + "\n"
+    with contextlib.suppress(OSError):  # one write under PIPE_BUF is atomic
+        os.write(_from_children[1], line.encode("utf-8", "replace"))
+
+
+def _pipe_buf() -> int:
+    return getattr(select, "PIPE_BUF", 512)
+
+
+def _take_child_refusals(trial_id: int | None = None) -> list[str]:
+    """Read what children reported; return (and forget) ``trial_id``'s refusals, or, with
+    None, those of every trial no longer running (their requests came late)."""
+    if _from_children is not None:
+        chunks = []
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(_from_children[0], 65536):
+                chunks.append(chunk)
+        for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
+            tid, _, message = line.partition("\t")
+            if tid.isdigit() and message:
+                _child_refusals.setdefault(int(tid), []).append(message)
+    if trial_id is not None:
+        return _child_refusals.pop(trial_id, [])
+    gone = [tid for tid in _child_refusals if tid not in _live]
+    return [m for tid in gone for m in _child_refusals.pop(tid)]
 
 
 def _refuse_without_context(request: httpx.Request) -> None:
@@ -319,6 +371,7 @@ def _start_mock(trial: _Trial) -> None:
         own_transport.start()
         mock.start()
         _mock, _mock_pid = mock, os.getpid()
+        _open_child_pipe()
 
 
 def _stop_when_done(this_thread: threading.Thread | None = None) -> None:
@@ -403,6 +456,7 @@ def serve_trial(services: Services, hosts: tuple[tuple[str, str], ...] = ()) -> 
         _TRIAL.reset(token)
         trial.ended = True
         with _mock_lock:
+            trial.refused.extend(_take_child_refusals(id(trial)))
             del _live[id(trial)]
         # A task or thread the agent did not wait for may still send its request: the mock
         # stays to refuse it (until the last of them ends), rather than let it through.
