@@ -105,6 +105,21 @@ def _under(url: str, prefix: str) -> bool:
     return url == p or url.startswith((p + "/", p + "?"))
 
 
+def _owners(url: str, trial: _Trial | None) -> list[_Trial]:
+    """The trials a request for ``url`` may belong to: its own trial if it carries one, else
+    any running trial (which sent it is unknown); only those whose services mock ``url``."""
+    candidates = [trial] if trial is not None else list(_live.values())
+    return [t for t in candidates if t._target(url) is not None]
+
+
+def _refuse(trials: list[_Trial], message: str) -> None:
+    """Refuse a request: mark ``trials`` (each errors, whatever the agent makes of the
+    exception) and raise."""
+    for t in trials:
+        t.refused.append(message)
+    raise AgentLimitError(message)
+
+
 def _side_effect(request: httpx.Request) -> httpx.Response | httpx.Request:
     trial = _TRIAL.get()
     if os.getpid() != _mock_pid:
@@ -153,8 +168,7 @@ def _refuse_in_child(request: httpx.Request, trial: _Trial | None) -> None:
     the ledger and lost with it, while the agent saw it succeed."""
     # A child forked from a thread without the trial's context has the trials that ran at
     # the fork (its copy of them): a request for one of their hosts is refused all the same.
-    candidates = [trial] if trial is not None else list(_live.values())
-    owners = [t for t in candidates if t.owns(request)]
+    owners = _owners(str(request.url), trial)
     if not owners:
         return
     message = (
@@ -168,6 +182,8 @@ def _refuse_in_child(request: httpx.Request, trial: _Trial | None) -> None:
     raise AgentLimitError(message)
 
 
+_PIPE_BUF: int = getattr(select, "PIPE_BUF", 512)
+"""Bytes one pipe write is atomic up to (a child's line is cut to fit)."""
 _from_children: tuple[int, int] | None = None
 """A pipe (read end, write end) on which forked children report their refusals."""
 _child_refusals: dict[int, list[str]] = {}
@@ -186,13 +202,9 @@ def _open_child_pipe() -> None:
 def _tell_parent(trial_id: int, message: str) -> None:
     if _from_children is None:
         return
-    line = f"{trial_id}\t{' '.join(message.split())}"[: _pipe_buf() - 1] + "\n"
+    line = f"{trial_id}\t{' '.join(message.split())}"[: _PIPE_BUF - 1] + "\n"
     with contextlib.suppress(OSError):  # one write under PIPE_BUF is atomic
         os.write(_from_children[1], line.encode("utf-8", "replace"))
-
-
-def _pipe_buf() -> int:
-    return getattr(select, "PIPE_BUF", 512)
 
 
 def _take_child_refusals(trial_id: int | None = None) -> list[str]:
@@ -223,23 +235,20 @@ def _refuse_without_context(request: httpx.Request) -> None:
     running trial the host belongs to is marked (any of them may have sent it), so each
     errors even when the agent catches this exception.
     """
-    mine = [t for t in list(_live.values()) if t.owns(request)]
+    mine = _owners(str(request.url), None)
     if mine:
-        _refuse_for(mine, f"{request.method} {request.url}")
+        _refuse_without_trial(mine, f"{request.method} {request.url}")
 
 
-def _refuse_for(trials: list[_Trial], what: str) -> None:
-    n = len(trials)
-    message = (
+def _refuse_without_trial(trials: list[_Trial], what: str) -> None:
+    _refuse(
+        trials,
         f"{what} came from a thread that carries no trial's context (one started outside "
         f"any trial, such as a pool made when the agent's module was imported), so twice "
-        f"cannot tell which of the {n} running trial(s) it belongs to; it was not served "
-        "(nor sent on): start threads and executors from within the agent, or use "
-        "asyncio.to_thread"
+        f"cannot tell which of the {len(trials)} running trial(s) it belongs to; it was not "
+        "served (nor sent on): start threads and executors from within the agent, or use "
+        "asyncio.to_thread",
     )
-    for trial in trials:
-        trial.refused.append(message)
-    raise AgentLimitError(message)
 
 
 # -- threads carry the trial's context --------------------------------------------------------
@@ -494,7 +503,7 @@ def check_model_request(
             "inspect's in-process agent bridge routes only the async clients: use "
             "openai.AsyncOpenAI or anthropic.AsyncAnthropic"
         )
-    if not (model == BRIDGE_MODEL or model.startswith(BRIDGE_MODEL + "/")):
+    if not _is_bridge_model(model):
         raise AgentLimitError(
             f"the agent asked for model {model!r}; only model {BRIDGE_MODEL!r} (ctx.model) is "
             "routed to the eval's model, anything else would go to the network"
@@ -538,22 +547,24 @@ def _guard_requests() -> None:
                 url = str(httpx.URL(request.url))
             except (httpx.InvalidURL, TypeError):
                 url = ""
-            mine = [trial] if trial is not None else list(_live.values())
-            owners = [t for t in mine if t._target(url) is not None]
-            if url and trial is not None and trial.ended and owners:
+            owners = _owners(url, trial) if url else []
+            if owners and trial is not None and trial.ended:
                 _refuse_late(f"{request.method} {url} (sent with requests)")
-            if url and owners:
-                message = (
+            if owners:
+                _refuse(
+                    owners,
                     f"{request.method} {url} was sent with requests; twice serves only httpx "
                     "clients (sync or async), so it was not served (nor sent on): make the "
-                    "tool's HTTP calls with httpx"
+                    "tool's HTTP calls with httpx",
                 )
-                for t in owners:
-                    t.refused.append(message)
-                raise AgentLimitError(message)
         return send(self, request, *args, **kwargs)
 
     HTTPAdapter.send = send_unless_mocked  # type: ignore[method-assign]
+
+
+def _is_bridge_model(model: str) -> bool:
+    """Whether ``model`` is the name the agent bridge routes to the eval's model."""
+    return model == BRIDGE_MODEL or model.startswith(BRIDGE_MODEL + "/")
 
 
 def _guard_model_clients() -> None:
@@ -612,16 +623,15 @@ def _check_model_request(options: Any, *, stream: bool, sync: bool) -> None:
         # request for the bridge's model, or any sync one, would go to the network. Model
         # calls of inspect's own (the eval's model, by its real name) pass.
         model = str((body or {}).get("model", ""))
-        if path in MODEL_PATHS and (sync or model == BRIDGE_MODEL or model.startswith("inspect/")):
-            _refuse_for(list(_live.values()), f"a model request ({model!r}, {path})")
+        if path in MODEL_PATHS and (sync or _is_bridge_model(model)):
+            _refuse_without_trial(list(_live.values()), f"a model request ({model!r}, {path})")
         return
     if trial.ended and path in MODEL_PATHS:
         _refuse_late(f"a model request ({path})")
     try:
         check_model_request(path, body, stream=stream, sync=sync)
     except AgentLimitError as ex:
-        trial.refused.append(str(ex))
-        raise
+        _refuse([trial], str(ex))
 
 
 def _json(options: Any) -> Mapping[str, Any] | None:
