@@ -183,11 +183,16 @@ def _settle(state: CellState, round_: int) -> None:
         state.status = "pass"
 
 
+def _epochs_held(rows: pd.DataFrame) -> int:
+    """The highest epoch of a cell's trials in its logs (0: none)."""
+    return int(rows["epoch"].max()) if len(rows) else 0
+
+
 def _replay(state: CellState, rows: pd.DataFrame, gate: GateConfig, max_trials: int) -> None:
     """Resume: re-judge the cell at each complete round already in its logs, as the first run
     did, so a resumed run stops where an uninterrupted one would have (never past
     ``max_trials``: rounds beyond it, from a run with a higher cap, are not looked at)."""
-    done_epochs = int(rows["epoch"].max()) if len(rows) else 0
+    done_epochs = _epochs_held(rows)
     per_round = state.epochs_per_round
     within = max_trials // (state.samples * per_round) if state.samples else 0
     for r in range(1, min(done_epochs // per_round, within) + 1):
@@ -338,10 +343,11 @@ class _Rounds:
         names = prompt_names(self.prepared.planned)
         frame = self._frame()[0]
         for st in self.states:
-            _replay(st, _rows(frame, st.keys), self.gate, self.max_trials)
+            rows = _rows(frame, st.keys)
+            _replay(st, rows, self.gate, self.max_trials)
             if st.stopped_round is None:
                 self._next_round(st)
-        self._refuse_dropping(frame)
+            self._refuse_dropping(st, rows)
         running = {"complete": False, "status": "running"}
         self._summary(frame, **running, missing=[cell_dict(c, names) for c in self._unsettled()])
         state = LAST_INTERRUPT
@@ -377,22 +383,21 @@ class _Rounds:
             unreachable=self.prepared.unreachable(),
         )  # fmt: skip
 
-    def _refuse_dropping(self, frame: pd.DataFrame) -> None:
+    def _refuse_dropping(self, st: CellState, rows: pd.DataFrame) -> None:
         """Refuse a resume whose rounds would hold fewer trials of a cell than its logs do.
 
         A cell settles (or reaches the cap) at an earlier round when the gate file or
         ``--max-trials`` changed since the logs were written; its next ``eval_set`` would then
-        rewrite its log to fewer epochs, dropping the trials beyond them."""
-        for st in self.states:
-            rows = _rows(frame, st.keys)
-            held = int(rows["epoch"].max()) if len(rows) else 0
-            if held > st.epochs:
-                raise SuiteError(
-                    f"log directory {str(self.prepared.log_dir)!r} holds {held} epoch(s) of "
-                    f"cell {st.label}, and this run stops it at {st.epochs} (its gate or "
-                    "--max-trials differ from the run that wrote them): the rest would be "
-                    "dropped; rerun with that run's gate and --max-trials, or another --log-dir"
-                )
+        rewrite its log to fewer epochs, dropping the trials beyond them. Checked before
+        anything is written."""
+        held = _epochs_held(rows)
+        if held > st.epochs:
+            raise SuiteError(
+                f"log directory {str(self.prepared.log_dir)!r} holds {held} epoch(s) of "
+                f"cell {st.label}, and this run stops it at {st.epochs} (its gate or "
+                "--max-trials differ from the run that wrote them): the rest would be "
+                "dropped; rerun with that run's gate and --max-trials, or another --log-dir"
+            )
 
     def _next_round(self, st: CellState) -> bool:
         """Plan the cell's next round; at the cap, stop it undecided instead. True: planned.

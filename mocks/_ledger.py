@@ -222,12 +222,10 @@ def describe_effect(effect: Effect, attempt: Attempt | None, *, brief: bool = Fa
         seen = "reply lost"
     elif attempt.outcome != "ok":
         seen = f"client saw HTTP {attempt.status}"
-    elif brief:
-        return line
     else:
         seen = "reply delivered"
     if brief:
-        return f"{line}, {seen}"
+        return line if seen == "reply delivered" else f"{line}, {seen}"
     # "(unknown)" read as if the outcome were unknown: it is who sent the attempt.
     sender = "sender unknown" if attempt.source == "unknown" else attempt.source
     return f"{line} ({sender}), {seen}"
