@@ -75,3 +75,39 @@ def workers(work: Path, extra: list[str], reps: int, rounds: int) -> dict[str, A
             (a / b) / c for (a, b), c in zip(pairs, ceilings, strict=True)
         ),
     }
+
+
+def agent_cmd(work: Path, limit: int, reps: int) -> dict[str, Any]:
+    """What ``--agent-cmd`` costs per trial over twice's own loop: wall and CPU seconds.
+
+    Interleaved pairs of ``twice run`` (a fresh process each, one worker, no report) on
+    ``limit`` refund samples under fault ``none`` with ``stub/retry`` (two model calls a
+    trial): once with twice's own loop, once with ``docs/examples/http_agent.py`` as the
+    agent command. CPU includes every process a run starts (the agent, inspect's bridge
+    proxy and the sandbox commands it runs), read from this process's children's usage.
+    The figures are medians over pairs of (command run - own-loop run) / trials.
+    """
+    base = ["--task", "refund", "--fault", "none", "--model", "stub/retry"]
+    base += ["--limit", str(limit), "--workers", "1", "--no-report"]
+    command = [*base, "--agent-cmd", f"{sys.executable} docs/examples/http_agent.py"]
+    pairs = []
+    for rep in range(reps):
+        order = [base, command] if rep % 2 == 0 else [command, base]
+        runs = {id(args): demo(work, args) for args in order}
+        own, cmd = runs[id(base)], runs[id(command)]
+        trials = cmd["trials"]
+        pairs.append(
+            {
+                "wall": (cmd["seconds"] - own["seconds"]) / trials,
+                "cpu": (cmd["cpu_seconds"] - own["cpu_seconds"]) / trials,
+                "cpu_ratio": cmd["cpu_seconds"] / own["cpu_seconds"],
+                "runs": [own["seconds"], own["cpu_seconds"], cmd["seconds"], cmd["cpu_seconds"]],
+            }
+        )
+    return {
+        "extra_seconds_per_trial": statistics.median(p["wall"] for p in pairs),
+        "extra_cpu_seconds_per_trial": statistics.median(p["cpu"] for p in pairs),
+        "cpu_ratio": statistics.median(p["cpu_ratio"] for p in pairs),
+        "trials": limit,
+        "pairs": [p["runs"] for p in pairs],
+    }

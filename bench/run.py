@@ -46,6 +46,8 @@ class Sizes:
     serve_clients: int = 64  # concurrent clients against twice serve
     serve_requests: int = 100  # requests per client (half POST, half GET)
     agent_limit: int | None = None  # agent_overhead: samples per eval (None: all 24)
+    agent_cmd_limit: int = 8  # agent_cmd: trials per `twice run`
+    agent_cmd_reps: int = 3  # agent_cmd: interleaved pairs
 
 
 FULL = Sizes(
@@ -91,6 +93,8 @@ QUICK = Sizes(
     serve_clients=8,
     serve_requests=10,
     agent_limit=2,
+    agent_cmd_limit=1,
+    agent_cmd_reps=1,
 )
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -251,6 +255,19 @@ def run_all(sizes: Sizes, work: Path, only: set[str] | None) -> tuple[dict[str, 
                 f"agent {name}: {ratios[name]:.2f}x react's CPU per trial "
                 f"(per-pair {_spread(p)}; wall ratio {p.ratio('wall'):.2f})"
             )
+    if want("agent_cmd"):
+        from _demo import agent_cmd
+
+        log("agent_cmd: --agent-cmd (docs/examples/http_agent.py) vs twice's own loop")
+        a = agent_cmd(work, sizes.agent_cmd_limit, sizes.agent_cmd_reps)
+        pairs = a.pop("pairs")
+        results["agent_cmd"] = a
+        notes.append(
+            f"agent_cmd: {a['extra_seconds_per_trial']:.2f} s wall and "
+            f"{a['extra_cpu_seconds_per_trial']:.2f} s CPU more per trial than twice's own loop "
+            f"({a['trials']} trials a run; CPU ratio {a['cpu_ratio']:.1f}; runs own wall/CPU, "
+            "command wall/CPU: " + ", ".join("/".join(f"{x:.1f}" for x in r) for r in pairs) + ")"
+        )
     if want("sequential"):
         import _sequential
 
@@ -341,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated subset: overhead,fault,attempt,storm,report,concurrency,"
-        "workers,sequential,serve,demo,agents (the other figures already in --out are kept)",
+        "workers,sequential,serve,demo,agents,agent_cmd (the other figures already in --out "
+        "are kept)",
     )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "LOG_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -386,8 +404,17 @@ def main(argv: list[str] | None = None) -> int:
         + f"{mode} mode, {machine['bench_seconds']:.0f} s"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    if only and args.out.is_file():  # a subset refreshes its figures, keeps the others
-        results = {**json.loads(args.out.read_text(encoding="utf-8")), **results}
+    if only and args.out.is_file():
+        # A subset refreshes its figures and keeps the others, and the machine block of the
+        # run that measured them: the subset's own goes under machine.partial_runs.ONLY.
+        kept = json.loads(args.out.read_text(encoding="utf-8"))
+        partial = results.pop("machine")
+        results = {**kept, **results}
+        if "machine" in kept:
+            runs = {**kept["machine"].get("partial_runs", {}), args.only: partial}
+            results["machine"] = {**kept["machine"], "partial_runs": runs}
+        else:
+            results["machine"] = partial
     args.out.write_text(json.dumps(_round(results), indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0

@@ -37,6 +37,7 @@ FIGURES = {
     "workers_efficiency",
     "demo_seconds",
     "agent_overhead",
+    "agent_cmd",
     "sequential",
     "serve_rps",
     "serve_p99_ms",
@@ -77,7 +78,13 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
     assert set(seq) >= {"false_pass_rate", "alpha", "mean_trials", "fixed_trials"}
     assert seq["stub_run"]["stub/retry"]["verdict"] == "fail"
     assert results["serve_same_key"] == {"effects": 1, "posts": 1000}
-    for key in FIGURES - {"concurrent_same_key", "sequential", "serve_same_key", "agent_overhead"}:
+    for key in FIGURES - {
+        "concurrent_same_key",
+        "sequential",
+        "serve_same_key",
+        "agent_overhead",
+        "agent_cmd",
+    }:
         assert isinstance(results[key], float) and results[key] > 0, key
     assert set(results["agent_overhead"]) == {
         "openai-agents",
@@ -86,6 +93,14 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
         "pydantic-ai",
     }
     assert all(isinstance(v, float) and v > 0 for v in results["agent_overhead"].values())
+    cmd = results["agent_cmd"]
+    assert set(cmd) == {
+        "extra_seconds_per_trial",
+        "extra_cpu_seconds_per_trial",
+        "cpu_ratio",
+        "trials",
+    }
+    assert cmd["trials"] == 1 and cmd["cpu_ratio"] > 0
     machine = results["machine"]
     assert machine["mode"] == "quick"
     assert machine["cores"] >= 1 and machine["libraries"]["inspect_ai"]
@@ -134,7 +149,11 @@ def test_bench_only_keeps_the_other_figures(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     results = json.loads(out.read_text(encoding="utf-8"))
     assert results["serve_rps"] == 123.0
-    assert results["attempt_ratio"] > 0 and results["machine"]["mode"] == "quick"
+    assert results["attempt_ratio"] > 0
+    # The kept figures keep the machine block of the run that measured them; the subset's
+    # own is filed under its --only (before, it replaced the full run's, revision and all).
+    assert results["machine"]["mode"] == "full"
+    assert results["machine"]["partial_runs"]["attempt"]["mode"] == "quick"
 
 
 def test_overhead_parts_runs_and_finds_every_part(tmp_path: Path) -> None:
