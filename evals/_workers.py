@@ -210,8 +210,11 @@ def run_with_workers(
         detail = f": {w.stderr_tail}" if w.stderr_tail else ""
         if w.returncode in _STOPPED:
             interrupted = interrupted or _STOPPED[w.returncode]
-        elif w.returncode == 2:  # a usage error: every worker has the same arguments
-            raise SuiteError(f"worker {w.shard} refused the run: {_refusal(w.stderr_tail)}")
+        elif w.returncode == 2:
+            # A usage error. Every worker has the run's arguments, so it is the run's: said as
+            # one process says it, not as a worker's (the default suite runs as 2 workers
+            # nobody asked for, and a missing API key would read as a worker's problem).
+            raise SuiteError(_refusal(w.stderr_tail))
         elif w.returncode < 0:  # the OOM killer, a kill -9: what the others finished counts
             name = signal.Signals(-w.returncode).name
             failed.append(f"worker {w.shard} was killed by {name}{detail}")
