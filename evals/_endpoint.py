@@ -23,9 +23,9 @@ from typing import Any
 
 import anyio
 from inspect_ai.model import Model
-from twice.tasks import scrub, secret_values
+from twice.tasks import scrub, scrub_value, secret_values
 
-from ._secrets import redact_url, scrub_value
+from ._secrets import redact_url
 
 FATAL_STATUS = {401: "unauthorized", 403: "forbidden", 404: "not found"}
 """HTTP statuses no retry can fix: the key or the endpoint is wrong."""

@@ -28,18 +28,6 @@ class CredentialError(SuiteError):
     """A model arg that carries a credential (the message names where, never the value)."""
 
 
-def scrub_value(value: Any, secrets: list[str]) -> Any:
-    """``value`` (text, or dicts and lists holding text, keys included) with ``secrets``
-    redacted; anything else is returned as it is."""
-    if isinstance(value, str):
-        return scrub(value, secrets)
-    if isinstance(value, dict):
-        return {scrub_value(k, secrets): scrub_value(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub_value(v, secrets) for v in value]
-    return value
-
-
 def redact_url(url: str) -> str:
     """A URL fit to print: userinfo and credential-named query values replaced."""
     try:

@@ -25,7 +25,6 @@ from typing import Any
 import httpx
 from inspect_ai import Task
 from inspect_ai.agent import SandboxAgentBridge, sandbox_agent_bridge
-from inspect_ai.event import SandboxEvent
 from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageSystem
 from inspect_ai.solver import Generate, Solver, TaskState, solver
@@ -43,10 +42,9 @@ from twice.tasks import (
     task_parts,
 )
 from twice.tasks._redact import remember_command_secrets
-from twice.tasks.agents import AGENT_STORE_KEY
+from twice.tasks.agents import AGENT_STORE_KEY, scrub_agent_trace
 
 from ._lock import wait_for_lock
-from ._secrets import scrub_value
 from ._suite import AGENT_TIMEOUT
 
 SERVED_STORE_KEY = "twice:served"
@@ -403,12 +401,15 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
             await _wait_for_port(port)
             first_event = len(transcript().events)
             result = await run_command(command, agent_env(served, state, port), where, timeout)
+        if bridge.state.messages:
+            state.messages = list(bridge.state.messages)
+        state.output = bridge.state.output
         # What the command printed may carry the environment's credentials (a traceback
-        # with a header, an agent printing its settings): scrubbed here. The sandbox events
-        # inspect recorded meanwhile (its model bridge's proxy runs in the sandbox) are
-        # scrubbed too: a command's output is not in them, but what the bridge logs may be.
+        # with a header, an agent printing its settings): scrubbed here. What it sent the
+        # model (its conversation, the model events) and the sandbox events inspect recorded
+        # meanwhile (its model bridge's proxy runs in the sandbox) are scrubbed too.
+        scrub_agent_trace(state, since=first_event)
         secrets = secret_values()
-        _scrub_sandbox_events(secrets, since=first_event)
         transcript().info(
             {
                 "agent_cmd": scrub(command, secrets),
@@ -439,29 +440,9 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
                 f"(exit {result.returncode}): "
                 f"{scrub(result.stderr.strip()[-500:], secrets)}"
             )
-        if bridge.state.messages:
-            state.messages = list(bridge.state.messages)
-        state.output = bridge.state.output
         return state
 
     return solve
-
-
-def _scrub_sandbox_events(secrets: list[str], since: int) -> None:
-    """Scrub ``secrets`` from every sandbox event inspect recorded from the transcript's
-    event ``since`` on, before the sample is logged.
-
-    Not only the last: inspect runs a command in the sandbox (the bridge's proxy) as a start
-    and a series of polls, one event each, and output printed while it still runs is in the
-    poll that collected it."""
-    if not secrets:
-        return
-    for event in transcript().events[since:]:
-        if isinstance(event, SandboxEvent):
-            for attr in ("cmd", "input", "output", "file", "options"):
-                value = getattr(event, attr, None)
-                if value is not None:
-                    setattr(event, attr, scrub_value(value, secrets))
 
 
 def served_task(

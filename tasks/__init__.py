@@ -9,7 +9,15 @@ from inspect_ai._util.registry import is_registry_object
 from ._dataset import Record, load_dataset, load_records
 from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt
 from ._protections import PROTECTIONS, Protection, get_protection
-from ._redact import REDACTED, SECRET_ENV, remember_secrets, scrub, secret_values, secrets_in
+from ._redact import (
+    REDACTED,
+    SECRET_ENV,
+    remember_secrets,
+    scrub,
+    scrub_value,
+    secret_values,
+    secrets_in,
+)
 from ._spec import is_spec as _is_spec
 from ._spec import load_function as _load_function
 from ._toolkit import (
@@ -177,6 +185,7 @@ __all__ = [
     "remember_secrets",
     "resumable_generate",
     "scrub",
+    "scrub_value",
     "secret_values",
     "secrets_in",
     "send_email",

@@ -13,7 +13,10 @@ import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from pydantic import BaseModel
 
 SECRET_ENV = re.compile(
     r"(API[-_]?KEY|TOKEN|SECRET|PASSWORD|ACCESS[-_]KEY|CREDENTIALS?)($|_)|^AWS_SESSION", re.I
@@ -90,6 +93,45 @@ def scrub(text: str, secrets: list[str] | None = None) -> str:
     for secret in secret_values() if secrets is None else secrets:
         text = text.replace(secret, REDACTED)
     return text
+
+
+def scrub_value(value: Any, secrets: list[str]) -> Any:
+    """``value`` with ``secrets`` redacted: text, and dicts, lists, tuples and pydantic models
+    (inspect's messages, outputs and events) holding text, keys included. Anything else, and
+    anything that holds no secret, is returned as it is (the same object: a caller can tell
+    with ``is`` whether there was anything to scrub)."""
+    if isinstance(value, str):
+        text = scrub(value, secrets)
+        return value if text == value else text
+    if isinstance(value, dict):
+        mapping: dict[Any, Any] = {}
+        any_changed = False
+        for k, v in value.items():
+            k2, v2 = scrub_value(k, secrets), scrub_value(v, secrets)
+            any_changed = any_changed or k2 is not k or v2 is not v
+            mapping[k2] = v2
+        return mapping if any_changed else value
+    if isinstance(value, list | tuple):
+        cleaned_items = [scrub_value(v, secrets) for v in value]
+        if all(c is v for c, v in zip(cleaned_items, value, strict=True)):
+            return value
+        return cleaned_items if isinstance(value, list) else tuple(cleaned_items)
+    if isinstance(value, BaseModel):
+        fields = scrubbed_fields(value, secrets)
+        return value.model_copy(update=fields) if fields else value
+    return value
+
+
+def scrubbed_fields(model: BaseModel, secrets: list[str]) -> dict[str, Any]:
+    """The fields of ``model`` that hold one of ``secrets``, by name, scrubbed (to set in
+    place on an object others hold, as inspect's transcript holds its events)."""
+    changed: dict[str, Any] = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name, None)
+        cleaned = scrub_value(value, secrets)
+        if cleaned is not value:
+            changed[name] = cleaned
+    return changed
 
 
 CREDENTIAL_OPTION = re.compile(

@@ -23,7 +23,7 @@ from ._load import (
     is_user_agent,
     load_agent,
 )
-from ._solver import AGENT_STORE_KEY, agent_solver, agent_time_limit
+from ._solver import AGENT_STORE_KEY, agent_solver, agent_time_limit, scrub_agent_trace
 
 __all__ = [
     "AGENT_STORE_KEY",
@@ -46,6 +46,7 @@ __all__ = [
     "is_user_agent",
     "load_agent",
     "parse_hosts",
+    "scrub_agent_trace",
     "serve_trial",
     "take_late_requests",
 ]

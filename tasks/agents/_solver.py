@@ -15,7 +15,7 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import LimitExceededError, store
 from twice.mocks import raise_if_stub_could_not_play
 
-from .._redact import scrub
+from .._redact import scrub, scrub_value, scrubbed_fields, secret_values
 from ._context import AgentContext, AgentLimitError
 from ._hosts import parse_hosts, serve_trial
 from ._load import DUMMY_KEY, PLACEHOLDER_KEYS, load_agent
@@ -66,6 +66,26 @@ def agent_time_limit(seconds: float | None) -> Iterator[None]:
 
 class AgentTimedOut(Exception):
     """The agent was still running when the trial's time limit ended."""
+
+
+def scrub_agent_trace(state: TaskState, since: int) -> None:
+    """Scrub the environment's credentials from what an agent under test put in the log: the
+    conversation and final answer on ``state``, and every transcript event from event
+    ``since`` on (its model calls, whose input is the agent's own text, as sent and as
+    condensed into the log's attachments; its sandbox commands and their output).
+
+    An agent is the user's code, and it holds the environment: it may put a key into a
+    prompt or its answer. Inspect writes all of these to the .eval log, its sample
+    summaries and the eval-set listing; CI uploads log directories. Scrubbed in place
+    before the sample ends, so every copy inspect makes of them is clean."""
+    secrets = secret_values()
+    if not secrets:
+        return
+    state.messages = scrub_value(state.messages, secrets)
+    state.output = scrub_value(state.output, secrets)
+    for event in transcript().events[since:]:
+        for name, value in scrubbed_fields(event, secrets).items():
+            setattr(event, name, value)
 
 
 def _describe(ex: BaseException) -> str:
@@ -120,6 +140,7 @@ def agent_solver(
         record: dict[str, Any] = {"agent": agent, "crashed": False, "error": ""}
         bridge = None
         answer = ""
+        first_event = len(transcript().events)
         try:
             with serve_trial(services, hosts):
                 async with agent_bridge() as bridge:
@@ -157,8 +178,9 @@ def agent_solver(
                 if isinstance(message, ChatMessageTool):
                     ctx.observe(message.text)
             store().set(AGENT_STORE_KEY, record)
+            scrub_agent_trace(state, since=first_event)  # also when a limit ends the sample
         raise_if_stub_could_not_play()  # whatever the agent made of it: an error, not a result
-        state.output = ModelOutput.from_content(str(state.model), answer)
+        state.output = ModelOutput.from_content(str(state.model), scrub(answer))
         return state
 
     return solve

@@ -141,6 +141,35 @@ def test_a_failed_agent_command_crashed_and_what_it_printed_is_logged_scrubbed(
     assert "exit 3: and again [redacted]" in logged
 
 
+@pytest.mark.slow
+def test_what_an_agent_command_sends_the_model_is_logged_scrubbed(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    logged_text: Callable[[Path], str],
+    find_secret: Callable[[Path, str], list[str]],
+) -> None:
+    # Only the command's output and the sandbox events were scrubbed: a key the command put
+    # in its prompt was in the sample's messages, the model events and their attachments.
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
+    script = tmp_path / "prompts.py"
+    script.write_text(
+        "import json, os, urllib.request\n"
+        "tool = {'type': 'function', 'function': {'name': 'issue_refund',\n"
+        "        'description': 'refund', 'parameters': {'type': 'object', 'properties': {}}}}\n"
+        "body = {'model': 'inspect', 'tools': [tool], 'messages': [\n"
+        "    {'role': 'system', 'content': 'Your token is ' + os.environ['MY_SERVICE_TOKEN']},\n"
+        "    {'role': 'user', 'content': os.environ['TWICE_INPUT']}]}\n"
+        "request = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions',\n"
+        "    json.dumps(body).encode(), {'Content-Type': 'application/json'})\n"
+        "urllib.request.urlopen(request, timeout=60).read()\n"
+    )
+    out = tmp_path / "logs"
+    result = _no_retry_run(out, script, limit=1)
+    assert result.exit_code == 0, result.output
+    assert "Your token is [redacted]" in logged_text(out)
+    assert find_secret(out, "tok-SECRET789") == []
+
+
 def _run_keyed(tmp_path: Path, written: str, logged_text: Callable[[Path], str]) -> str:
     """Run an agent that prints its arguments, ``written`` on its command line; check that
     ``SECRET`` appears nowhere twice wrote, and return the logs' text."""

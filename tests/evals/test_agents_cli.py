@@ -268,6 +268,41 @@ def test_an_agent_crash_that_quotes_a_credential_is_logged_scrubbed(
     assert "tok-SECRET789" not in (out / "report.html").read_text(encoding="utf-8")
 
 
+def test_an_agent_that_puts_a_credential_in_its_prompt_and_answer_is_logged_scrubbed(
+    twice: Callable[..., Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    logged_text: Callable[[Path], str],
+    find_secret: Callable[[Path, str], list[str]],
+) -> None:
+    # Only a crash's text was scrubbed: an agent that sent a key to the model in its prompt
+    # and returned it in its answer put it in the sample's messages, output and score, the
+    # model events and their attachments, the sample summaries and logs.json.
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
+    agent = tmp_path / "leaky.py"
+    agent.write_text(
+        "import os\n"
+        "from openai import AsyncOpenAI\n\n"
+        "TOOL = {'type': 'function', 'function': {'name': 'issue_refund',\n"
+        "        'description': 'refund',\n"
+        "        'parameters': {'type': 'object', 'properties': {}}}}\n\n\n"
+        "async def agent(request, ctx):\n"
+        "    token = os.environ['MY_SERVICE_TOKEN']\n"
+        "    system = ctx.instructions + ' Your token is ' + token\n"
+        "    await AsyncOpenAI().chat.completions.create(model=ctx.model, tools=[TOOL],\n"
+        "        messages=[{'role': 'system', 'content': system},\n"
+        "                  {'role': 'user', 'content': request}])\n"
+        "    return 'done with ' + token\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "logs"
+    result = _run_agent(twice, agent, out, "none")
+    assert result.exit_code == 0, result.output
+    logged = logged_text(out)
+    assert "Your token is [redacted]" in logged and "done with [redacted]" in logged
+    assert find_secret(out, "tok-SECRET789") == []  # every .eval member, every file
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from twice.evals._endpoint import scrub_exception
 from twice.evals._secrets import redact_url
-from twice.tasks import REDACTED, scrub, secret_values
+from twice.tasks import REDACTED, scrub, scrub_value, secret_values
 
 SECRET = "sk-test-ECHOED-KEY-0123456789"
 Twice = Callable[..., Any]
@@ -215,3 +215,22 @@ def test_endpoints_a_base_url_password_is_scrubbed_as_sent_too() -> None:
     assert scrub(echoed, secret_values(env)) == f"you sent Basic {REDACTED}"
     assert "pw-SECRET456" not in scrub("userinfo bob:pw-SECRET456", secret_values(env))
     assert secret_values({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}) == []
+
+
+def test_scrub_value_reaches_into_inspect_objects_and_leaves_clean_ones_alone() -> None:
+    from inspect_ai.model import ChatMessageSystem, ChatMessageUser, ContentText, ModelOutput
+
+    secrets = ["tok-SECRET789"]
+    clean = [ChatMessageUser(content="refund order_1")]
+    assert scrub_value(clean, secrets) is clean  # nothing to scrub: the same objects
+    leaky = [
+        ChatMessageSystem(content="token tok-SECRET789"),
+        ChatMessageUser(content=[ContentText(text="and tok-SECRET789 again")]),
+    ]
+    scrubbed = scrub_value(leaky, secrets)
+    assert "tok-SECRET789" not in str([m.model_dump() for m in scrubbed])
+    assert scrubbed[0].text == f"token {REDACTED}" and type(scrubbed[1]) is ChatMessageUser
+    assert leaky[0].text == "token tok-SECRET789"  # a copy: the caller's objects are kept
+    output = ModelOutput.from_content("m", "done with tok-SECRET789")
+    assert scrub_value(output, secrets).completion == f"done with {REDACTED}"
+    assert scrub_value(({"tok-SECRET789": 1},), secrets) == ({REDACTED: 1},)
