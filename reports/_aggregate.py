@@ -87,8 +87,8 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     metric of the catalogue (``reports.CATALOGUE``) in its order, each rate followed by its
     interval ``<prefix>_ci`` as ``[lo, hi]``, then ``crashed_rate``/``crashed_ci`` (trials whose
     agent under test raised; they are scored), then ``tokens_mean``
-    and ``no_dup_k`` (``{"1": ..., "k": ...}``: the chance all k trials of a sample are
-    exactly-once, see :mod:`._passk`).
+    and ``no_dup_k`` (``{"1": ..., "k": ...}``: the chance all k trials of a sample avoid
+    duplicating, see :mod:`._passk`).
     """
     trials = with_agent(trials)
     if trials.empty:

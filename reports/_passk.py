@@ -1,11 +1,15 @@
-"""``no_dup^k``: the chance that all k trials of one sample are exactly-once.
+"""``no_dup^k``: the chance that all k trials of one sample avoid duplicating an action.
 
-τ-bench's pass^k (Yao et al., "τ-bench", 2024, §3), applied to exactly-once instead of task
-success: an agent that is exactly-once 90% of the time does the action exactly once on all
-of 4 retries of the same request only ~66% of the time, and that is what a user who sends
-the same request every day meets. Per sample with ``n`` scored trials of which ``c`` were
-exactly-once, ``C(c, k) / C(n, k)`` is the unbiased estimator of ``p^k`` (drawing k of the n
-trials without replacement); the cell's value is its mean over the samples with ``n ≥ k``.
+τ-bench's pass^k (Yao et al., "τ-bench", 2024, §3), applied to duplicates instead of task
+success: an agent that avoids duplicating 90% of the time does so on all of 4 retries of the
+same request only ~66% of the time, and that is what a user who sends the same request every
+day meets. Per sample with ``n`` scored trials of which ``c`` were not ``duplicated``,
+``C(c, k) / C(n, k)`` is the unbiased estimator of ``p^k`` (drawing k of the n trials
+without replacement); the cell's value is its mean over the samples with ``n ≥ k``.
+
+A trial that did nothing, or did the wrong thing once, did not duplicate: it counts as a
+success here (``no_dup_1`` is one minus the duplication rate), and against ``completed`` and
+``exactly_once``, not here.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import pandas as pd
 
 from ._frame import CELL, with_agent
 
-COLUMN = "exactly_once"
+COLUMN = "duplicated"
 
 
 def no_dup_k(
@@ -39,7 +43,8 @@ def no_dup_k(
     scored = trials.loc[trials[COLUMN].notna(), [*keys, COLUMN]]
     if scored.empty:
         return {}
-    per_sample = scored.groupby(keys, sort=False, dropna=False)[COLUMN].agg(["size", "sum"])
+    avoided = scored.assign(**{COLUMN: 1.0 - scored[COLUMN]})  # c counts the clean trials
+    per_sample = avoided.groupby(keys, sort=False, dropna=False)[COLUMN].agg(["size", "sum"])
     per_sample = per_sample.reset_index()
     out: dict[tuple[Any, ...], dict[str, float]] = {}
     for key, group in per_sample.groupby(list(by), sort=False, dropna=False):

@@ -1,4 +1,4 @@
-"""``no_dup^k`` (τ-bench's pass^k for exactly-once): the estimator, summary.json, the report."""
+"""``no_dup^k`` (τ-bench's pass^k for avoiding duplicates): estimator, summary.json, report."""
 
 from __future__ import annotations
 
@@ -14,17 +14,18 @@ from twice.reports._passk import no_dup_k
 
 
 def frame(outcomes: dict[str, list[float]], **cell: str) -> pd.DataFrame:
-    """Trials of one cell: sample id → exactly_once per epoch (NaN = crashed)."""
+    """Trials of one cell: sample id → 1 per epoch that avoided duplicating, else 0 (NaN =
+    crashed), as the ``duplicated`` column (its complement)."""
     keys = {"model": "m/a", "prompt": "p", "task": "t", "fault": "f", "protection": "x"} | cell
     rows = []
     for sample, xs in outcomes.items():
         for epoch, x in enumerate(xs, start=1):
-            rows.append({**keys, "sample": sample, "epoch": epoch, "exactly_once": x})
+            rows.append({**keys, "sample": sample, "epoch": epoch, "duplicated": 1.0 - x})
     return pd.DataFrame(rows)
 
 
 def brute(xs: list[float], k: int) -> float:
-    """The mean over every k-subset of a sample's trials that all are exactly-once."""
+    """The mean over every k-subset of a sample's trials that all avoided duplicating."""
     subsets = list(combinations(xs, k))
     return sum(all(s) for s in subsets) / len(subsets)
 
@@ -36,8 +37,8 @@ def test_no_dup_k_is_the_unbiased_subset_average() -> None:
     for k in range(1, 5):
         expected = sum(brute(xs, k) for xs in data.values()) / 3
         assert values[str(k)] == pytest.approx(expected)
-    assert values["1"] == pytest.approx(9 / 12)  # k=1 is the exactly-once rate
-    assert values["4"] == pytest.approx(1 / 3)  # only sample b was exactly-once every time
+    assert values["1"] == pytest.approx(9 / 12)  # k=1 is one minus the duplication rate
+    assert values["4"] == pytest.approx(1 / 3)  # only sample b never duplicated
 
 
 def test_no_dup_k_falls_with_k_for_a_flaky_agent_and_skips_crashed_trials() -> None:
@@ -50,7 +51,7 @@ def test_no_dup_k_falls_with_k_for_a_flaky_agent_and_skips_crashed_trials() -> N
 
 def test_summary_cells_carry_no_dup_k() -> None:
     trials = frame({"a": [1, 1], "b": [1, 0]})
-    for m in ("completed", "duplicated", "diverged", "safe_success", "excess_effects"):
+    for m in ("completed", "exactly_once", "diverged", "safe_success", "excess_effects"):
         trials[m] = 0.0
     trials["unseen_effects"] = 0.0
     trials["total_tokens"] = 0
@@ -63,3 +64,14 @@ def test_report_shows_no_dup_k(refund_frame: pd.DataFrame, tmp_path: Path) -> No
     html = render_report(refund_frame)
     assert "no_dup^k" in html
     assert "k=1:" in html
+
+
+def test_no_dup_k_counts_duplicates_not_other_failures() -> None:
+    # It was pass^k of exactly_once: an agent that never acted (nothing done, so not exactly
+    # once) scored no_dup^1 = 0 though it never duplicated; DESIGN.md defines it over
+    # duplicates, and summary.json's name says so.
+    never_acted = frame({"a": [1, 1], "b": [1, 1]}).assign(exactly_once=0.0)
+    (values,) = no_dup_k(never_acted).values()
+    assert values == {"1": 1.0, "2": 1.0}
+    duplicated = frame({"a": [0, 1]}).assign(exactly_once=0.0)
+    assert next(iter(no_dup_k(duplicated).values())) == {"1": 0.5, "2": 0.0}
