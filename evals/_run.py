@@ -23,18 +23,21 @@ import re
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import pandas as pd
 from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
+from twice.assertions import score_trial
+from twice.mocks import LEDGER_STORE_KEY, Ledger
 from twice.reports import (
     CELL,
     SHARD_DIR,
@@ -59,6 +62,7 @@ from twice.reports import (
     read_log_dir,
     read_text,
     replace_local,
+    sample_records,
     write_summary,
     write_text,
 )
@@ -1082,19 +1086,61 @@ def without_cut_short(frame: pd.DataFrame, logs: Collection[str] | None = None) 
     return frame[~cut]
 
 
+def cut_short_cells(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per cell, the trials an interrupt cut short and how many of them had already
+    duplicated an action (summary.json's ``cut_short``), from a frame that still holds them.
+
+    They are not in the rates (they did not finish), and that leaves the rates biased: a
+    trial that retries runs longer, so an interrupt cuts it short first. A duplicate in the
+    ledger cannot be undone by what the trial would have done next, so those trials are
+    known to have duplicated, and the report says so rather than "never duplicated"."""
+    if frame.empty:
+        return []
+    cut = frame[frame["error"].fillna("").str.startswith("CancelledError")]
+    if cut.empty:
+        return []
+    duplicated: set[tuple[str, str, int]] = set()
+    for log, rows in cut.groupby("log", sort=False):
+        wanted = set(zip(rows["sample"], rows["epoch"], strict=True))
+        for sample in sample_records(str(log)):
+            key = (str(sample.get("id")), int(sample.get("epoch", 1)))
+            ledger = (sample.get("store") or {}).get(LEDGER_STORE_KEY)
+            if key in wanted and isinstance(ledger, dict):
+                metrics = score_trial(Ledger.from_dict(ledger), sample.get("metadata") or {})
+                if metrics.duplicated:
+                    duplicated.add((str(log), *key))
+    out = []
+    for keys, group in cut.groupby(list(CELL), sort=False):
+        dup = sum(
+            (str(r.log), str(r.sample), int(r.epoch)) in duplicated for r in group.itertuples()
+        )
+        out.append({**dict(zip(CELL, keys, strict=True)), "trials": len(group), "duplicated": dup})
+    return out
+
+
 def incomplete_fields(
-    missing: list[Cell], names: dict[str, str], interrupted: str | None
+    missing: list[Cell], names: dict[str, str], interrupted: str | None, errored: int = 0
 ) -> dict[str, Any]:
-    """summary.json's ``complete``/``status``/``missing``/``interrupted`` at the end of a run."""
+    """summary.json's ``complete``/``status``/``missing``/``errored``/``interrupted`` at the
+    end of a run. A run with errored trials is not complete: they are not in the rates, and
+    the rerun runs them again (:func:`rerun_errored`), so its numbers would change."""
+    complete = not missing and not errored
     extra: dict[str, Any] = {
-        "complete": not missing,
-        "status": "complete" if not missing else "incomplete",
+        "complete": complete,
+        "status": "complete" if complete else "incomplete",
     }
     if missing:
         extra["missing"] = [cell_dict(c, names) for c in missing]
+    if errored:
+        extra["errored"] = errored
     if interrupted:
         extra["interrupted"] = interrupted
     return extra
+
+
+def errored_trials(table: pd.DataFrame) -> int:
+    """How many trials of a cells table errored (its ``errors`` column, summed)."""
+    return int(table["errors"].sum()) if not table.empty else 0
 
 
 def prompt_names(planned: list[Cell]) -> dict[str, str]:
@@ -1194,10 +1240,14 @@ def _run_locked(
         if cancelled:  # a cancelled log on disk: interrupted, whatever eval_set returned
             state.signal = state.signal or "SIGINT"
         hand_off = os.environ.get(RECORDS_ENV) if shard is not None else None
-        frame = ran_trials(files, bool(state.signal), hand_off)
+        frame = ran_trials(files, False, hand_off)
+        cut_short = cut_short_cells(frame) if state.signal else []
+        frame = without_cut_short(frame) if state.signal else frame
         table = cells(frame) if not frame.empty else pd.DataFrame()
         missing = [c for c in planned if c not in finished]
-        extra = incomplete_fields(missing, names, state.signal)
+        extra = incomplete_fields(missing, names, state.signal, errored_trials(table))
+        if cut_short:
+            extra["cut_short"] = cut_short
         after = _finished_logs(now, planned)
         reused = sum(1 for cell, log in before.items() if after.get(cell) == log)
         if shard is not None:  # the --workers parent adds up its shards' (summary "reused")

@@ -47,6 +47,7 @@ from ._run import (
     _read_or_none,
     _stop_on_sigterm,
     cell_dict,
+    errored_trials,
     evaluate,
     incomplete_fields,
     prepared_run,
@@ -364,7 +365,8 @@ class _Rounds:
         for st in self.states:
             if st.stopped_round is None:  # what the cell has so far, for the decisions
                 st.trials = len(_rows(frame, st.keys))
-        status = incomplete_fields(unsettled, names, state.signal)
+        errored = errored_trials(cells(frame)) if not frame.empty else 0
+        status = incomplete_fields(unsettled, names, state.signal, errored)
         summary_path = self._summary(frame, **status)
         report_path = None
         if report and not frame.empty:

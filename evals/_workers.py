@@ -43,6 +43,8 @@ from ._run import (
     _failures,
     _prepare_log_dir,
     cell_dict,
+    cut_short_cells,
+    errored_trials,
     finished_in,
     gc_for_trials,
     incomplete_fields,
@@ -94,6 +96,12 @@ def shards_status(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     missing = [m for s in summaries for m in s.get("missing") or []]
     if missing:
         out["missing"] = missing
+    cut_short = [c for s in summaries for c in s.get("cut_short") or []]
+    if cut_short:
+        out["cut_short"] = cut_short
+    errored = sum(s["errored"] for s in summaries if isinstance(s.get("errored"), int))
+    if errored:
+        out["errored"] = errored
     interrupted = next((s["interrupted"] for s in summaries if s.get("interrupted")), None)
     if interrupted:
         out["interrupted"] = interrupted
@@ -133,7 +141,7 @@ def merge(
     if planned is not None:
         finished = finished_in(logs, planned)[0]
         missing = [c for c in planned if c not in finished]
-        extra = incomplete_fields(missing, prompt_names(planned), interrupted)
+        extra = incomplete_fields(missing, prompt_names(planned), interrupted)  # errors below
     elif shards is not None:
         extra = shards_status(summaries)
         if logs.missing and extra.get("complete", True):
@@ -151,12 +159,19 @@ def merge(
     unread = [p for p in logs.files if str(p) not in known]
     frame = frame_of(logs.files, {**known, **log_records(unread)})
     if extra.get("interrupted"):  # an interrupt's cut-short trials are not crashes
+        if planned is not None:  # a workers run: its shards' own summaries are not merged
+            cut_short = cut_short_cells(frame)
+            extra = {**extra, "cut_short": cut_short} if cut_short else extra
         frame = without_cut_short(frame)
     else:  # nor are they without a summary to say so: the logs inspect marked cancelled do
         cancelled = {log_uri(e.path) for e in logs.current if e.status == "cancelled"}
         if cancelled:
             frame = without_cut_short(frame, cancelled)
     table = cells(frame)
+    if planned is not None and errored_trials(table):
+        extra = incomplete_fields(
+            missing, prompt_names(planned), interrupted, errored_trials(table)
+        )
     if shards is None:
         return Merged(logs, frame, table, run or read_run(log_dir), None)
     if run is None:

@@ -26,6 +26,7 @@ from ._frame import (
     log_records,
     log_uri,
     parse_counts,
+    sample_records,
     tidy,
     trials_frame,
 )
@@ -158,6 +159,7 @@ __all__ = [
     "report_data",
     "require_complete",
     "run_split",
+    "sample_records",
     "severity",
     "summary",
     "tidy",

@@ -326,6 +326,7 @@ def _takeaway(headline: list[dict[str, Any]]) -> dict[str, Any] | None:
             for r in scored
             if _num(r["dup"]["rate"]) == 0 and _crashed(r)
         ],
+        "cut_short": [],  # filled from the run's status: :func:`_qualify_takeaway`
     }
 
 
@@ -737,15 +738,17 @@ def prepare_report() -> None:
 
 def partial_note(status: Mapping[str, Any] | None) -> str | None:
     """What the report says first when it covers part of a run, from ``summary.json``'s
-    ``status``/``interrupted``/``missing``/``missing_logs`` (None: the run is complete)."""
+    ``status``/``interrupted``/``missing``/``missing_logs``/``errored`` (None: the run is
+    complete)."""
     if not status:
         return None
     cells, logs = len(status.get("missing") or []), len(status.get("missing_logs") or [])
+    errored = status.get("errored") if isinstance(status.get("errored"), int) else 0
     if status.get("status") == "running":
         why = "The run is still going"
     elif status.get("interrupted"):
         why = f"The run was interrupted ({status['interrupted']})"
-    elif cells or logs or status.get("complete") is False:
+    elif cells or logs or errored or status.get("complete") is False:
         why = "The run is incomplete"
     else:
         return None
@@ -753,12 +756,48 @@ def partial_note(status: Mapping[str, Any] | None) -> str | None:
         left = f": {cells} planned cell(s) have no finished log"
     elif logs:
         left = f": {logs} planned log(s) are missing"
+    elif errored:
+        left = f": {errored} trial(s) errored and are left out of the rates"
     else:
         left = ""
-    return (
+    note = (
         f"{why}{left}. These rates cover only the trials that finished; rerun the same "
         "twice run command to finish it."
     )
+    cut = [c for c in status.get("cut_short") or [] if isinstance(c, Mapping)]
+    if cut:
+        n = sum(int(c.get("trials") or 0) for c in cut)
+        dup = sum(int(c.get("duplicated") or 0) for c in cut)
+        note += (
+            f" {n} trial(s) were cut short and are not in them; {dup} of those had already "
+            "duplicated an action. A trial that retries runs longer, so an interrupt cuts it "
+            "short first: these rates understate duplication."
+        )
+    return note
+
+
+def cut_short_duplicators(status: Mapping[str, Any] | None) -> dict[str, int]:
+    """Per model as the headline names it, the trials an interrupt cut short whose ledger
+    already held a duplicate (``summary.json``'s ``cut_short``)."""
+    cut = [c for c in (status or {}).get("cut_short") or [] if isinstance(c, Mapping)]
+    if not cut:
+        return {}
+    frame = agents_as_models(pd.DataFrame(cut))
+    frame = frame[pd.to_numeric(frame["duplicated"], errors="coerce").fillna(0) > 0]
+    return {
+        str(m): int(n) for m, n in frame.groupby("model", sort=False)["duplicated"].sum().items()
+    }
+
+
+def _qualify_takeaway(takeaway: dict[str, Any] | None, status: Mapping[str, Any] | None) -> None:
+    """A model whose cut-short trials had duplicated is not "never duplicated", whatever its
+    finished trials say: it moves to a line of its own."""
+    late = cut_short_duplicators(status)
+    if takeaway is None or not late:
+        return
+    takeaway["clean"] = [m for m in takeaway["clean"] if m not in late]
+    takeaway["crashed"] = [c for c in takeaway["crashed"] if c["model"] not in late]
+    takeaway["cut_short"] = [{"model": m, "trials": n} for m, n in late.items()]
 
 
 def render_report(
@@ -769,6 +808,7 @@ def render_report(
 ) -> str:
     """The report as an HTML string (``status``: see :func:`write_report`)."""
     data = report_data(trials, run, baseline)
+    _qualify_takeaway(data["takeaway"], status)
     return _ENV.get_template(TEMPLATE).render(**data, partial=partial_note(status))
 
 
@@ -789,8 +829,8 @@ def write_report(
         baseline: The trial frame of an earlier run: cells are compared and regressions and
             improvements flagged.
         status: The run's state as ``summary.json`` records it (``complete``, ``status``,
-            ``interrupted``, ``missing``, ``missing_logs``): a report of part of a run says
-            so above everything else.
+            ``interrupted``, ``missing``, ``missing_logs``, ``errored``, ``cut_short``): a
+            report of part of a run says so above everything else.
     """
     out = as_location(path)
     write_text(out, render_report(trials, run, baseline, status))

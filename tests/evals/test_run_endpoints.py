@@ -124,7 +124,12 @@ def test_endpoints_unreachable_model_exits_1_naming_endpoint_and_reason(
     assert find_secret(log_dir, SECRET) == []
     assert SECRET not in result.output
     summary = json.loads((log_dir / "summary.json").read_text())
-    assert summary["complete"] is True  # every trial ran (and crashed): nothing to resume
+    # Every trial errored: none is in the rates, and a rerun runs them again. The summary
+    # said "complete": true, as if the run's numbers were final.
+    assert summary["complete"] is False and summary["status"] == "incomplete"
+    assert summary["errored"] == 6 and "missing" not in summary
+    report = (log_dir / "report.html").read_text(encoding="utf-8")
+    assert "The run is incomplete: 6 trial(s) errored and are left out of the rates" in report
 
 
 @pytest.mark.parametrize("retries", [0, 1])

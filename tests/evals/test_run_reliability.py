@@ -183,6 +183,39 @@ def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplicated(
+    tmp_path: Path, workers: str
+) -> None:
+    # A trial that retries runs longest, so an interrupt cuts it short first and the finished
+    # trials are those that did not retry: the report said "Never duplicated: hang/dup" while
+    # the ledger of its cut-short trial already held two refunds.
+    log_dir, marks = tmp_path / "logs", tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "MARK_DIR": str(marks), "HANG_SAMPLE": "refund-003", "HANG": "1"}
+    command = [
+        sys.executable, str(HANG_RUN), "run", "--model", "hang/dup", "--task", "refund",
+        "--fault", "lost_reply", "--limit", "4", "--log-dir", str(log_dir), "--display",
+        "none", "--workers", workers,
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    _wait(marks / "hanging", proc)  # type: ignore[arg-type]
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=DEADLINE_S)[0]
+    assert proc.returncode == 143, out
+    summary = json.loads((log_dir / "summary.json").read_text())
+    (cut,) = summary["cut_short"]
+    assert (cut["model"], cut["trials"], cut["duplicated"]) == ("hang/dup", 1, 1)
+    for report in (
+        (log_dir / "report.html").read_text(encoding="utf-8"),  # the run's
+        _report(log_dir),  # and twice report's, from summary.json
+    ):
+        assert "1 trial(s) were cut short and are not in them; 1 of those had already" in report
+        assert "cut short</span> (not in these rates): hang/dup (1 trial(s))" in report
+        assert "Never duplicated" not in report
+
+
 def test_reliability_resuming_with_new_cells_runs_them_and_says_so(
     twice: Twice, tmp_path: Path
 ) -> None:

@@ -4,6 +4,8 @@ With ``HANG=1`` in the environment, ``hang`` blocks forever on sample ``HANG_SAM
 stuck provider call would) after touching ``$MARK_DIR/hanging``, which it does only once
 every other running trial has finished; every other generate answers "Nothing to do." half a
 second late (so that wait is exercised) and touches ``$MARK_DIR/done-<sample>``.
+``hang/dup`` plays ``stub/retry``'s first two turns on the hanging sample before it hangs:
+under ``lost_reply`` that trial's ledger holds a duplicate when the run is stopped.
 Usage: ``python hang_run.py run ...``.
 """
 
@@ -18,6 +20,7 @@ from inspect_ai.log._samples import active_samples  # not public: the running sa
 from inspect_ai.model import GenerateConfig, ModelAPI, ModelOutput, ModelUsage, modelapi
 from inspect_ai.solver._task_state import sample_state  # not public: the running sample
 from twice.evals.cli import main
+from twice.mocks import StubAPI
 
 MARK = Path(os.environ["MARK_DIR"])
 
@@ -32,10 +35,14 @@ class HangAPI(ModelAPI):
         **model_args: Any,
     ) -> None:
         super().__init__(model_name, base_url, api_key, [], config)
+        self.stub = StubAPI("retry")
 
     async def generate(self, input: Any, tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
         sample = str(sample_state().sample_id)  # type: ignore[union-attr]
         if os.environ.get("HANG") and sample == os.environ["HANG_SAMPLE"]:
+            turns = sum(1 for m in input if m.role == "assistant")
+            if self.model_name == "dup" and turns < 2:  # the call, then its retry
+                return await self.stub.generate(input, tools, tool_choice, config)
             # "hanging" promises the test that the hanging trials are the only unfinished ones:
             # a signal sent before the others are scored and logged cuts them short too.
             while any(str(s.sample.id) != sample for s in active_samples()):
