@@ -76,7 +76,7 @@ from ._endpoint import EndpointState, guard_model
 from ._gate import cell_label
 from ._local import environ
 from ._lock import lock_log_dir
-from ._secrets import KEY_ENV_HINT, check_model_args
+from ._secrets import KEY_ENV_HINT, check_model_args, redact_url
 from ._shards import (
     RECORDS_ENV,
     save_records,
@@ -229,8 +229,38 @@ def _plain(text: str) -> str:
     return " ".join(text.replace("ERROR:", "").split()).rstrip(".")
 
 
+def check_base_url(model_args: Mapping[str, Any]) -> None:
+    """Refuse a ``base_url`` model arg that is not an http(s) URL with a host and a port in
+    range: inspect takes it, and fails only at the first call, after logs are written (exit
+    1, the cause hidden in an ``ExceptionGroup``).
+
+    Raises:
+        SuiteError: naming the bad value and what is accepted.
+    """
+    url = model_args.get("base_url")
+    if url is None:
+        return
+    problem = None
+    try:
+        parts = urlsplit(str(url))
+        parts.port  # noqa: B018 (raises ValueError for a port out of range)
+    except ValueError as ex:
+        problem = str(ex)
+    else:
+        if parts.scheme not in ("http", "https"):
+            problem = "its scheme is not http or https"
+        elif not parts.hostname:
+            problem = "it has no host"
+    if problem:
+        raise SuiteError(
+            f"-M base_url={redact_url(str(url))!r} is not a usable URL ({problem}); expected "
+            "an http(s) URL such as http://127.0.0.1:8000/v1"
+        )
+
+
 def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
     if name not in cache:
+        check_base_url(model_args)
         try:
             # Not memoized: each run puts its own endpoint guard on a fresh model (a guard that
             # found an endpoint down must not outlive its run), and inspect's cache keys a model
@@ -408,6 +438,11 @@ def _readable(error: str) -> str:
         return (
             "RateLimitError (HTTP 429) on every attempt: the endpoint kept refusing; give "
             "a larger --max-retries or fewer --max-connections"
+        )
+    if "Timeout" in name:  # APITimeoutError, ReadTimeout...: each attempt waited it out
+        return (
+            f"{name} on every attempt: the model did not answer within --timeout seconds, "
+            "each of its --max-retries retries too; give a larger --timeout if it is slow"
         )
     return f"{name} on every attempt (the model call's retries, --max-retries, ran out)"
 

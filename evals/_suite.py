@@ -253,7 +253,8 @@ class Suite:
                         f"{p.source}); a prompt file is named by its stem, so rename one of them"
                     )
             for model in m.models:
-                if "/" not in model:
+                provider, _, rest = model.partition("/")
+                if not provider or not rest.strip("/"):
                     raise SuiteError(
                         f"model {model!r} is not an inspect model string; expected "
                         "'<provider>/<model>', e.g. openai/gpt-5-mini, "

@@ -103,6 +103,16 @@ def files(tmp_path: Path) -> Path:
         # Every trial errored once the eval had started (exit 1).
         (("--model", "stub/no-retry", "--fault", "crash_after_commit", "--agent-cmd", "true"),
          "fault 'crash_after_commit' restarts twice's own agent loop from its checkpoints"),
+        # Each of these wrote logs, then every trial errored (exit 1; the port's cause was
+        # hidden in an ExceptionGroup).
+        (("--model", "openai/"), "model 'openai/' is not an inspect model string"),
+        (("--model", "openai/gpt-4o", "-M", "base_url=not-a-url"),
+         "-M base_url='not-a-url' is not a usable URL (its scheme is not http or https)"),
+        (("--model", "openai/gpt-4o", "-M", "base_url=ftp://127.0.0.1/v1"),
+         "its scheme is not http or https); expected an http(s) URL"),
+        (("--model", "openai/gpt-4o", "-M", "base_url=http://127.0.0.1:99999/v1"),
+         "-M base_url='http://127.0.0.1:99999/v1' is not a usable URL (Port out of range"),
+        (("--model", "openai/gpt-4o", "-M", "base_url=http:///v1"), "(it has no host)"),
     ],
 )  # fmt: skip
 def test_bad_input_run_is_one_line_and_exit_2(

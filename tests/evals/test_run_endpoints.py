@@ -239,3 +239,15 @@ def test_scrub_value_reaches_into_inspect_objects_and_leaves_clean_ones_alone() 
     output = ModelOutput.from_content("m", "done with tok-SECRET789")
     assert scrub_value(output, secrets).completion == f"done with {REDACTED}"
     assert scrub_value(({"tok-SECRET789": 1},), secrets) == ({REDACTED: 1},)
+
+
+def test_a_call_that_timed_out_on_every_attempt_names_timeout_not_only_retries() -> None:
+    # The line said "(the model call's retries, --max-retries, ran out)": more retries of a
+    # hanging model only wait longer; --timeout is the setting that decides.
+    from twice.evals._run import _readable
+
+    gave_up = "RetryError(<Future at 0x7f3a2c state=finished raised {}>)"
+    line = _readable(gave_up.format("APITimeoutError"))
+    assert line.startswith("APITimeoutError on every attempt: the model did not answer within")
+    assert "--timeout" in line
+    assert "--max-retries, ran out" in _readable(gave_up.format("APIConnectionError"))
