@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jinja2
+import markupsafe
 import pandas as pd
 
 from ._aggregate import cells, wilson
@@ -26,12 +28,29 @@ from ._metrics import COMPARED, crashed, metric
 from ._storage import Location, as_location, parent_of, write_text
 
 TEMPLATE = "report.html.j2"
+
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Unicode's directional formatting characters (overrides, embeddings, isolates, marks)."""
+
+
+def show_bidi_controls(value: Any) -> Any:
+    """Every value the template prints, with its directional formatting characters shown as
+    ``[U+202E]`` instead of obeyed: escaping does not stop a right-to-left override in a
+    model's text from reversing what follows it on the line, twice's own labels and
+    numbers included. Markup (already escaped) stays Markup; the marker is plain text."""
+    if isinstance(value, str) and BIDI_CONTROLS.search(value):
+        shown = BIDI_CONTROLS.sub(lambda m: f"[U+{ord(m.group()):04X}]", value)
+        return markupsafe.Markup(shown) if isinstance(value, markupsafe.Markup) else shown
+    return value
+
+
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader(__package__ or "twice.reports", "templates"),
     autoescape=True,  # model-controlled text (prompts, tool args, outputs, errors) is untrusted
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
+    finalize=show_bidi_controls,
 )
 
 GRID_METRICS: tuple[str, ...] = ("duplication_rate", "completion_rate", "safe_success_rate")

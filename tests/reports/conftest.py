@@ -33,6 +33,8 @@ SCRIPT = "<script>window.__pwned = 'script'</script>"
 IMG = "<img src=x onerror=\"window.__pwned = 'img'\">"
 STYLE = "</style><script>window.__pwned = 'style'</script><style>"
 PAYLOADS = (SCRIPT, IMG, STYLE)
+BIDI = "\u202eevil \u2067isolated"
+"""Directional overrides: escaped or not, they reverse what follows on the line."""
 PROMPT_NAME = "<img src=x onerror=window.__pwned=1>"
 """A prompt file stem (prompt names are file stems): the name shows all over the report."""
 
@@ -72,7 +74,7 @@ def hostile_policy(
     last = input[-1]
     if turns == 2 and isinstance(last, ChatMessageTool) and last.error is not None:
         return _call("issue_refund", refund_args)
-    return _say(f"Done {STYLE} {SCRIPT} {IMG}")
+    return _say(f"Done {STYLE} {SCRIPT} {IMG} {BIDI}")
 
 
 @pytest.fixture(scope="session")

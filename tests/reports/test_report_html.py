@@ -148,6 +148,16 @@ def test_write_report_escapes_model_controlled_text(
     assert page.count("<style") == 1
 
 
+def test_write_report_shows_directional_overrides_instead_of_obeying_them(
+    hostile_logs: Path, tmp_path: Path
+) -> None:
+    # A U+202E in a model's answer rendered the rest of its line right to left: escaping
+    # leaves it in place, and twice's own "(N more characters)" read backwards after it.
+    page = write_report(trials_frame(hostile_logs), tmp_path / "r.html").read_text("utf-8")
+    assert "[U+202E]evil [U+2067]isolated" in page
+    assert not re.search("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]", page)
+
+
 def test_write_report_is_self_contained(refund_frame: pd.DataFrame, tmp_path: Path) -> None:
     page = write_report(refund_frame, tmp_path / "r.html").read_text(encoding="utf-8")
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
