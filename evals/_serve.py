@@ -535,10 +535,19 @@ class TwiceServer:
     async def _mcp(
         self, trial: ServedTrial, scope: dict[str, Any], receive: Any, send: Any
     ) -> None:
-        length = _content_length(scope)
-        if length is not None and length > MAX_SERVICE_BODY:
-            raise ControlError(413, f"request body of {length} bytes; at most {MAX_SERVICE_BODY}")
-        await trial.mcp_endpoint(self.host).handle(scope, receive, send)
+        # Read here, within the services' limit, and handed on whole: checking only the
+        # Content-Length let a chunked body past, up to the MCP SDK's own 4 MB.
+        body = await _body_within(scope, receive, MAX_SERVICE_BODY)
+        given = False
+
+        async def replay() -> Any:
+            nonlocal given
+            if given:
+                return await receive()  # e.g. the client's disconnect, for a stream
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await trial.mcp_endpoint(self.host).handle(scope, replay, send)
 
     async def _service(
         self,

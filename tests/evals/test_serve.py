@@ -188,6 +188,22 @@ def test_serve_service_body_size_limit(server: str, trial: Callable[..., Any]) -
     assert ledger(server, t)["attempts"] == []  # refused before it reached the service
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_serve_mcp_body_size_limit(server: str, trial: Callable[..., Any], chunked: bool) -> None:
+    # The failing path: only a Content-Length was checked, so a chunked body of any size up
+    # to the MCP SDK's own 4 MB reached it.
+    t = trial()
+    big = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "pad": "' + b"x" * MAX_SERVICE_BODY
+    content = iter([big[i : i + 65536] for i in range(0, len(big), 65536)]) if chunked else big
+    r = httpx.post(
+        t["urls"]["mcp"],
+        content=content,
+        headers={"content-type": "application/json", "accept": "application/json"},
+    )
+    assert r.status_code == 413, r.text
+    assert f"at most {MAX_SERVICE_BODY}" in r.json()["error"]["message"]
+
+
 def test_serve_unknown_service_path_404_names_the_served_path(
     server: str, trial: Callable[..., Any]
 ) -> None:
