@@ -63,6 +63,21 @@ def error_response(
     return httpx.Response(status, json={"error": {"type": type, "message": message}})
 
 
+_JSON_TYPES = {dict: "an object", list: "an array", float: "a number", bool: "a boolean"}
+
+
+def not_found(kind: str, param: str, value: Any) -> httpx.Response:
+    """The answer to a body parameter that names nothing: 404 ``No such <kind>: 'x'`` for an
+    id that names nothing, 400 naming ``param`` for a missing value or one that is no id at
+    all (a JSON array or object: "No such product: ['a']" read like a lookup that failed)."""
+    if value is None or value == "":
+        return error_response(400, f"Missing required param: {param}")
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        what = _JSON_TYPES.get(type(value), type(value).__name__)
+        return error_response(400, f"Invalid {param}: must be a string id, got {what}")
+    return error_response(404, f"No such {kind}: {str(value)!r}")
+
+
 class Call:
     """What a route handler gets: the parsed request and a way to commit effects."""
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from .._service import Call, Route, Service, error_response
+from .._service import Call, Route, Service, error_response, not_found
 
 
 class OrdersService(Service):
@@ -55,9 +55,10 @@ class OrdersService(Service):
 
     def create(self, call: Call) -> httpx.Response:
         p = call.params
-        product = self.products.get(str(p.get("sku")))
+        sku = p.get("sku")
+        product = self.products.get(str(sku)) if isinstance(sku, str | int) else None
         if product is None:
-            return error_response(404, f"No such product: {p.get('sku')!r}")
+            return not_found("product", "sku", sku)
         customer = p.get("customer")
         if not isinstance(customer, str) or not customer.strip():
             return error_response(400, "customer must be a non-empty string")

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from .._service import Call, Route, Service, error_response
+from .._service import Call, Route, Service, error_response, not_found
 
 ORDER_PARAMS = ("order_id", "payment_intent", "charge")
 """Parameters that name the order a refund is for: twice's own, then Stripe's two."""
@@ -30,6 +30,11 @@ CREATED_EPOCH = 1_767_225_600
 
 def _order_param(params: dict[str, Any]) -> Any:
     return next((params[k] for k in ORDER_PARAMS if params.get(k) is not None), None)
+
+
+def _order_name(params: dict[str, Any]) -> str:
+    """Which of :data:`ORDER_PARAMS` named the order."""
+    return next((k for k in ORDER_PARAMS if params.get(k) is not None), ORDER_PARAMS[0])
 
 
 def _metadata(params: dict[str, Any]) -> dict[str, Any]:
@@ -99,9 +104,9 @@ class PaymentsService(Service):
             return error_response(
                 400, f"Missing required param: one of {', '.join(ORDER_PARAMS)} names the order"
             )
-        order = self.orders.get(str(named))
+        order = self.orders.get(str(named)) if isinstance(named, str | int) else None
         if order is None:
-            return error_response(404, f"No such order: {named!r}")
+            return not_found("order", _order_name(p), named)
         remaining = order["amount"] - self.refunded(order["order_id"])
         if p.get("amount") is None:  # Stripe: what is left of the charge
             if remaining <= 0:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from .._service import Call, Route, Service, error_response
+from .._service import Call, Route, Service, error_response, not_found
 
 PRIORITIES = ("low", "normal", "high", "urgent")
 
@@ -73,9 +73,10 @@ class TicketsService(Service):
 
     def create(self, call: Call) -> httpx.Response:
         p = call.params
-        customer_id = str(p.get("customer_id"))
-        if customer_id not in self.customers:
-            return error_response(404, f"No such customer: {p.get('customer_id')!r}")
+        given = p.get("customer_id")
+        customer_id = str(given)
+        if not isinstance(given, str | int) or customer_id not in self.customers:
+            return not_found("customer", "customer_id", given)
         subject = p.get("subject")
         if not isinstance(subject, str) or not subject.strip():
             return error_response(400, "subject must be a non-empty string")

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from .._service import Call, Route, Service, error_response
+from .._service import Call, Route, Service, error_response, not_found
 
 
 def _positive_int(value: Any) -> bool:
@@ -110,9 +110,10 @@ class TravelService(Service):
 
     def book_flight(self, call: Call) -> httpx.Response:
         p = call.params
-        flight = self.flights.get(str(p.get("flight_id")))
+        given = p.get("flight_id")
+        flight = self.flights.get(str(given)) if isinstance(given, str | int) else None
         if flight is None:
-            return error_response(404, f"No such flight: {p.get('flight_id')!r}")
+            return not_found("flight", "flight_id", given)
         if not p.get("trip_id") or not p.get("traveler"):
             return error_response(400, "trip_id and traveler are required")
         if flight["seats"] <= 0:
@@ -165,9 +166,10 @@ class TravelService(Service):
 
     def book_hotel(self, call: Call) -> httpx.Response:
         p = call.params
-        hotel = self.hotels.get(str(p.get("hotel_id")))
+        given = p.get("hotel_id")
+        hotel = self.hotels.get(str(given)) if isinstance(given, str | int) else None
         if hotel is None:
-            return error_response(404, f"No such hotel: {p.get('hotel_id')!r}")
+            return not_found("hotel", "hotel_id", given)
         if not p.get("trip_id") or not p.get("traveler") or not p.get("check_in"):
             return error_response(400, "trip_id, traveler and check_in are required")
         nights = p.get("nights")

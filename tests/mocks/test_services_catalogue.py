@@ -6,15 +6,18 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 from twice.mocks import (
     KEY_HEADER,
     EmailService,
     LostReply,
     OrdersService,
+    PaymentsService,
     RecordsService,
     Service,
     Services,
     TicketsService,
+    TravelService,
 )
 
 EMAIL = {"to": "dana@example.com", "subject": "Your order", "body": "It ships tomorrow."}
@@ -226,3 +229,34 @@ def test_services_declare_key_support() -> None:
         RecordsService: True,
     }
     assert {cls: cls.idempotency_keys for cls in support} == support
+
+
+@pytest.mark.parametrize(
+    ("factory", "path", "body", "status", "message"),
+    [
+        # An array or object where an id goes read as a lookup that failed, in Python's repr:
+        # a 404 "No such product: ['SKU-MUG-01']".
+        (_orders, "/v1/orders", {**ORDER, "sku": ["SKU-MUG-01"]}, 400,
+         "Invalid sku: must be a string id, got an array"),
+        (_tickets, "/v1/tickets", {**TICKET, "customer_id": {"id": "cus_1"}}, 400,
+         "Invalid customer_id: must be a string id, got an object"),
+        (lambda: PaymentsService(orders=[{"order_id": "o_1", "amount": 100}]), "/v1/refunds",
+         {"payment_intent": ["o_1"], "amount": 100}, 400,
+         "Invalid payment_intent: must be a string id, got an array"),
+        (lambda: TravelService(flights=[], hotels=[]), "/v1/hotel_bookings",
+         {"hotel_id": 1.5}, 400, "Invalid hotel_id: must be a string id, got a number"),
+        # "No such product: None" named neither what was missing nor its name.
+        (_orders, "/v1/orders", {k: v for k, v in ORDER.items() if k != "sku"}, 400,
+         "Missing required param: sku"),
+        (_orders, "/v1/orders", {**ORDER, "sku": "SKU-NONE"}, 404, "No such product: 'SKU-NONE'"),
+    ],
+)  # fmt: skip
+def test_a_body_id_that_is_no_id_is_a_400_naming_the_param(
+    factory: Any, path: str, body: dict[str, Any], status: int, message: str
+) -> None:
+    services = Services([factory()])
+    (service,) = services.services.values()
+    with services.sync_client() as client:
+        r = client.post(service.base_url + path, json=body)
+    assert (r.status_code, r.json()["error"]["message"]) == (status, message)
+    assert services.ledger.effects == []
