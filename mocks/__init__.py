@@ -47,6 +47,7 @@ from ._service import (
     Service,
     Services,
     error_response,
+    not_found,
     services_from_state,
 )
 from ._stub import (
@@ -127,6 +128,7 @@ __all__ = [
     "ledgers",
     "live_ledger",
     "noisy_retry_rate",
+    "not_found",
     "outcome_of",
     "raise_if_stub_could_not_play",
     "services_from_state",

@@ -3,7 +3,7 @@
 from typing import Any, ClassVar
 
 import httpx
-from twice.mocks import Call, Route, Service, error_response
+from twice.mocks import Call, Route, Service, not_found
 
 
 class InvoicesService(Service):
@@ -26,8 +26,8 @@ class InvoicesService(Service):
 
     def send(self, call: Call) -> httpx.Response:
         customer_id = call.params.get("customer_id")
-        if customer_id not in self.customers:
-            return error_response(404, f"No such customer: {customer_id!r}")  # no effect
+        if not isinstance(customer_id, str) or customer_id not in self.customers:
+            return not_found("customer", "customer_id", customer_id)  # a 4xx: no effect
         fields = {"customer_id": customer_id, "period": str(call.params.get("period", ""))}
         effect = call.commit("invoices.invoice.send", "inv", fields)  # the route's own name
         invoice = {"id": effect.id, **fields}
