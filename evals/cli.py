@@ -40,6 +40,17 @@ class _LocationType(click.ParamType):  # type: ignore[type-arg]  # generic from 
         from twice.reports import misspelt_uri
 
         text = str(value)
+        if not text.strip():  # an unset CI variable: never the current directory or a default
+            hint = None
+            if param is not None:
+                hint = (
+                    param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+                )
+            raise click.BadParameter(
+                "is empty; give a path or URI (an unset variable makes an empty one)",
+                ctx=ctx,
+                param_hint=hint,
+            )
         meant = misspelt_uri(text)
         if meant is not None:
             self.fail(
@@ -354,13 +365,6 @@ def run(
         raise click.UsageError(
             "--until-decided runs in one process: drop --shard/--workers (the rounds need "
             "every cell's verdict)"
-        )
-    if log_dir is not None and not log_dir.strip():
-        # An empty CI variable: a new directory each time would never resume.
-        raise click.BadParameter(
-            "is empty; give a directory or URI, or leave --log-dir out for a new "
-            "logs/run-<time> directory",
-            param_hint="--log-dir",
         )
     if until_decided is not None and log_dir and "://" in log_dir:
         raise click.UsageError(f"--until-decided needs a local --log-dir, not {log_dir!r}")
@@ -677,10 +681,6 @@ def _trials(log_dir: str, what: str, *, write: bool = True) -> tuple[Any, Any]:
 
     from ._workers import merge
 
-    if not log_dir.strip():  # an empty CI variable: not the current directory
-        raise click.BadParameter(
-            "is empty; give the directory of a run (its --log-dir) or its URI", param_hint=what
-        )
     try:
         merged = merge(log_dir, write=write)
         return merged.logs, merged.frame

@@ -246,6 +246,8 @@ def test_gate_cli_exit_2_on_missing_log_dir(twice: Twice, stub_logs: Path, tmp_p
         (("report", ""), "Invalid value for LOG_DIR: is empty"),
         (("report", stub_logs, "-o", tmp_path / "r.html", "--baseline", " "),
          "Invalid value for --baseline: is empty"),
+        # Wrote LOG_DIR/report.html, as if -o had not been given.
+        (("report", stub_logs, "-o", ""), "Invalid value for -o: is empty"),
     ]:  # fmt: skip
         result = twice(*args)
         assert result.exit_code == 2, result.output
