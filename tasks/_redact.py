@@ -149,6 +149,9 @@ KEY_HEADER = re.compile(
 """A header carrying a key: OpenAI's ``Authorization: Bearer``, Anthropic's ``x-api-key``,
 Azure's ``api-key``, Google's ``x-goog-api-key``."""
 
+SCRIPT_OPTION = re.compile(r"-[A-Za-z]*[ce]")
+"""The option before a script given as one argument: ``sh -c``, ``bash -lc``, ``node -e``."""
+
 URL_PASSWORD = re.compile(r"://[^/\s:@]*:([^/\s@]+)@")
 
 
@@ -168,6 +171,11 @@ def command_secrets(command: str, _depth: int = 0) -> list[str]:
     for i, word in enumerate(words):
         if _depth < 2 and any(c.isspace() for c in word):
             found += command_secrets(word, _depth + 1)  # a script given as one argument
+            if i and SCRIPT_OPTION.fullmatch(words[i - 1]):
+                # Only a script (``bash -c 'KEY=sk-… node a.js'``): read as an assignment
+                # too, its "value" ran to the end of the script, and redacting that left
+                # every such command the same agent label.
+                continue
         name, eq, value = word.partition("=")
         if name.startswith("-") and CREDENTIAL_OPTION.search(name.lstrip("-")):
             if not eq:

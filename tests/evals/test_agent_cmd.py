@@ -237,12 +237,28 @@ def test_a_key_only_on_the_agent_command_line_is_in_no_log(
          ["sk-live-abcdef123456"]),
         ("curl -H 'x-api-key: sk-ant-abcdef123' -H 'api-key: azkey12345678'",
          ["sk-ant-abcdef123", "azkey12345678"]),
+        # The whole script was taken for the key's value too: redacted, two agents' commands
+        # became the same agent label.
+        ("bash -c 'OPENAI_API_KEY=sk-abcdefgh123 node agent_a.js'", ["sk-abcdefgh123"]),
+        ("sh -lc 'export MY_TOKEN=tok-abcdefgh123; node a.js'", ["tok-abcdefgh123"]),
     ],
 )  # fmt: skip
 def test_command_secrets_finds_what_a_command_line_carries(command: str, found: list[str]) -> None:
     from twice.tasks._redact import command_secrets
 
     assert command_secrets(command) == found
+
+
+def test_two_scripts_with_a_key_are_two_agents(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("twice.tasks._redact._REMEMBERED", set())
+    names = {
+        command_agent_name(f"bash -c 'OPENAI_API_KEY=sk-abcdefgh123 node {agent}.js'")
+        for agent in ("agent_a", "agent_b")
+    }
+    assert names == {
+        "cmd:bash -c 'OPENAI_API_KEY=[redacted] node agent_a.js'",
+        "cmd:bash -c 'OPENAI_API_KEY=[redacted] node agent_b.js'",
+    }
 
 
 def test_an_agent_cmd_run_resumes_from_another_directory(
