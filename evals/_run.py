@@ -117,6 +117,9 @@ class RunResult:
     """Cells whose finished logs an earlier run left (resumed, not run again)."""
     trials: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False, compare=False)
     """The trial frame behind ``table`` (one row per trial), when the run read it."""
+    uncounted: list[str] = field(default_factory=list)
+    """Cells an earlier run left logs of in the directory that this run does not plan: kept
+    on disk, counted by nothing (:meth:`twice.reports.LogDir.uncounted_cells`)."""
 
     @property
     def ok(self) -> bool:
@@ -1301,7 +1304,7 @@ def _run_locked(
     return RunResult(
         log_dir, logs, table, summary_path, report_path, failed,
         missing=missing, interrupted=state.signal, unreachable=prepared.unreachable(),
-        reused=reused, trials=frame,
+        reused=reused, trials=frame, uncounted=now.uncounted_cells() if now else [],
     )  # fmt: skip
 
 

@@ -356,6 +356,7 @@ def _merge_workers(
     return RunResult(
         log_dir, [], merged.table, merged.summary_path, report_path, failed,
         missing=merged.missing, interrupted=interrupted, reused=reused,
+        uncounted=merged.logs.uncounted_cells(),
     )  # fmt: skip
 
 

@@ -502,6 +502,7 @@ def run(
                 f"finished and reused; {ran} new or unfinished cell(s) run",
                 err=True,
             )
+        _say_uncounted(out, result.uncounted, "this run does not plan")
         click.echo(format_table(result.table))
         click.echo(f"\nsummary: {result.summary_path}")
         if result.report_path:
@@ -527,6 +528,20 @@ def run(
     if result.interrupted:
         click.echo(f"twice: interrupted by {result.interrupted}", err=True)
     sys.exit(result.exit_code)
+
+
+def _say_uncounted(log_dir: str, cells: list[str], why: str) -> None:
+    """Warn that ``log_dir`` holds an earlier run's logs of other cells, which nothing counts:
+    a second run into the same directory replaced the first's results without a word."""
+    if not cells:
+        return
+    shown = "; ".join(cells[:3]) + (f"; and {len(cells) - 3} more" if len(cells) > 3 else "")
+    click.echo(
+        f"twice: {log_dir} also holds logs of {len(cells)} cell(s) {why} ({shown}): an "
+        "earlier run's, kept on disk but counted in no summary, report or gate. Give each "
+        "run its own --log-dir, or run all the cells in one command.",
+        err=True,
+    )
 
 
 def _finite(values: tuple[float, ...], hint: str, example: str = "0.01") -> tuple[float, ...]:
@@ -836,6 +851,7 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     from ._workers import read_run
 
     logs, frame = _trials(log_dir, "LOG_DIR")
+    _say_uncounted(log_dir, logs.uncounted_cells(), "its last run did not plan")
     for line in logs.missing[:SHOWN_PROBLEMS]:  # the report shows what there is; say what not
         click.echo(f"warning: {line}", err=True)
     if logs.missing:

@@ -160,6 +160,23 @@ class LogDir:
         """The log files that count (newest per task)."""
         return [e.path for e in self.current]
 
+    def uncounted_cells(self) -> list[str]:
+        """The cells (``model / prompt / task / fault / protection``, and the agent when it is
+        not twice's own) whose only logs here are superseded: an earlier run's, with other
+        cells, into the same directory. They stay on disk and nothing counts them, so a
+        reader who expected them must be told."""
+        counted = {_cell_of(e) for e in self.current}
+        labels = []
+        for e in self.superseded:
+            cell = _cell_of(e)
+            if cell is None or cell in counted:
+                continue
+            counted.add(cell)  # once per cell
+            model, agent, task, fault, protection, prompt = cell
+            who = model if agent == "react" else f"{model} · {agent}"
+            labels.append(" / ".join((who, prompt, task, fault, protection)))
+        return labels
+
     def problems(self) -> list[str]:
         """One line per counted log that did not finish successfully."""
         lines = []

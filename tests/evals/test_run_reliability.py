@@ -267,6 +267,24 @@ def test_reliability_a_workers_rerun_says_what_it_reused(tmp_path: Path) -> None
     assert "2 of 2 cell(s) were already finished and reused" in " ".join(again.stderr.split())
 
 
+def test_a_run_with_other_cells_into_a_used_directory_says_the_old_ones_are_not_counted(
+    twice: Twice, tmp_path: Path
+) -> None:
+    # The second run's summary and report silently replaced the first's results: a second
+    # --agent-cmd (or --model) run into one directory read as if the first had never run.
+    log_dir = tmp_path / "logs"
+    base = ["run", "--task", "refund", "--fault", "none", "--limit", "1", "--log-dir", log_dir]
+    assert twice(*base, "--model", "stub/retry", "--display", "none").exit_code == 0
+    second = twice(*base, "--model", "stub/verify", "--display", "none")
+    assert second.exit_code == 0, second.output
+    said = "also holds logs of 1 cell(s) {} (stub/retry / baseline / refund / none / bare)"
+    assert said.format("this run does not plan") in " ".join(second.stderr.split())
+    report = twice("report", log_dir)
+    assert said.format("its last run did not plan") in " ".join(report.stderr.split())
+    again = twice(*base, "--model", "stub/retry", "--model", "stub/verify", "--display", "none")
+    assert "also holds logs" not in again.stderr  # both planned: nothing left uncounted
+
+
 def test_reliability_resume_does_not_depend_on_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
