@@ -47,6 +47,7 @@ from ._run import (
     _read_or_none,
     _stop_on_sigterm,
     cell_dict,
+    cut_short_cells,
     errored_trials,
     evaluate,
     incomplete_fields,
@@ -107,7 +108,12 @@ class CellState:
             "round_trials": self.samples * self.epochs_per_round,
             "stopped_round": self.stopped_round,
             "verdict": self.status,
-            "rules": {name: s.status for name, s in self.rules.items()},
+            # A rule not settled while its cell still runs has no verdict yet: its state
+            # reads "fail" only until the bound is reached, and a reader took it for one.
+            "rules": {
+                name: s.status if s.settled or self.stopped_round is not None else "running"
+                for name, s in self.rules.items()
+            },
         }
 
 
@@ -367,6 +373,11 @@ class _Rounds:
                 st.trials = len(_rows(frame, st.keys))
         errored = errored_trials(cells(frame)) if not frame.empty else 0
         status = incomplete_fields(unsettled, names, state.signal, errored)
+        if state.signal:  # what the interrupt cut short, and had already duplicated
+            files = _finished_cells(self.prepared.log_dir, self.prepared.planned)[1]
+            cut_short = cut_short_cells(ran_trials(files, False))
+            if cut_short:
+                status["cut_short"] = cut_short
         summary_path = self._summary(frame, **status)
         report_path = None
         if report and not frame.empty:

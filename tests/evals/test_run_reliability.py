@@ -184,9 +184,9 @@ def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("mode", ["one-process", "workers", "until-decided"])
 def test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplicated(
-    tmp_path: Path, workers: str
+    tmp_path: Path, mode: str
 ) -> None:
     # A trial that retries runs longest, so an interrupt cuts it short first and the finished
     # trials are those that did not retry: the report said "Never duplicated: hang/dup" while
@@ -194,10 +194,17 @@ def test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplica
     log_dir, marks = tmp_path / "logs", tmp_path / "marks"
     marks.mkdir()
     env = {**os.environ, "MARK_DIR": str(marks), "HANG_SAMPLE": "refund-003", "HANG": "1"}
+    gate = tmp_path / "gate.toml"
+    gate.write_text('[[rule]]\nmetric = "duplication_rate"\nmax = 0.5\n')
+    how = {
+        "one-process": ["--workers", "1"],
+        "workers": ["--workers", "2"],
+        "until-decided": ["--until-decided", str(gate)],
+    }[mode]
     command = [
         sys.executable, str(HANG_RUN), "run", "--model", "hang/dup", "--task", "refund",
         "--fault", "lost_reply", "--limit", "4", "--log-dir", str(log_dir), "--display",
-        "none", "--workers", workers,
+        "none", *how,
     ]  # fmt: skip
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     _wait(marks / "hanging", proc)  # type: ignore[arg-type]

@@ -230,3 +230,16 @@ def test_a_sequential_run_with_errored_trials_does_not_say_the_gate_passed(
     assert code == 1, out
     assert "gate passed" not in out
     assert "gate not decided: the run failed" in out
+
+
+def test_a_rule_not_yet_settled_in_a_running_cell_reads_running_not_fail() -> None:
+    # summary.json's run.sequential.cells said "fail" for a rule whose bound had not been
+    # reached yet, while the cell was still running (interrupted between rounds, say).
+    from twice.evals._seqgate import RuleState
+    from twice.evals._until import CellState
+
+    state = CellState(keys={"model": "m/a"}, samples=4, rounds=1, trials=4)
+    state.rules = {"open": RuleState("fail", False, "…"), "lost": RuleState("fail", True, "…")}
+    assert state.record()["rules"] == {"open": "running", "lost": "fail"}
+    state.stopped_round = 3  # at the cap, undecided: the rule's state is its verdict
+    assert state.record()["rules"] == {"open": "fail", "lost": "fail"}
