@@ -144,7 +144,15 @@ def guard_model(model: Model, *, max_retries: int, attempt_timeout: float | None
             scrub_exception(ex)
             status = _status(ex)
             if status is None or status in FATAL_STATUS or status >= 500 or status == 408:
-                failed(_reason(ex), fatal=status in FATAL_STATUS)
+                reason = _reason(ex)
+                if status == 404 and getattr(api, "responses_api", False) is True:
+                    # Inspect sends a model name it does not know to the Responses API; most
+                    # OpenAI-compatible servers (vLLM, llama.cpp, gateways) have only chat.
+                    reason += (
+                        "; inspect used the Responses API (/responses): for a server with "
+                        "chat completions only, add -M responses_api=false"
+                    )
+                failed(reason, fatal=status in FATAL_STATUS)
             raise
         except anyio.get_cancelled_exc_class():
             # Inspect's attempt timeout cancels the call: count it when it is that.

@@ -33,7 +33,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.mode == "hang":
             time.sleep(30)  # longer than any --timeout below; the server thread is a daemon
             return
-        status = {"401": 401, "429": 429}.get(self.mode, 500)
+        status = {"401": 401, "429": 429, "chat-only": 404}.get(self.mode, 500)
         # A careless gateway echoes the request's credentials into its error.
         message = f"rejected; Authorization: {self.headers.get('Authorization')}"
         body = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
@@ -251,3 +251,21 @@ def test_a_call_that_timed_out_on_every_attempt_names_timeout_not_only_retries()
     assert line.startswith("APITimeoutError on every attempt: the model did not answer within")
     assert "--timeout" in line
     assert "--max-retries, ran out" in _readable(gave_up.format("APIConnectionError"))
+
+
+def test_a_404_from_the_responses_api_says_how_to_reach_a_chat_only_server(
+    twice: Twice, endpoint: Callable[[str], str], tmp_path: Path
+) -> None:
+    # "could not be reached: HTTP 404 not found" on a server that was up: inspect sends a
+    # model name it does not know to /responses, which vLLM, llama.cpp and gateways lack.
+    url = endpoint("chat-only")
+    result = twice(
+        "run", "--model", "openai/my-local-model", "-M", f"base_url={url}", "--task", "refund",
+        "--fault", "none", "--limit", "1", "--log-dir", tmp_path / "logs", "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert REQUESTS and REQUESTS[0].endswith("/responses")
+    assert "HTTP 404" in result.stderr
+    assert "for a server with chat completions only, add -M responses_api=false" in " ".join(
+        result.stderr.split()
+    )
