@@ -175,7 +175,8 @@ def _read_log(path: Location) -> list[tuple[str | None, dict[str, Any], dict[str
     # One pass per log: the header through inspect, then every sample's JSON once for both
     # the summary columns and the ledger (samples_df plus a ledger pass read everything
     # twice: 10k trials took ~4x longer).
-    header = read_header(path).eval
+    log = read_header(path)
+    header = log.eval
     common = {
         "eval_id": header.eval_id,
         "model": header.model,
@@ -203,6 +204,14 @@ def _read_log(path: Location) -> list[tuple[str | None, dict[str, Any], dict[str
         }
         count = {**ledger_counts(sample.get("store"), score), **parse_counts(sample.get("events"))}
         out.append((sample.get("uuid"), row, count))
+    claimed = log.results.completed_samples if log.status == "success" and log.results else 0
+    if len(out) < claimed:
+        # Counting what is there would rate a damaged log's survivors as the cell's trials.
+        raise LogReadError(
+            f"inspect log {str(path)!r} finished with {claimed} trial(s) but holds "
+            f"{len(out)}: it was damaged or cut after it was written; delete it and rerun "
+            "the same twice run command to run its trials again"
+        )
     return out
 
 

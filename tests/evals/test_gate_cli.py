@@ -273,6 +273,32 @@ def test_gate_cli_exit_2_on_corrupt_log(twice: Twice, stub_logs: Path, tmp_path:
     assert corrupt.read_bytes() == b"not a zip"  # evidence is not deleted
 
 
+def test_a_log_missing_some_of_its_trials_is_refused_not_counted_short(
+    twice: Twice, stub_logs: Path, tmp_path: Path
+) -> None:
+    # A log that lost a sample member (cut, or edited) was read as the cell's whole run: the
+    # report and the gate rated 23 trials as if 24 had run, without a word.
+    import zipfile
+
+    import zipfile_zstd  # noqa: F401  (inspect's .eval members are zstd-compressed)
+
+    logs = tmp_path / "logs"
+    shutil.copytree(stub_logs, logs)
+    damaged = sorted(logs.glob("*.eval"))[0]
+    with zipfile.ZipFile(damaged) as src:
+        members = [(i, src.read(i.filename)) for i in src.infolist()]
+    dropped = next(i.filename for i, _ in members if i.filename.startswith("samples/"))
+    with zipfile.ZipFile(damaged, "w") as out:
+        for info, data in members:
+            if info.filename != dropped:
+                out.writestr(info, data)
+    for args in (("gate", logs, "--config", gate_file(tmp_path)), ("report", logs)):
+        result = twice(*args)
+        assert result.exit_code == 2, result.output
+        said = " ".join(result.stderr.split())
+        assert damaged.name in said and "finished with 24 trial(s) but holds 23" in said
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
