@@ -69,16 +69,30 @@ def _nan(x: Any) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def pct(x: Any) -> str:
-    """``29%``; ``<1%`` / ``>99%`` near the ends so a nonzero rate never reads as 0; ``n/a``."""
+def pct(x: Any, digits: int = 0) -> str:
+    """``29%``; ``<1%`` / ``>99%`` near the ends so a nonzero rate never reads as 0 (or 1);
+    ``n/a``. With ``digits``, that many decimals (``22.5%``)."""
     if _nan(x):
         return "n/a"
     v = 100 * float(x)
-    if 0 < v < 1:
-        return "<1%"
-    if 99 < v < 100:
-        return ">99%"
-    return f"{v:.0f}%"
+    step = 10.0**-digits
+    if 0 < v < step:
+        return f"<{step:g}%"
+    if 100 - step < v < 100:
+        return f">{100 - step:g}%"
+    return f"{v:.{digits}f}%"
+
+
+def pct_pair(pair: tuple[Any, Any]) -> tuple[str, str]:
+    """Two rates shown side by side (``before → after``), with as many decimals (up to 2) as
+    it takes for different rates to read differently: 22.5% and 21.5% both read "22%" beside
+    a "-1 pts" difference."""
+    a, b = pair
+    for digits in (0, 1, 2):
+        shown = pct(a, digits), pct(b, digits)
+        if shown[0] != shown[1] or _nan(a) or _nan(b) or float(a) == float(b):
+            break
+    return shown
 
 
 def _bound(x: float) -> str:
@@ -116,7 +130,7 @@ def p_text(p: Any) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.3f}" if p < 0.01 else f"p={p:.2f}"
 
 
-_ENV.filters.update(pct=pct, ci=ci_text, pts=pts, pts_ci=pts_ci, p=p_text)
+_ENV.filters.update(pct=pct, pct_pair=pct_pair, ci=ci_text, pts=pts, pts_ci=pts_ci, p=p_text)
 _ENV.tests["nan"] = _nan
 
 

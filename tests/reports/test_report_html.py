@@ -383,3 +383,15 @@ def test_report_headline_does_not_call_a_crashing_agent_never_duplicated_alone(
     # Without crashes the same model is plainly clean.
     frame["crashed"] = 0.0
     assert report_data(frame, worst=0)["takeaway"]["clean"] == ["m/zero"]
+
+
+def test_two_rates_side_by_side_read_differently_when_they_differ() -> None:
+    # 22.5% and 21.5% both read "22%" beside a "-1 pts" difference.
+    from twice.reports._html import pct, pct_pair
+
+    assert pct_pair((0.225, 0.215)) == ("22.5%", "21.5%")
+    assert pct_pair((0.30, 0.10)) == ("30%", "10%")
+    assert pct_pair((0.2, 0.2)) == ("20%", "20%")
+    assert pct_pair((0.50001, 0.5)) == ("50.00%", "50.00%")  # 2 decimals at most
+    assert pct_pair((0.0004, 0.0)) == ("<1%", "0%")
+    assert pct(0.0004, 1) == "<0.1%" and pct(0.9996, 1) == ">99.9%" and pct(0.5) == "50%"
