@@ -92,3 +92,23 @@ def test_report_first_screen_shows_prompts_and_marks_unmatched_rows(
             chip.scroll_into_view_if_needed()
             page.screenshot(path=str(Path(shot) / "report-grid.png"))
         page.close()
+
+
+def test_a_long_prompt_or_model_name_does_not_widen_the_page(
+    unlike_frame: pd.DataFrame, browser: Any, tmp_path: Path
+) -> None:
+    # A 51-character prompt name pushed the headline table past a 1366 px laptop screen;
+    # names are the user's (file stems, model strings) and any length.
+    long_prompt = "a_very_long_prompt_file_name_from_a_team_that_names_things_in_full_v2"
+    long_model = "openai-api/internal-gateway/a-model-name-with-many-parts-and-a-date-2026-11"
+    frame = unlike_frame.assign(
+        prompt=unlike_frame["prompt"].replace({"cautious": long_prompt}),
+        model=unlike_frame["model"].replace({"m/zero": long_model}),
+    )
+    out = write_report(frame, tmp_path / "report.html")
+    with browser() as b:
+        page = b.new_page(viewport={"width": 1366, "height": 768})
+        page.goto(out.resolve().as_uri())
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 1366, width
+        page.close()
