@@ -397,10 +397,16 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         served = store().get(SERVED_STORE_KEY)
         port = _free_port()
-        async with agent_bridge(port) as bridge:
-            await _wait_for_port(port)
-            first_event = len(transcript().events)
-            result = await run_command(command, agent_env(served, state, port), where, timeout)
+        first_event = len(transcript().events)
+        try:
+            async with agent_bridge(port) as bridge:
+                await _wait_for_port(port)
+                result = await run_command(command, agent_env(served, state, port), where, timeout)
+        except BaseException:
+            # A limit (the task's message_limit, a token limit) ends the sample here, and
+            # inspect logs what the agent sent so far: scrubbed as on the way out below.
+            scrub_agent_trace(state, since=first_event)
+            raise
         if bridge.state.messages:
             state.messages = list(bridge.state.messages)
         state.output = bridge.state.output

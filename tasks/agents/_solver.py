@@ -70,14 +70,17 @@ class AgentTimedOut(Exception):
 
 def scrub_agent_trace(state: TaskState, since: int) -> None:
     """Scrub the environment's credentials from what an agent under test put in the log: the
-    conversation and final answer on ``state``, and every transcript event from event
-    ``since`` on (its model calls, whose input is the agent's own text, as sent and as
-    condensed into the log's attachments; its sandbox commands and their output).
+    conversation and final answer on ``state``, every transcript event from event ``since``
+    on (its model calls, whose input is the agent's own text; its sandbox commands and their
+    output), and the transcript's attachments (inspect moves a model call's raw request and
+    response text there as it records the event, leaving ``attachment://`` in its place).
 
     An agent is the user's code, and it holds the environment: it may put a key into a
     prompt or its answer. Inspect writes all of these to the .eval log, its sample
     summaries and the eval-set listing; CI uploads log directories. Scrubbed in place
-    before the sample ends, so every copy inspect makes of them is clean."""
+    before the sample ends, so every copy inspect makes of them is clean. Not reached:
+    inspect's bounded transcript mode (``INSPECT_TRANSCRIPT_BOUNDED``, whose evicted events
+    are copies) and its realtime buffer, which a crashed eval's ``inspect log recover`` reads."""
     secrets = secret_values()
     if not secrets:
         return
@@ -86,6 +89,11 @@ def scrub_agent_trace(state: TaskState, since: int) -> None:
     for event in transcript().events[since:]:
         for name, value in scrubbed_fields(event, secrets).items():
             setattr(event, name, value)
+    attachments = transcript().attachments
+    for key, text in list(attachments.items()):
+        cleaned = scrub_value(text, secrets)
+        if cleaned is not text:
+            attachments[key] = cleaned
 
 
 def _describe(ex: BaseException) -> str:

@@ -170,6 +170,42 @@ def test_what_an_agent_command_sends_the_model_is_logged_scrubbed(
     assert find_secret(out, "tok-SECRET789") == []
 
 
+@pytest.mark.slow
+def test_what_an_agent_command_sent_before_a_limit_ended_it_is_logged_scrubbed(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    find_secret: Callable[[Path, str], list[str]],
+) -> None:
+    # Scrubbing ran only when the command returned: a message limit ending the sample from
+    # inside the bridge left the first call's prompt, key included, in the log.
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
+    script = tmp_path / "loops.py"
+    script.write_text(
+        "import json, os, urllib.request\n"
+        "tool = {'type': 'function', 'function': {'name': 'issue_refund',\n"
+        "        'description': 'refund', 'parameters': {'type': 'object', 'properties': {}}}}\n"
+        "for n in (1, 40):  # the second call is past the task's message limit (30)\n"
+        "    messages = [{'role': 'user', 'content': 'token ' + os.environ['MY_SERVICE_TOKEN']}]\n"
+        "    body = {'model': 'inspect', 'tools': [tool], 'messages': messages * n}\n"
+        "    url = os.environ['OPENAI_BASE_URL'] + '/chat/completions'\n"
+        "    request = urllib.request.Request(\n"
+        "        url, json.dumps(body).encode(), {'Content-Type': 'application/json'})\n"
+        "    try:\n"
+        "        urllib.request.urlopen(request, timeout=60).read()\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    out = tmp_path / "logs"
+    result = _no_retry_run(out, script, limit=1)
+    assert result.exit_code == 0, result.output
+    from inspect_ai.log import read_eval_log
+
+    (log,) = [read_eval_log(str(p)) for p in out.glob("*.eval")]
+    assert log.samples and log.samples[0].limit is not None  # the limit ended it
+    assert "[redacted]" in log.model_dump_json()
+    assert find_secret(out, "tok-SECRET789") == []
+
+
 def _run_keyed(tmp_path: Path, written: str, logged_text: Callable[[Path], str]) -> str:
     """Run an agent that prints its arguments, ``written`` on its command line; check that
     ``SECRET`` appears nowhere twice wrote, and return the logs' text."""

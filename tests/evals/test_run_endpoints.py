@@ -269,3 +269,37 @@ def test_a_404_from_the_responses_api_says_how_to_reach_a_chat_only_server(
     assert "for a server with chat completions only, add -M responses_api=false" in " ".join(
         result.stderr.split()
     )
+
+
+def test_scrub_agent_trace_reaches_a_model_calls_attachments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A real provider's model event keeps its raw request and response (ModelCall); inspect
+    # moves any long text of it into the transcript's attachments as it records the event,
+    # leaving "attachment://<hash>". Scrubbing the events' fields left the key there.
+    from inspect_ai.event import ModelEvent
+    from inspect_ai.log._transcript import Transcript, init_transcript, transcript
+    from inspect_ai.model import ChatMessageUser, GenerateConfig, ModelOutput
+    from inspect_ai.model._model_call import ModelCall
+    from inspect_ai.solver import TaskState
+    from twice.tasks.agents import scrub_agent_trace
+
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-never-logged")
+    init_transcript(Transcript())
+    long = "use tok-SECRET789-never-logged " + "x" * 200
+    call = ModelCall.create(
+        request={"messages": [{"role": "user", "content": long}]},
+        response={"choices": [{"message": {"content": long}}]},
+    )
+    transcript()._event(
+        ModelEvent(
+            model="openai/gpt-4o", input=[ChatMessageUser(content=long)], tools=[],
+            tool_choice="auto", config=GenerateConfig(),
+            output=ModelOutput.from_content("openai/gpt-4o", long), call=call,
+        )
+    )  # fmt: skip
+    assert any("SECRET789" in v for v in transcript().attachments.values())  # the premise
+    state = TaskState(model="openai/gpt-4o", sample_id=1, epoch=1, input="hi", messages=[])
+    scrub_agent_trace(state, since=0)
+    assert "SECRET789" not in transcript().events[0].model_dump_json()
+    assert not any("SECRET789" in v for v in transcript().attachments.values())
