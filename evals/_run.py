@@ -1176,9 +1176,11 @@ def incomplete_fields(
     return extra
 
 
-def errored_trials(table: pd.DataFrame) -> int:
-    """How many trials of a cells table errored (its ``errors`` column, summed)."""
-    return int(table["errors"].sum()) if not table.empty else 0
+def errored_trials(frame: pd.DataFrame) -> int:
+    """How many trials of a trial frame inspect recorded an error for: those
+    :func:`rerun_errored` runs again, so while there are any the run is not complete. A
+    trial never scored without an error (``errors`` counts it too) is not run again."""
+    return int((frame["error"] != "").sum()) if not frame.empty else 0
 
 
 def prompt_names(planned: list[Cell]) -> dict[str, str]:
@@ -1283,7 +1285,7 @@ def _run_locked(
         frame = without_cut_short(frame) if state.signal else frame
         table = cells(frame) if not frame.empty else pd.DataFrame()
         missing = [c for c in planned if c not in finished]
-        extra = incomplete_fields(missing, names, state.signal, errored_trials(table))
+        extra = incomplete_fields(missing, names, state.signal, errored_trials(frame))
         if cut_short:
             extra["cut_short"] = cut_short
         after = _finished_logs(now, planned)

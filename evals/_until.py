@@ -371,7 +371,7 @@ class _Rounds:
         for st in self.states:
             if st.stopped_round is None:  # what the cell has so far, for the decisions
                 st.trials = len(_rows(frame, st.keys))
-        errored = errored_trials(cells(frame)) if not frame.empty else 0
+        errored = errored_trials(frame)
         status = incomplete_fields(unsettled, names, state.signal, errored)
         if state.signal:  # what the interrupt cut short, and had already duplicated
             files = _finished_cells(self.prepared.log_dir, self.prepared.planned)[1]

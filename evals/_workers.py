@@ -168,10 +168,9 @@ def merge(
         if cancelled:
             frame = without_cut_short(frame, cancelled)
     table = cells(frame)
-    if planned is not None and errored_trials(table):
-        extra = incomplete_fields(
-            missing, prompt_names(planned), interrupted, errored_trials(table)
-        )
+    if planned is not None and errored_trials(frame):  # cut_short, if any, is kept
+        names = prompt_names(planned)
+        extra = {**extra, **incomplete_fields(missing, names, interrupted, errored_trials(frame))}
     if shards is None:
         return Merged(logs, frame, table, run or read_run(log_dir), None)
     if run is None:

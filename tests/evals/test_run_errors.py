@@ -186,3 +186,15 @@ def test_run_errors_a_log_that_cannot_be_read_back_is_one_line(
     assert said in result.stderr and "to resume" in result.stderr
     if error == "StorageError":
         assert "another run" not in result.stderr
+
+
+def test_only_trials_with_an_error_keep_a_run_incomplete() -> None:
+    # `errors` also counts a trial never scored without an error; the rerun runs only the
+    # trials with one (rerun_errored), so counting the other kind kept "complete": false
+    # for ever, with a report saying a rerun would finish it.
+    import pandas as pd
+    from twice.evals._run import errored_trials
+
+    frame = pd.DataFrame({"error": ["", "RuntimeError: boom", ""], "completed": [1.0, None, None]})
+    assert errored_trials(frame) == 1
+    assert errored_trials(pd.DataFrame()) == 0

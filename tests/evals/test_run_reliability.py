@@ -193,7 +193,10 @@ def test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplica
     # the ledger of its cut-short trial already held two refunds.
     log_dir, marks = tmp_path / "logs", tmp_path / "marks"
     marks.mkdir()
-    env = {**os.environ, "MARK_DIR": str(marks), "HANG_SAMPLE": "refund-003", "HANG": "1"}
+    env = {
+        **os.environ, "MARK_DIR": str(marks), "HANG_SAMPLE": "refund-003", "HANG": "1",
+        "ERROR_SAMPLE": "refund-001",  # an errored trial too: both are said
+    }  # fmt: skip
     gate = tmp_path / "gate.toml"
     gate.write_text('[[rule]]\nmetric = "duplication_rate"\nmax = 0.5\n')
     how = {
@@ -202,9 +205,10 @@ def test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplica
         "until-decided": ["--until-decided", str(gate)],
     }[mode]
     command = [
+        # Two cells, so --workers 2 runs two workers; under "none" nothing hangs.
         sys.executable, str(HANG_RUN), "run", "--model", "hang/dup", "--task", "refund",
-        "--fault", "lost_reply", "--limit", "4", "--log-dir", str(log_dir), "--display",
-        "none", *how,
+        "--fault", "lost_reply", "--fault", "none", "--limit", "4", "--log-dir", str(log_dir),
+        "--display", "none", *how,
     ]  # fmt: skip
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     _wait(marks / "hanging", proc)  # type: ignore[arg-type]
@@ -212,8 +216,10 @@ def test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplica
     out = proc.communicate(timeout=DEADLINE_S)[0]
     assert proc.returncode == 143, out
     summary = json.loads((log_dir / "summary.json").read_text())
+    # With --workers, the errored trials' count replaced the cut-short one.
     (cut,) = summary["cut_short"]
-    assert (cut["model"], cut["trials"], cut["duplicated"]) == ("hang/dup", 1, 1)
+    assert (cut["fault"], cut["trials"], cut["duplicated"]) == ("lost_reply", 1, 1)
+    assert summary["errored"] == 2 and summary["complete"] is False  # one per cell
     for report in (
         (log_dir / "report.html").read_text(encoding="utf-8"),  # the run's
         _report(log_dir),  # and twice report's, from summary.json

@@ -5,7 +5,8 @@ stuck provider call would) after touching ``$MARK_DIR/hanging``, which it does o
 every other running trial has finished; every other generate answers "Nothing to do." half a
 second late (so that wait is exercised) and touches ``$MARK_DIR/done-<sample>``.
 ``hang/dup`` plays ``stub/retry``'s first two turns on the hanging sample before it hangs:
-under ``lost_reply`` that trial's ledger holds a duplicate when the run is stopped.
+under ``lost_reply`` that trial's ledger holds a duplicate when the run is stopped. Sample
+``ERROR_SAMPLE``, if set, errors at its first model call.
 Usage: ``python hang_run.py run ...``.
 """
 
@@ -39,6 +40,8 @@ class HangAPI(ModelAPI):
 
     async def generate(self, input: Any, tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
         sample = str(sample_state().sample_id)  # type: ignore[union-attr]
+        if sample == os.environ.get("ERROR_SAMPLE"):
+            raise RuntimeError(f"hang/{self.model_name} fails on {sample} (ERROR_SAMPLE)")
         if os.environ.get("HANG") and sample == os.environ["HANG_SAMPLE"]:
             turns = sum(1 for m in input if m.role == "assistant")
             if self.model_name == "dup" and turns < 2:  # the call, then its retry
