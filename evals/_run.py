@@ -937,9 +937,8 @@ def prepared_run(
             check(tasks)
         _check_memory(tasks, suite)
         _prepare_log_dir(log_dir)
-        try:
-            if not is_remote(log_dir):  # object storage has no lock file semantics
-                stack.enter_context(lock_log_dir(Path(log_dir)))
+        try:  # a lease in object storage (renewed by a thread while the run lives)
+            stack.enter_context(lock_log_dir(log_dir))
         except OSError as ex:
             raise SuiteError(
                 f"log directory {str(log_dir)!r} cannot be written: {ex.strerror or ex}; "

@@ -11,7 +11,6 @@ import contextlib
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -283,8 +282,10 @@ def run_parallel(
         if not is_remote(log_dir) and is_dir(log_dir):
             # The lock a one-process run takes: the two never run into one directory at once.
             # A new directory is left to the workers to create (bad input leaves none behind),
-            # and their shard locks keep two runs of the same split apart.
-            stack.enter_context(lock_log_dir(Path(log_dir)))
+            # and their shard locks keep two runs of the same split apart. (In object storage
+            # the workers' shard leases do it all: a lease's renewing thread here would keep
+            # the workers from being forks.)
+            stack.enter_context(lock_log_dir(log_dir))
         previous = _mark_running(summary_path, run, planned)
         try:
             # The report's libraries load while the last workers finish, not after them.

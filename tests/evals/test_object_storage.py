@@ -11,6 +11,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -258,6 +260,8 @@ def test_kubernetes_recipe(s3: Any, tmp_path: Path) -> None:
     shards_job, final_job = docs
     spec = shards_job["spec"]
     assert spec["completionMode"] == "Indexed"
+    # One pod per index at a time: a replacement waits for the stopping pod to end.
+    assert spec["podReplacementPolicy"] == "Failed"
     container = spec["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"]}
     shards = int(env["SHARDS"])
@@ -273,3 +277,150 @@ def test_kubernetes_recipe(s3: Any, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert s3.exists("twice/k8s/run-1/report.html")
     _merged_ok(s3, "twice/k8s/run-1", shards)
+
+
+# -- one run per directory in object storage: the lease ---------------------------------------
+
+
+@pytest.fixture
+def quick_lease(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The lease's clock sped up: renewals every 0.2 s, a holder dead after 1.5 s unrenewed."""
+    from twice.evals import _lock
+
+    monkeypatch.setattr(_lock, "LEASE_RENEW", 0.2)
+    monkeypatch.setattr(_lock, "LEASE_POLL", 0.05)
+    monkeypatch.setattr(_lock, "LEASE_TTL", 1.5)
+    return _lock
+
+
+def _leases(s3: Any, prefix: str) -> dict[str, dict[str, Any]]:
+    return {
+        p.rsplit("/", 1)[-1]: json.loads(s3.cat(p))
+        for p in s3.find(prefix)
+        if p.rsplit("/", 1)[-1].startswith(".twice-lease-")
+    }
+
+
+def _busy(holder: str) -> Exception:
+    return RuntimeError(f"busy: {holder}")
+
+
+def test_a_second_run_into_a_leased_directory_exits_2_naming_the_holder(
+    s3: Any, twice: Twice, quick_lease: Any
+) -> None:
+    # Two runs into one bucket directory (a retried Kubernetes pod beside the one still
+    # stopping) both ran every cell: the directory lock was a local fcntl lock only.
+    uri = "s3://twice/runs/leased"
+    s3.mkdir("twice/runs/leased")
+    with quick_lease.hold_lease(uri, _busy, lost=lambda: None):
+        held = _leases(s3, "twice/runs/leased")
+        assert list(held) == [".twice-lease-1"] and held[".twice-lease-1"]["pid"] == os.getpid()
+        second = twice("run", *RUN, "--log-dir", uri)
+        assert second.exit_code == 2, second.output
+        assert "is in use by another twice run" in second.stderr
+        assert f"pid {os.getpid()} on {socket.gethostname()}" in second.stderr
+        assert not any(p.endswith(".eval") for p in s3.find("twice/runs/leased"))
+    # Released: the next run takes the lease at once, and leaves it released in turn.
+    after = twice("run", *RUN, "--log-dir", uri, "--no-report")
+    assert after.exit_code == 0, after.output
+    assert "watching the lease" not in after.stderr
+    assert sum(p.endswith(".eval") for p in s3.find("twice/runs/leased")) == 2
+    leases = _leases(s3, "twice/runs/leased")
+    assert list(leases) == [".twice-lease-2"] and leases[".twice-lease-2"]["released"] is True
+
+
+@pytest.mark.slow
+def test_two_twice_runs_into_one_bucket_directory_run_its_cells_once(s3: Any, twice: Twice) -> None:
+    # Two processes, as a retried Kubernetes pod beside the one still stopping: before the
+    # lease the second ran every cell again into the same directory (exit 0, 2 logs).
+    uri = "s3://twice/runs/twice-at-once"
+    slow = ["--model", "stub/retry", "--task", "refund", "--fault", "lost_reply", "--limit", "1"]
+    slow += ["-M", "delay=5", "--display", "none", "--no-report"]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "twice.evals.cli", "run", *slow, "--log-dir", uri],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not s3.find("twice/runs/twice-at-once"):  # started: the lease, or a first log
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.1)
+        second = twice("run", *slow, "--log-dir", uri)  # the lease's own timings
+        assert second.exit_code == 2, second.output
+        assert first.poll() is None, "the first run ended before the second was refused"
+        assert f"pid {first.pid} on {socket.gethostname()}" in second.stderr
+        assert "watching the lease for up to 30 s" in second.stderr
+        _, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    assert sum(p.endswith(".eval") for p in s3.find("twice/runs/twice-at-once")) == 1
+    summary = json.loads(s3.cat("twice/runs/twice-at-once/summary.json"))
+    assert summary["complete"] is True and summary["cells"][0]["trials"] == 1
+
+
+def test_a_dead_runs_lease_is_taken_over_once_it_goes_unrenewed(
+    s3: Any, twice: Twice, quick_lease: Any
+) -> None:
+    # A run killed outright (SIGKILL, the OOM killer, a lost node) leaves its lease behind and
+    # never renews it again.
+    uri = "s3://twice/runs/orphan"
+    dead = {"pid": 4_000_000, "host": "gone", "started": "2026-12-05T00:00:00+00:00"}
+    s3.pipe("twice/runs/orphan/.twice-lease-3", json.dumps(dead).encode())
+    result = twice("run", *RUN, "--log-dir", uri, "--no-report")
+    assert result.exit_code == 0, result.output
+    assert "is leased to pid 4000000 on gone" in result.stderr
+    assert list(_leases(s3, "twice/runs/orphan")) == [".twice-lease-4"]
+
+
+def test_of_two_runs_taking_over_one_dead_lease_exactly_one_wins(s3: Any, quick_lease: Any) -> None:
+    uri = "s3://twice/runs/race"
+    s3.pipe("twice/runs/race/.twice-lease-1", b'{"pid": 1, "host": "gone", "started": "x"}')
+    start = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def contender(name: str) -> None:
+        start.wait()
+        try:
+            with quick_lease.hold_lease(uri, _busy, lost=lambda: outcomes.append("lost")):
+                outcomes.append(f"held {name}")
+                time.sleep(2.0)  # renewing, while the other watches
+        except RuntimeError as ex:
+            outcomes.append(str(ex).split(":")[0])
+
+    threads = [threading.Thread(target=contender, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(o.split()[0] for o in outcomes) == ["busy", "held"], outcomes
+
+
+def test_a_holder_whose_lease_lapsed_learns_it_at_its_next_renewal(
+    s3: Any, quick_lease: Any
+) -> None:
+    uri = "s3://twice/runs/lapsed"
+    s3.mkdir("twice/runs/lapsed")
+    lost = threading.Event()
+    with quick_lease.hold_lease(uri, _busy, lost=lost.set):
+        assert not lost.wait(0.6)  # renewing its own lease is no loss
+        # What a run that found this one unrenewed for the TTL (stalled: a paused VM) does.
+        s3.pipe("twice/runs/lapsed/.twice-lease-2", b'{"pid": 2, "host": "h", "started": "x"}')
+        assert lost.wait(5)
+    # The new holder's lease is left alone, and the old one is not marked released over it.
+    leases = _leases(s3, "twice/runs/lapsed")
+    assert leases[".twice-lease-2"] == {"pid": 2, "host": "h", "started": "x"}
+    assert "released" not in leases[".twice-lease-1"]
+
+
+def test_a_store_without_atomic_create_runs_unleased_with_a_warning(
+    quick_lease: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # fsspec leaves mode "x" to each backend (checked up front, or not at all): a lease that
+    # two runs could both create would be a promise twice does not keep.
+    with quick_lease.hold_lease("memory://twice/plain", _busy, lost=lambda: None):
+        pass
+    warning = capsys.readouterr().err
+    assert "warning: log directory 'memory://twice/plain' cannot be leased" in warning
+    assert "memory:// has no atomic create-if-absent" in warning
