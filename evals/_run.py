@@ -1223,8 +1223,9 @@ def run_suite(
     ``"complete": false`` and names them. ``generate_config`` holds inspect generate settings
     for every eval (``temperature``, ``seed``...); its ``max_retries`` and ``timeout``, when
     set, win over the arguments of those names. ``log_dir`` may be an fsspec URI
-    (``s3://bucket/run``; the lock is local-only). With ``shard``, only the cells dealt to it
-    run, into ``log_dir/shard-i-of-n/`` (which is then the result's ``log_dir``).
+    (``s3://bucket/run``; there the lock is a lease: :func:`lock_log_dir`). With ``shard``,
+    only the cells dealt to it run, into ``log_dir/shard-i-of-n/`` (which is then the
+    result's ``log_dir``).
 
     Raises:
         SuiteError: for a model that cannot be loaded, credential model args, a log
