@@ -8,6 +8,7 @@ merges the shards of a cluster run.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -185,6 +186,30 @@ def merge(
         lambda tmp: write_summary(table, tmp, run=run, **extra),
     )
     return Merged(logs, frame, table, run, path, missing, extra)
+
+
+def mark_unmerged(log_dir: Location, reason: str) -> bool:
+    """Say in ``log_dir``'s merged ``summary.json`` that its shards can no longer be merged
+    (``reason``: the refusal, naming the missing shard or unreadable log): ``complete``
+    false, ``status`` incomplete, ``refused`` the reason. Returns whether it wrote.
+
+    Only a merged summary (one with ``run.shards``, written by ``twice report``/``gate`` or a
+    ``--workers`` run) is marked: it is derived from the shards, and left as it was it would
+    still say ``complete`` of a directory every later report and gate refuses. A one-process
+    run's own summary is that run's record, and stays as the run wrote it.
+    """
+    top = read_summary(log_dir)
+    run = top.get("run")
+    if not isinstance(run, dict) or "shards" not in run:
+        return False
+    if top.get("refused") == reason and top.get("complete") is False:
+        return False
+    marked = {**top, "complete": False, "status": "incomplete", "refused": reason}
+    write_atomic(
+        join(log_dir, "summary.json"),
+        lambda tmp: write_text(tmp, json.dumps(marked, indent=2) + "\n"),
+    )
+    return True
 
 
 _STOPPED = {code: name for name, code in EXIT_INTERRUPTED.items()} | {

@@ -692,14 +692,18 @@ def _trials(log_dir: str, what: str, *, write: bool = True) -> tuple[Any, Any]:
     A directory of shards is merged, and (unless ``write`` is False: a baseline is only read)
     its merged ``summary.json`` written, recording them and the shards' status.
     """
-    from twice.reports import LogReadError
+    from twice.reports import LogReadError, StorageError
 
-    from ._workers import merge
+    from ._workers import mark_unmerged, merge
 
     try:
         merged = merge(log_dir, write=write)
         return merged.logs, merged.frame
     except LogReadError as ex:
+        # A merged summary.json left as it was would still say "complete" of what is refused.
+        if write and not isinstance(ex, StorageError):
+            with contextlib.suppress(LogReadError):
+                mark_unmerged(log_dir, str(ex))
         raise click.BadParameter(str(ex), param_hint=what) from None
 
 

@@ -403,6 +403,43 @@ def test_an_empty_shard_directory_is_a_missing_shard(twice: Twice, tmp_path: Pat
         assert "missing 1 of 2 shard(s): shard-1-of-2" in result.output
 
 
+def test_a_merged_summary_says_when_its_shards_are_refused_and_a_runs_own_stays(
+    twice: Twice, tmp_path: Path
+) -> None:
+    # report/gate exited 2 for a shard gone since the last merge, and left the merged
+    # summary.json saying "complete": true of the directory they now refuse.
+    import shutil
+
+    log_dir = tmp_path / "logs"
+    (tmp_path / "gate.toml").write_text(GATE)
+    for i in (1, 2):
+        result = twice("run", *ONE_CELL, *FOUR_FAULTS, "--shard", f"{i}/2", "--log-dir", log_dir)
+        assert result.exit_code == 0, result.output
+    assert twice("report", log_dir).exit_code == 0
+    merged = json.loads((log_dir / "summary.json").read_text())
+    assert merged["complete"] is True and len(merged["cells"]) == 4
+    shutil.move(log_dir / "shard-2-of-2", tmp_path / "away")
+    for args in (("gate", log_dir, "--config", tmp_path / "gate.toml"), ("report", log_dir)):
+        result = twice(*args)
+        assert result.exit_code == 2, result.output
+        marked = json.loads((log_dir / "summary.json").read_text())
+        assert marked["complete"] is False and marked["status"] == "incomplete"
+        assert "missing 1 of 2 shard(s): shard-2-of-2" in marked["refused"]
+        assert marked["cells"] == merged["cells"]  # what was counted stays readable
+    shutil.move(tmp_path / "away", log_dir / "shard-2-of-2")
+    assert twice("report", log_dir).exit_code == 0
+    again = json.loads((log_dir / "summary.json").read_text())
+    assert again["complete"] is True and "refused" not in again
+
+    # A one-process run's own summary is its record: a refused report leaves it as written.
+    single = tmp_path / "single"
+    assert twice("run", *ONE_CELL, "--log-dir", single, "--no-report").exit_code == 0
+    own = (single / "summary.json").read_text()
+    next(single.glob("*.eval")).write_bytes(b"not a zip")
+    assert twice("report", single).exit_code == 2
+    assert (single / "summary.json").read_text() == own
+
+
 def test_a_cell_in_two_shards_is_not_counted_twice(twice: Twice, tmp_path: Path) -> None:
     # Shards whose summaries name no suite (an older twice) can still be of different suites.
     log_dir = tmp_path / "logs"
