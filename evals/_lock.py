@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twice.reports import Location, filesystem, is_remote
+from twice.reports import Location, is_remote
 
 from ._suite import SuiteError
 
@@ -204,6 +204,7 @@ def _generations(fs: Any, root: str) -> list[int]:
     """The lease generations present in ``root``, oldest first."""
     fs.invalidate_cache(root)  # a listing s3fs cached would never show a newer generation
     try:
+        # Not s3fs's prefix filter: it caches the filtered listing as the whole directory's.
         names = fs.ls(root, detail=False)
     except FileNotFoundError:
         return []
@@ -272,7 +273,11 @@ def acquire_lease(
     Returns None when the store cannot create an object only if absent (then nothing keeps
     two runs apart; a warning on standard error says so).
     """
-    fs, root = filesystem(log_dir)
+    from fsspec.core import url_to_fs  # inspect's dependency; only object storage needs it
+
+    # A filesystem of the lease's own: its listings, cached by s3fs as it lists, are never
+    # what the run's own reads (or inspect's, which share the cached instance) find.
+    fs, root = url_to_fs(log_dir, skip_instance_cache=True)
     protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
     if not protocols & LEASE_STORES:
         _unleased(log_dir, f"{sorted(protocols)[0]}:// has no atomic create-if-absent")

@@ -150,12 +150,6 @@ def _fs(location: str) -> tuple[Any, str]:
     return fs, path
 
 
-def filesystem(location: Location) -> tuple[Any, str]:
-    """The fsspec filesystem serving the URI ``location`` and the path in it (its listing cache
-    dropped: what another process wrote since is seen)."""
-    return _fs(str(location))
-
-
 def _protocol(location: str) -> str:
     return location.split("://", 1)[0]
 
