@@ -360,6 +360,25 @@ def test_two_twice_runs_into_one_bucket_directory_run_its_cells_once(s3: Any, tw
     assert summary["complete"] is True and summary["cells"][0]["trials"] == 1
 
 
+@pytest.mark.slow
+def test_a_workers_run_into_a_leased_shard_directory_exits_2_as_one_process_does(
+    s3: Any, quick_lease: Any
+) -> None:
+    # A --workers run's leases are its workers', one per shard directory.
+    uri = "s3://twice/runs/workers-leased"
+    s3.mkdir("twice/runs/workers-leased/shard-1-of-2")
+    with quick_lease.hold_lease(f"{uri}/shard-1-of-2", _busy, lost=lambda: None):
+        proc = subprocess.run(
+            [sys.executable, "-m", "twice.evals.cli", "run", *RUN, "--workers", "2",
+             "--log-dir", uri],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "shard-1-of-2' is in use by another twice run" in proc.stderr
+    assert f"pid {os.getpid()} on {socket.gethostname()}" in proc.stderr
+    assert "refused the run" not in proc.stderr  # said as one process says it
+
+
 def test_a_dead_runs_lease_is_taken_over_once_it_goes_unrenewed(
     s3: Any, twice: Twice, quick_lease: Any
 ) -> None:
