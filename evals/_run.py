@@ -1168,6 +1168,29 @@ def cut_short_cells(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def left_fields(frame: pd.DataFrame, unreachable: list[str]) -> dict[str, Any]:
+    """summary.json's ``unreachable`` (one line per model whose endpoint could not be
+    reached) and ``left``: per cell, the errored trials a rerun runs again
+    (:func:`rerun_errored`), their ``samples`` as ``{"sample", "epoch"}`` pairs. After an
+    outage that outlasted the window, those are the trials it left."""
+    extra: dict[str, Any] = {"unreachable": unreachable} if unreachable else {}
+    if frame.empty:
+        return extra
+    bad = frame[frame["error"].fillna("") != ""]
+    left = []
+    for keys, group in bad.groupby(list(CELL), sort=False):
+        trials = [
+            {"sample": str(r.sample), "epoch": int(r.epoch)}
+            for r in group.sort_values(["epoch", "sample"]).itertuples()
+        ]
+        left.append(
+            {**dict(zip(CELL, keys, strict=True)), "trials": len(trials), "samples": trials}
+        )
+    if left:
+        extra["left"] = left
+    return extra
+
+
 def incomplete_fields(
     missing: list[Cell], names: dict[str, str], interrupted: str | None, errored: int = 0
 ) -> dict[str, Any]:
@@ -1301,6 +1324,7 @@ def _run_locked(
         extra = incomplete_fields(missing, names, state.signal, errored_trials(frame))
         if cut_short:
             extra["cut_short"] = cut_short
+        extra.update(left_fields(frame, prepared.unreachable()))
         after = _finished_logs(now, planned)
         reused = sum(1 for cell, log in before.items() if after.get(cell) == log)
         if shard is not None:  # the --workers parent adds up its shards' (summary "reused")

@@ -523,6 +523,13 @@ def run(
             click.echo(f"report:  {result.report_path}")
     for line in result.unreachable:
         click.echo(f"error: {line}", err=True)
+    if result.unreachable and not result.trials.empty:
+        left = int((result.trials["error"].fillna("") != "").sum())
+        click.echo(
+            f"twice: {left} trial(s) left (summary.json names them); once the endpoint "
+            f"answers, {rerun} to run only those",
+            err=True,
+        )
     for line in result.failed:
         # An unreachable model's crashed trials are said by its one line above.
         if not (result.unreachable and ERRORED_IN in line):

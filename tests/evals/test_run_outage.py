@@ -91,6 +91,46 @@ def test_outage_of_10_s_at_16_connections_costs_time_not_trials(
     assert f"twice: {MODEL}: answering again after" in result.stderr
 
 
+def test_outage_outlasting_the_window_ends_resumably_and_the_rerun_runs_only_the_rest(
+    twice: Twice, llm_server: Any, fast_backoff: None, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    down = {"on": True}
+    # 150 requests are 50 trials' worth (a lost reply costs a trial three model calls).
+    llm_server.fault = lambda n: OVERLOADED if n >= 150 and down["on"] else None
+    args = ("--epochs", "3", "--max-connections", "16", "--outage-window", "3")
+    started = time.monotonic()
+    result = _run(twice, log_dir, *args)
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 1, result.output
+    first_529 = next(t for t, status, _ in llm_server.log if status == 529)
+    # The window (3 s), the last backoff (1 s) and the errored trials' bookkeeping.
+    assert time.monotonic() - first_529 < 25, f"ended {time.monotonic() - first_529:.0f} s after"
+    assert elapsed < 90
+    assert f"error: model {MODEL!r} at {llm_server.url} could not be reached: HTTP 529" in (
+        result.stderr
+    )
+    assert "no call succeeded for 3 s" in result.stderr
+    summary = _summary(log_dir)
+    assert summary["status"] == "incomplete"
+    (line,) = summary["unreachable"]
+    assert "HTTP 529 overloaded" in line
+    (left,) = summary["left"]
+    assert left["trials"] == summary["errored"] == len(left["samples"]) > 0
+    (cell,) = summary["cells"]
+    assert (cell["trials"], cell["errors"]) == (84, left["trials"])  # left out of the rates
+    assert f"twice: {left['trials']} trial(s) left" in result.stderr
+
+    down["on"] = False
+    before = len(llm_server.log)
+    again = _run(twice, log_dir, *args)
+    assert again.exit_code == 0, again.output
+    assert llm_server.starts(before) == left["trials"]  # only the trials left, no others
+    summary = _summary(log_dir)
+    assert summary["status"] == "complete" and "left" not in summary
+    assert (summary["cells"][0]["trials"], summary["cells"][0]["errors"]) == (84, 0)
+
+
 def test_outage_a_429_with_retry_after_is_waited_out(
     twice: Twice, llm_server: Any, tmp_path: Path
 ) -> None:
