@@ -99,8 +99,9 @@ def _status_label(status: int) -> str:
 
 def is_transient(status: int | None) -> bool:
     """Whether a failed call's HTTP status (None: no reply, a connection that failed) is one
-    an outage answers with, worth waiting out."""
-    return status is None or status >= 500 or status in TRANSIENT_STATUS
+    an outage answers with, worth waiting out. A status below 400 on an error is one too: a
+    stream that began 200 and then failed (an SSE ``error`` event) is no answer."""
+    return status is None or status >= 500 or status < 400 or status in TRANSIENT_STATUS
 
 
 def retry_after(ex: BaseException | None) -> float | None:

@@ -26,6 +26,7 @@ from twice.evals._endpoint import (
     Backoff,
     EndpointState,
     ModelUnreachableError,
+    is_transient,
     retry_after,
 )
 from twice.evals._suite import DEFAULT_OUTAGE_WINDOW, SuiteError, load_suite, suite_from_flags
@@ -299,6 +300,12 @@ def test_outage_policy_says_it_is_waiting_at_a_bounded_rate() -> None:
     assert lines[1].endswith("; unreachable in 289 s unless a call succeeds")
     state.success()
     assert lines[2] == "twice: openai/x: answering again after 11 s"
+
+
+def test_outage_which_failures_are_an_outages() -> None:
+    transient = [None, 408, 429, 500, 502, 503, 529, 200]  # 200: a stream that failed midway
+    assert all(is_transient(s) for s in transient)
+    assert not any(is_transient(s) for s in (400, 401, 403, 404, 413, 422))
 
 
 def test_outage_retry_after_forms() -> None:
