@@ -27,8 +27,11 @@ how long to wait between attempts and when an endpoint counts as unreachable:
 
 Why the backoff lives in inspect's loop (through the provider's ``retry_wait`` hook) and not
 in a loop of the guard's: each attempt stays one model event in the log and its wait a wait
-of the sample, ``--timeout`` keeps bounding one request, and inspect's own wait
-(exponential from 3 s up to 30 minutes) ignores ``Retry-After``.
+of the sample, and ``--timeout`` keeps bounding one request; twice's wait replaces inspect's
+(exponential from 3 s up to 30 minutes), which ignores ``Retry-After``. Inspect counts no
+retries itself (``max_retries`` unset): its count would end a call in the middle of an outage
+the window rides out. Its per-call ``timeout`` is ``--timeout`` + the window, the bound on a
+call that keeps failing alone while other calls succeed.
 """
 
 from __future__ import annotations
@@ -41,16 +44,17 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from inspect_ai.model import Model
-from tenacity import RetryCallState
-from tenacity.wait import wait_base
 from twice.tasks import scrub, scrub_value, secret_values
 
 from ._secrets import redact_url
 from ._suite import DEFAULT_OUTAGE_WINDOW
+
+if TYPE_CHECKING:  # inspect's retry loop is tenacity's; twice only gives it a wait
+    from tenacity import RetryCallState
 
 FATAL_STATUS = {401: "unauthorized", 403: "forbidden", 404: "not found"}
 """HTTP statuses no retry can fix: the key or the endpoint is wrong."""
@@ -317,8 +321,9 @@ class EndpointState:
         )
 
 
-class _OutageWait(wait_base):
-    """Inspect's wait between a call's attempts (the provider's ``retry_wait`` hook)."""
+class _OutageWait:
+    """Inspect's wait between a call's attempts (the provider's ``retry_wait`` hook; tenacity
+    calls a wait with the call's retry state)."""
 
     def __init__(self, state: EndpointState) -> None:
         self.state = state

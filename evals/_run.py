@@ -72,7 +72,7 @@ from twice.tasks._spec import file_digest
 from twice.tasks._trial import twice_metadata
 from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit, take_late_requests
 
-from ._endpoint import DEFAULT_OUTAGE_WINDOW, EndpointState, guard_model
+from ._endpoint import EndpointState, guard_model
 from ._gate import cell_label
 from ._local import environ
 from ._lock import lock_log_dir
@@ -84,7 +84,7 @@ from ._shards import (
     shard_dir,
     suite_digest,
 )
-from ._suite import Cell, Suite, SuiteError
+from ._suite import DEFAULT_OUTAGE_WINDOW, Cell, Suite, SuiteError
 
 DEFAULT_TIMEOUT = 300
 """Seconds one attempt of a model call may take (``--timeout``)."""
