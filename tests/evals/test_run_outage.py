@@ -8,6 +8,7 @@ End-to-end tests run ``twice run`` against the fake endpoint on 127.0.0.1 (conft
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import random
@@ -343,3 +344,27 @@ def test_outage_window_flag_refuses_zero(twice: Twice, tmp_path: Path) -> None:
     result = twice("run", "--model", "stub/retry", "--outage-window", "0", "--log-dir", tmp_path)
     assert result.exit_code == 2
     assert "--outage-window" in result.stderr and "0" in result.stderr
+
+
+def test_outage_guard_counts_a_4xx_as_an_answer_and_a_401_as_fatal() -> None:
+    from inspect_ai.model import get_model
+
+    model = get_model("mockllm/model", memoize=False)
+    replies: list[BaseException] = []
+
+    async def provider(*args: Any, **kwargs: Any) -> Any:
+        raise replies.pop(0)
+
+    model.api.generate = provider  # type: ignore[method-assign]
+    state = _endpoint.guard_model(model, max_retries=3, attempt_timeout=300)
+    for reply in (_Refused(503), _Refused(400), _Refused(529), _Refused(401)):
+        replies.append(reply)
+        with pytest.raises(_Refused):
+            asyncio.run(model.api.generate())
+        if reply.status_code == 400:  # the request was wrong; the endpoint answered it
+            assert state.answered and state.failing_since is None and state.down is None
+        elif reply.status_code in (503, 529):
+            assert state.failing_since is not None and state.down is None
+    assert state.down is not None and state.down.startswith("HTTP 401 unauthorized")
+    with pytest.raises(ModelUnreachableError, match="could not be reached: HTTP 401"):
+        asyncio.run(model.api.generate())  # every later call fails at once
