@@ -84,13 +84,15 @@ from ._shards import (
     shard_dir,
     suite_digest,
 )
-from ._suite import Cell, Suite, SuiteError
+from ._suite import DEFAULT_OUTAGE_WINDOW, Cell, Suite, SuiteError
 
 DEFAULT_TIMEOUT = 300
-"""Seconds a model call may take, retries included (``--timeout``)."""
+"""Seconds one attempt of a model call may take (``--timeout``)."""
 
 DEFAULT_MAX_RETRIES = 3
-"""Retries of a failed model call (``--max-retries``); inspect's own default is unlimited."""
+"""Attempts beyond the first that one call makes at an endpoint that has never answered,
+before it counts as unreachable (``--max-retries``); once it has answered, the outage window
+bounds the retries (``_endpoint``)."""
 
 EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 """Exit codes of an interrupted run: 128 + the signal number, as a shell reports it."""
@@ -299,6 +301,7 @@ def build_tasks(
     max_retries: int = DEFAULT_MAX_RETRIES,
     timeout: float | None = DEFAULT_TIMEOUT,
     cells: list[Cell] | None = None,
+    outage_window: float = DEFAULT_OUTAGE_WINDOW,
 ) -> list[Task]:
     """One inspect Task per cell, with its model attached.
 
@@ -315,9 +318,12 @@ def build_tasks(
         model_args: Provider model args (``-M``); credentials are refused.
         guards: When given, every model gets an endpoint guard (see ``_endpoint``), keyed
             here by model name.
-        max_retries: Retries the guard allows before it calls an endpoint unreachable.
-        timeout: Seconds one model call may take.
+        max_retries: Retries of one call, before any call succeeded, after which the guard
+            calls an endpoint unreachable.
+        timeout: Seconds one attempt of a model call may take.
         cells: Only these cells (a shard's share); default every cell of the suite.
+        outage_window: Seconds without a success, every call failing, after which the guard
+            calls an endpoint unreachable.
 
     Raises:
         SuiteError: for credential model args, a model that cannot be loaded, or a task that
@@ -384,8 +390,9 @@ def build_tasks(
         model = _model(cell.model, model_args or {}, models)
         if guards is not None and new:
             guards[cell.model] = guard_model(
-                model, max_retries=max_retries, attempt_timeout=timeout
-            )
+                model, max_retries=max_retries, attempt_timeout=timeout,
+                outage_window=outage_window,
+            )  # fmt: skip
         out.append(task_with(task, model=model, version=f"{task.version}{version}"))
     return out
 
@@ -439,15 +446,16 @@ def _readable(error: str) -> str:
     name = gave_up.group(1)
     if name == "RateLimitError":
         return (
-            "RateLimitError (HTTP 429) on every attempt: the endpoint kept refusing; give "
-            "a larger --max-retries or fewer --max-connections"
+            "RateLimitError (HTTP 429) on every attempt: the endpoint kept refusing for "
+            "longer than --outage-window; give fewer --max-connections or a larger "
+            "--outage-window"
         )
     if "Timeout" in name:  # APITimeoutError, ReadTimeout...: each attempt waited it out
         return (
             f"{name} on every attempt: the model did not answer within --timeout seconds, "
-            "each of its --max-retries retries too; give a larger --timeout if it is slow"
+            "on each retry too; give a larger --timeout if it is slow"
         )
-    return f"{name} on every attempt (the model call's retries, --max-retries, ran out)"
+    return f"{name} on every attempt (the call kept failing for longer than --outage-window)"
 
 
 def _failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
@@ -764,9 +772,9 @@ class EvalSettings:
     display: str | None = "none"
     retry_attempts: int = 1
     max_retries: int = DEFAULT_MAX_RETRIES
-    """Retries of a failed model call (the endpoint guard's budget too)."""
+    """Attempts beyond the first of one call, before any succeeded (the endpoint guard's)."""
     timeout: int = DEFAULT_TIMEOUT
-    """Seconds one model call may take (inspect's ``timeout`` and ``attempt_timeout``)."""
+    """Seconds one attempt of a model call may take (inspect's ``attempt_timeout``)."""
     generate: dict[str, Any] = field(default_factory=dict)
     """Other inspect generate settings (``temperature``, ``seed``, ``max_tokens``...)."""
 
@@ -803,6 +811,8 @@ class PreparedRun:
     tasks: list[Task]
     guards: dict[str, EndpointState]
     """Endpoint guards by model name (see ``_endpoint``)."""
+    outage_window: int = DEFAULT_OUTAGE_WINDOW
+    """Seconds an endpoint may fail every call before it counts as unreachable."""
 
     def unreachable(self) -> list[str]:
         """One line per model whose endpoint was found unreachable."""
@@ -931,7 +941,7 @@ def prepared_run(
             server = f"${URL_ENV}"
         tasks = build_tasks(
             suite, model_args, server, guards=guards, max_retries=settings.max_retries,
-            timeout=settings.timeout, cells=planned,
+            timeout=settings.timeout, cells=planned, outage_window=suite.outage_window,
         )  # fmt: skip
         if check is not None:
             check(tasks)
@@ -948,7 +958,7 @@ def prepared_run(
             check_log_dir(log_dir)
         except LogReadError as ex:
             raise SuiteError(f"cannot resume into {str(log_dir)!r}: {ex}") from None
-        yield PreparedRun(log_dir, planned, tasks, guards)
+        yield PreparedRun(log_dir, planned, tasks, guards, suite.outage_window)
 
 
 def _forget_earlier_tasks(log_dir: Location) -> None:
@@ -1079,8 +1089,11 @@ def evaluate(
                     retry_wait=1,
                     fail_on_error=False,
                     log_dir_allow_dirty=True,
-                    max_retries=settings.max_retries,
-                    timeout=settings.timeout,
+                    # The guards bound a call's retries (the outage window, or --max-retries
+                    # at an endpoint never answered); inspect's count would end a call in
+                    # the middle of an outage it could ride out, so it counts none.
+                    max_retries=None,
+                    timeout=settings.timeout + run.outage_window,
                     attempt_timeout=settings.timeout,
                     **eval_options(settings.display),
                     **settings.generate,
@@ -1153,6 +1166,29 @@ def cut_short_cells(frame: pd.DataFrame) -> list[dict[str, Any]]:
         )
         out.append({**dict(zip(CELL, keys, strict=True)), "trials": len(group), "duplicated": dup})
     return out
+
+
+def left_fields(frame: pd.DataFrame, unreachable: list[str]) -> dict[str, Any]:
+    """summary.json's ``unreachable`` (one line per model whose endpoint could not be
+    reached) and ``left``: per cell, the errored trials a rerun runs again
+    (:func:`rerun_errored`), their ``samples`` as ``{"sample", "epoch"}`` pairs. After an
+    outage that outlasted the window, those are the trials it left."""
+    extra: dict[str, Any] = {"unreachable": unreachable} if unreachable else {}
+    if frame.empty:
+        return extra
+    bad = frame[frame["error"].fillna("") != ""]
+    left = []
+    for keys, group in bad.groupby(list(CELL), sort=False):
+        trials = [
+            {"sample": str(r.sample), "epoch": int(r.epoch)}
+            for r in group.sort_values(["epoch", "sample"]).itertuples()
+        ]
+        left.append(
+            {**dict(zip(CELL, keys, strict=True)), "trials": len(trials), "samples": trials}
+        )
+    if left:
+        extra["left"] = left
+    return extra
 
 
 def incomplete_fields(
@@ -1288,6 +1324,7 @@ def _run_locked(
         extra = incomplete_fields(missing, names, state.signal, errored_trials(frame))
         if cut_short:
             extra["cut_short"] = cut_short
+        extra.update(left_fields(frame, prepared.unreachable()))
         after = _finished_logs(now, planned)
         reused = sum(1 for cell, log in before.items() if after.get(cell) == log)
         if shard is not None:  # the --workers parent adds up its shards' (summary "reused")

@@ -16,7 +16,8 @@ by two blocks runs once). Top-level keys set run options::
 An optional ``[local_model]`` table (keys of :class:`ServerOptions`) makes the run start
 twice's local model server first and stop it at the end (``evals/real.toml``).
 ``agent_cmd = "node my_agent.js"`` at the top level runs that command as the agent of every
-trial, against ``twice serve`` (see ``twice run --agent-cmd``).
+trial, against ``twice serve`` (see ``twice run --agent-cmd``). ``outage_window = 300`` sets
+the seconds a model endpoint may fail every call before the run ends (``--outage-window``).
 """
 
 from __future__ import annotations
@@ -101,6 +102,13 @@ class SuiteError(ValueError):
 
 AGENT_TIMEOUT = 600.0
 """Default seconds an ``--agent-cmd`` command may run in one trial (``--agent-timeout``)."""
+DEFAULT_OUTAGE_WINDOW = 300
+"""Seconds an endpoint may go without a successful call, every call failing, before it counts
+as unreachable (``--outage-window``). Provider overloads (a burst of 529s or 503s) mostly
+clear within seconds to a couple of minutes: five minutes rides them out with room, and a run
+that has to stop waits at most that long beyond its last success, the same patience
+``--timeout`` gives one request by default."""
+
 AGENT_CMD_PREFIX = "cmd:"
 """How the agent axis names an external agent command (``--agent-cmd``)."""
 
@@ -163,6 +171,9 @@ class Suite:
     agent_timeout: float = AGENT_TIMEOUT
     """Seconds the agent command may run in one trial before its processes are stopped and
     the trial counts as crashed (``--agent-timeout``)."""
+    outage_window: int = DEFAULT_OUTAGE_WINDOW
+    """Seconds a model endpoint may go without a success, every call failing, before it counts
+    as unreachable and the run ends, resumable (``--outage-window``)."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order.
@@ -270,6 +281,11 @@ class Suite:
             raise SuiteError(f"epochs must be a positive integer, got {self.epochs!r}")
         if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
             raise SuiteError(f"limit must be a positive integer, got {self.limit!r}")
+        window = self.outage_window
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise SuiteError(
+                f"outage_window must be a positive whole number of seconds, got {window!r}"
+            )
         if self.agent_cmd is not None and not self.agent_cmd.strip():
             raise SuiteError("agent_cmd is empty; give the command that runs your agent")
         timeout = self.agent_timeout
@@ -384,7 +400,8 @@ def load_suite(path: str | Path) -> Suite:
     except tomllib.TOMLDecodeError as ex:
         raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
     known_top = {
-        "matrix", "epochs", "limit", "description", "local_model", "agent_cmd", "agent_timeout"
+        "matrix", "epochs", "limit", "description", "local_model", "agent_cmd", "agent_timeout",
+        "outage_window",
     }  # fmt: skip
     unknown = set(data) - known_top
     if unknown:
@@ -413,6 +430,7 @@ def load_suite(path: str | Path) -> Suite:
         matrices.append(Matrix(**{k: v for k, v in axes.items() if v is not None}))
     epochs = _count(data, "epochs", p)
     limit = _count(data, "limit", p)
+    outage_window = _count(data, "outage_window", p)
     agent_cmd = data.get("agent_cmd")
     if agent_cmd is not None and not isinstance(agent_cmd, str):
         raise SuiteError(f"{p}: 'agent_cmd' must be a string (a shell command), got {agent_cmd!r}")
@@ -438,6 +456,7 @@ def load_suite(path: str | Path) -> Suite:
         local_model=local_model,
         agent_cmd=agent_cmd,
         agent_timeout=agent_timeout,
+        outage_window=outage_window or DEFAULT_OUTAGE_WINDOW,
     )
 
 
@@ -465,6 +484,7 @@ def suite_from_flags(
     limit: int | None,
     agent_cmd: str | None = None,
     agent_timeout: float | None = None,
+    outage_window: int | None = None,
 ) -> Suite:
     """The suite a ``twice run`` command line asks for.
 
@@ -510,6 +530,8 @@ def suite_from_flags(
         )
     if agent_timeout is not None:
         suite = replace(suite, agent_timeout=agent_timeout)
+    if outage_window is not None:  # the flag wins over the suite file's key
+        suite = replace(suite, outage_window=outage_window)
     if mocks:
         suite = replace(suite, mocks=dict(mocks))
     suite.validate()

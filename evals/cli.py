@@ -27,7 +27,7 @@ from twice.reports import MAX_SHARDS
 
 from ._run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, GC_THRESHOLDS
 from ._shards import stop_with_parent
-from ._suite import SuiteError, suite_from_flags
+from ._suite import DEFAULT_OUTAGE_WINDOW, SuiteError, suite_from_flags
 
 
 class _LocationType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.5 on
@@ -240,15 +240,26 @@ def cli() -> None:
     type=click.IntRange(min=1),
     default=DEFAULT_TIMEOUT,
     show_default=True,
-    help="Seconds a model call may take, retries included.",
+    help="Seconds one attempt of a model call may take; a failed attempt is retried with "
+    "backoff (honouring Retry-After).",
 )
 @click.option(
     "--max-retries",
     type=click.IntRange(min=0),
     default=DEFAULT_MAX_RETRIES,
     show_default=True,
-    help="Retries of a failed model call; after that many failures in a row the model's "
-    "endpoint counts as unreachable and the run ends with exit 1.",
+    help="Retries of one model call while its endpoint has never answered: then the endpoint "
+    "counts as unreachable and the run ends with exit 1 (once it has answered, "
+    "--outage-window bounds the retries).",
+)
+@click.option(
+    "--outage-window",
+    type=click.IntRange(min=1),
+    metavar="SECONDS",
+    help=f"Seconds a model endpoint may fail every call (5xx, 529, 429, refused connections) "
+    f"before it counts as unreachable: the run then ends with exit 1 and the same command "
+    f"runs the trials left. Default: the suite's outage_window, else "
+    f"{DEFAULT_OUTAGE_WINDOW}.",
 )
 @click.option("--no-report", is_flag=True, help="Skip report.html.")
 # -- agents under test (issue 12) ----------------------------------------------------------
@@ -331,6 +342,7 @@ def run(
     timeout: int,
     max_retries: int,
     no_report: bool,
+    outage_window: int | None,
     shard: str | None,
     workers: int | None,
     until_decided: Path | None,
@@ -387,6 +399,7 @@ def run(
             agent_timeout=agent_timeout,
             agents=agents,
             mocks=_mocks(mocks),
+            outage_window=outage_window,
         )
         part = parse_shard(shard) if shard is not None else None  # "": an unset $VAR
         if part and workers and workers > 1:
@@ -442,6 +455,7 @@ def run(
                     ("display", ("log" if shown == "log" else "none",)),
                     ("timeout", (timeout,)),
                     ("max-retries", (max_retries,)),
+                    ("outage-window", (outage_window,) if outage_window else ()),
                     ("agent-cmd", (agent_cmd,) if agent_cmd else ()),
                 )
                 for value in values
@@ -509,6 +523,13 @@ def run(
             click.echo(f"report:  {result.report_path}")
     for line in result.unreachable:
         click.echo(f"error: {line}", err=True)
+    if result.unreachable and not result.trials.empty:
+        left = int((result.trials["error"].fillna("") != "").sum())
+        click.echo(
+            f"twice: {left} trial(s) left (summary.json names them); once the endpoint "
+            f"answers, {rerun} to run only those",
+            err=True,
+        )
     for line in result.failed:
         # An unreachable model's crashed trials are said by its one line above.
         if not (result.unreachable and ERRORED_IN in line):

@@ -375,3 +375,76 @@ def logged_text() -> Callable[[Path], str]:
         return "".join(read_eval_log(str(p)).model_dump_json() for p in log_dir.glob("*.eval"))
 
     return read
+
+
+# -- a fake model endpoint on a real socket (outages, rate limits) -------------------------
+
+
+@dataclass
+class LLMServer:
+    """The naive agent of :class:`FakeLLM` behind a real HTTP server on 127.0.0.1, for the
+    ``openai-api/fake/<model>`` provider (Chat Completions), with outages on demand.
+
+    ``fault(n)`` decides request ``n`` (0-based, counted across the server's life): None
+    answers it; ``(status, headers)`` answers that error instead.
+    """
+
+    url: str
+    fake: FakeLLM
+    fault: Callable[[int], tuple[int, dict[str, str]] | None] = lambda n: None
+    log: list[tuple[float, int, bool]] = field(default_factory=list)
+    """Per request: when it arrived (monotonic), the status sent, and whether it started a
+    trial (no assistant message yet)."""
+
+    def starts(self, since: int = 0) -> int:
+        """Trials started from request ``since`` on (first requests that were answered)."""
+        return sum(1 for _, status, first in self.log[since:] if first and status == 200)
+
+
+@pytest.fixture
+def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLMServer]:
+    """A :class:`LLMServer`; the model string is ``openai-api/fake/refunder``."""
+    import http.server
+    import threading
+    import time
+
+    monkeypatch.setenv("FAKE_API_KEY", FAKE_OPENAI_KEY)
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            first = not any(m.get("role") == "assistant" for m in json.loads(body)["messages"])
+            with lock:
+                n = len(server.log)
+                fault = server.fault(n)
+                server.log.append((time.monotonic(), fault[0] if fault else 200, first))
+            if fault is not None:
+                status, headers = fault
+                error = {"type": "overloaded_error", "message": f"HTTP {status} from the fake"}
+                reply = httpx.Response(status, json={"error": error}, headers=headers)
+            else:
+                request = httpx.Request("POST", f"{server.url}{self.path[3:]}", content=body)
+                reply = server.fake.chat(request)
+            content = reply.read()
+            self.send_response(reply.status_code)
+            for key, value in reply.headers.items():
+                if key.lower() not in ("content-length", "content-encoding"):
+                    self.send_header(key, value)
+            self.send_header("content-length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    http_server.daemon_threads = True
+    url = f"http://127.0.0.1:{http_server.server_address[1]}/v1"
+    server = LLMServer(url, FakeLLM(respx.Router(assert_all_called=False)))
+    monkeypatch.setenv("FAKE_BASE_URL", url)
+    thread = threading.Thread(target=http_server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    http_server.shutdown()
+    http_server.server_close()
