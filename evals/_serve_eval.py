@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import socket
 import tempfile
@@ -223,6 +224,14 @@ def output_tail(kept: str, written: int, secrets: list[str]) -> tuple[str, bool]
         # the margin read for that goes, with whatever it holds.
         text = text[_SECRET_MARGIN:]
     return text.encode()[-OUTPUT_TAIL:].decode("utf-8", "ignore"), True
+
+
+def code_block(text: str) -> str:
+    """``text`` as a Markdown code block, fenced by more backticks than any run of them in
+    it, so nothing in it ends the block (or is read as Markdown or HTML)."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
 
 
 async def run_command(command: str, env: dict[str, str], cwd: str, timeout: float) -> CommandRun:
@@ -469,6 +478,13 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
             },
             source=AGENT_OUTPUT_SOURCE,
         )
+        # inspect view shows a dict info event as JSON, where a text of many lines is one
+        # line of escapes; it renders a text info event as Markdown: each stream is also
+        # logged as a code block, which it shows line by line.
+        for stream, text, cut in (("stderr", stderr, stderr_cut), ("stdout", stdout, stdout_cut)):
+            if text:
+                shown = f" (last {OUTPUT_TAIL // 1024} KiB)" if cut else ""
+                transcript().info(code_block(text), source=f"{AGENT_OUTPUT_SOURCE} {stream}{shown}")
         # A command that fails, or hangs until it is stopped, is an agent that crashed, as
         # an in-process agent's exception is: the trial is still scored from its ledger, and
         # crashed_rate counts it.

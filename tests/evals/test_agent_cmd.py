@@ -478,19 +478,21 @@ def test_a_command_that_cannot_run_errors_its_trials_and_the_terminal_says_why(
     )
 
 
-def _agent_output_event(log_dir: Path) -> dict[str, Any]:
-    """The one trial's info event of what its agent command printed."""
+def _info_events(log_dir: Path) -> dict[str | None, Any]:
+    """The one trial's info events' data, by source."""
+    from inspect_ai.event import InfoEvent
     from inspect_ai.log import read_eval_log
 
     (path,) = log_dir.glob("*.eval")
     (sample,) = read_eval_log(str(path), resolve_attachments=True).samples or []
-    (event,) = [
-        e
-        for e in sample.events
-        if e.event == "info" and e.source == _serve_eval.AGENT_OUTPUT_SOURCE
-    ]
-    assert isinstance(event.data, dict)
-    return event.data
+    return {e.source: e.data for e in sample.events if isinstance(e, InfoEvent)}
+
+
+def _agent_output_event(log_dir: Path) -> dict[str, Any]:
+    """The one trial's info event of how its agent command ended and what it printed."""
+    data = _info_events(log_dir)[_serve_eval.AGENT_OUTPUT_SOURCE]
+    assert isinstance(data, dict)
+    return data
 
 
 @pytest.mark.slow
@@ -529,6 +531,8 @@ def test_an_agent_commands_stderr_is_kept_with_its_trial_scrubbed_and_shown_in_t
     assert logged["stderr_bytes"] > 200_000 and logged["tail_bytes"] == 64 * 1024
     assert 60 * 1024 < len(stderr.encode()) <= 64 * 1024
     assert "filler 0000" not in stderr and "filler 1999" in stderr
+    # inspect view renders a text info event as Markdown: the stream, as a code block.
+    assert _info_events(out)["twice:agent_cmd stderr (last 64 KiB)"] == f"```text\n{stderr}\n```"
     # The trial duplicated, so the report drills into it and shows the stderr, as text.
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "What the agent command wrote to stderr" in page
@@ -581,6 +585,17 @@ def test_output_tail_keeps_a_short_stream_whole_and_scrubbed() -> None:
         "why: A\nkey [redacted]\n",
         False,
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "block"),
+    [
+        ("why: A\n# not a heading", "```text\nwhy: A\n# not a heading\n```"),
+        ("a ``` fence and `x`", "````text\na ``` fence and `x`\n````"),
+    ],
+)
+def test_an_output_tail_is_a_code_block_nothing_in_it_ends(text: str, block: str) -> None:
+    assert _serve_eval.code_block(text) == block
 
 
 def test_a_command_writing_much_is_read_in_bounded_memory() -> None:
