@@ -152,7 +152,7 @@ def agent_output(sample: EvalSample) -> list[dict[str, Any]]:
         if not isinstance(event, InfoEvent) or not isinstance(event.data, dict):
             continue
         data = event.data
-        # Logs written before the event had a source carry the same fields.
+        # twice versions that logged this event without a source: known by its fields.
         if event.source != AGENT_OUTPUT_SOURCE and "agent_cmd" not in data:
             continue
         out = []
