@@ -19,11 +19,13 @@ Fixtures:
   client) to one of their base URLs is served by them. A :class:`TwiceMock`.
 * ``ledger`` -- the test's :class:`mocks.Ledger`, for :func:`assertions.assert_side_effects`.
 
-A request to a host no service mocks is, by default, let through to the real network with a
-:class:`UnmockedRequestWarning` (it may reach a real API). Strict mode refuses it (the request
-raises :class:`UnmockedRequestError`) and fails the test at teardown:
-``@pytest.mark.twice_mock(unmocked="fail")`` for one test, or ``twice_unmocked = fail`` in the
-pytest ini options for every test; ``"allow"`` lets such requests through silently.
+A request to a host no service mocks is refused by default, as respx and pytest-httpx refuse
+one: the request raises :class:`UnmockedRequestError`, naming the host and the opt-out, and the
+test fails at teardown (even if the code under test swallowed the error), since it may have
+been meant for a real API. To let such requests through to the network, with an
+:class:`UnmockedRequestWarning`, use ``@pytest.mark.twice_mock(unmocked="warn")`` for one test
+or ``twice_unmocked = warn`` in the pytest ini options for every test; ``"allow"`` lets them
+through silently.
 
 At teardown, a fault that never fired fails the test (a fault that never fires proves
 nothing); opt out with ``@pytest.mark.twice_mock(assert_fault_fired=False)``.
@@ -52,13 +54,19 @@ MARKER = "twice_mock"
 MARKER_OPTIONS: dict[str, str] = {
     "fault": "a fault name (twice list) or a mocks.Fault; default 'none'",
     "assert_fault_fired": "fail the test when the fault never fired (default True)",
-    "unmocked": "a request to a host no service mocks: 'warn' (default), 'fail' or 'allow'",
+    "unmocked": "a request to a host no service mocks: 'fail' (default), 'warn' or 'allow'",
 }
 UNMOCKED_INI = "twice_unmocked"
-Unmocked = Literal["warn", "fail", "allow"]
-"""What a request to a host no service mocks does: goes through with a warning, is refused
-and fails the test, or goes through silently."""
+Unmocked = Literal["fail", "warn", "allow"]
+"""What a request to a host no service mocks does: is refused and fails the test (the
+default), goes through with a warning, or goes through silently."""
 UNMOCKED_MODES: tuple[str, ...] = get_args(Unmocked)
+ALLOW_HINT = (
+    f"To let requests to unmocked hosts through to the network, mark the test "
+    f"@pytest.mark.{MARKER}(unmocked='warn') (or 'allow', silently), or set "
+    f"{UNMOCKED_INI} = warn in the pytest ini options."
+)
+"""The opt-out, as every refusal states it."""
 
 
 class UnmockedRequestWarning(UserWarning):
@@ -66,7 +74,8 @@ class UnmockedRequestWarning(UserWarning):
 
 
 class UnmockedRequestError(Exception):
-    """Raised to the client, in strict mode, for a request that matched no mocked service."""
+    """Raised to the client for a request that matched no mocked service (unless
+    ``unmocked`` lets it through)."""
 
 
 _CALL_REPORT = pytest.StashKey[pytest.TestReport]()
@@ -77,22 +86,23 @@ class TwiceMock:
 
     Requests whose URL starts with a service's base URL are served by the services (through
     :meth:`mocks.Services.dispatch`), for ``httpx.Client`` and ``httpx.AsyncClient`` alike;
-    every other request passes through. Usable outside pytest as a context manager.
+    every other request is refused, unless ``unmocked`` lets it through. Usable outside pytest
+    as a context manager.
 
     Requests are served one at a time (the blocking path of the services), so two concurrent
     requests with one idempotency key get a replay rather than the in-flight 409.
 
     Args:
         services: The trial's services, ledger and fault.
-        unmocked: What a request to any other host does: ``"warn"`` (goes through, with an
-            :class:`UnmockedRequestWarning`), ``"fail"`` (raises :class:`UnmockedRequestError`)
-            or ``"allow"`` (goes through silently).
+        unmocked: What a request to any other host does: ``"fail"`` (the default: raises
+            :class:`UnmockedRequestError`), ``"warn"`` (goes through, with an
+            :class:`UnmockedRequestWarning`) or ``"allow"`` (goes through silently).
 
     Raises:
         ValueError: for an unknown ``unmocked`` mode, naming the accepted ones.
     """
 
-    def __init__(self, services: Services, unmocked: Unmocked = "warn") -> None:
+    def __init__(self, services: Services, unmocked: Unmocked = "fail") -> None:
         if unmocked not in UNMOCKED_MODES:
             raise ValueError(
                 f"unmocked must be one of {', '.join(UNMOCKED_MODES)}, got {unmocked!r}"
@@ -129,14 +139,14 @@ class TwiceMock:
         where = f"{request.method} {url} matched no mocked service ({', '.join(self.base_urls)})"
         if self.unmocked == "fail":
             raise UnmockedRequestError(
-                f"twice: {where}; refused (unmocked='fail'). Point the code under test at a "
-                "mocked base URL, or mock that host too (override the twice_services fixture)."
+                f"twice: {where}; refused: host {request.url.host} is not mocked. Point the "
+                "code under test at a mocked base URL, or mock that host too (override the "
+                f"twice_services fixture). {ALLOW_HINT}"
             )
         if self.unmocked == "warn":
             warnings.warn(
-                f"twice: {where} and went to the real network. Fail on it with "
-                f"@pytest.mark.twice_mock(unmocked='fail') or {UNMOCKED_INI} = fail; silence "
-                "it with unmocked='allow'.",
+                f"twice: {where} and went to the real network (unmocked='warn'). Refuse "
+                "it, as by default, with unmocked='fail'; silence it with unmocked='allow'.",
                 UnmockedRequestWarning,
                 stacklevel=2,
             )
@@ -189,20 +199,20 @@ class TwiceMock:
         return assert_side_effects(self.ledger, *assertions)
 
     def passed_through(self) -> list[str]:
-        """URLs of the requests that matched no service (let through, or refused in strict
-        mode)."""
+        """URLs of the requests that matched no service (refused, or let through when
+        ``unmocked`` allows it)."""
         return list(self._unmocked_urls)
 
     def unmocked_message(self) -> str | None:
-        """In strict mode, why the test fails for requests to unmocked hosts; else None."""
+        """Why the test fails for requests to unmocked hosts it refused; else None."""
         urls = self.passed_through()
         if self.unmocked != "fail" or not urls:
             return None
         shown = ", ".join(urls[:3]) + (", ..." if len(urls) > 3 else "")
         return (
-            f"twice: {len(urls)} request(s) matched no mocked service and were refused "
-            f"(unmocked='fail'): {shown}. Point the code under test at a mocked base URL "
-            f"({', '.join(self.base_urls)}), or mock that host too."
+            f"twice: {len(urls)} request(s) matched no mocked service and were refused: "
+            f"{shown}. Point the code under test at a mocked base URL "
+            f"({', '.join(self.base_urls)}), or mock that host too. {ALLOW_HINT}"
         )
 
     def fault_fired(self) -> bool:
@@ -318,12 +328,12 @@ def _as_fault(value: object) -> Fault:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the ``twice_unmocked`` ini option (strict mode for every test)."""
+    """Register the ``twice_unmocked`` ini option (for every test)."""
     parser.addini(
         UNMOCKED_INI,
-        "twice: what a request to a host no mocked service serves does: warn (default), "
-        "fail or allow",
-        default="warn",
+        "twice: what a request to a host no mocked service serves does: fail (default), "
+        "warn or allow",
+        default="fail",
     )
 
 
@@ -332,7 +342,7 @@ def pytest_configure(config: pytest.Config) -> None:
     options = "; ".join(f"{k}: {v}" for k, v in MARKER_OPTIONS.items())
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(fault=..., assert_fault_fired=True, unmocked='warn'): twice's mock services "
+        f"{MARKER}(fault=..., assert_fault_fired=True, unmocked='fail'): twice's mock services "
         f"({options})",
     )
 

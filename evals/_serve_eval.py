@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import socket
 import tempfile
@@ -180,20 +181,57 @@ def mcp_agent() -> Solver:
 
 BRIDGE_API_KEY = "twice-agent-bridge"
 """The dummy key an external agent is given: the bridge ignores it, and it is no secret."""
-OUTPUT_TAIL = 2000
-_KEPT_OUTPUT = 64 * 1024  # of each stream: the tails logged, and the last line of stderr
+AGENT_OUTPUT_SOURCE = "twice:agent_cmd"
+"""The ``source`` of the info event that records how an agent command ended and the tails of
+its stdout and stderr (the report's trial detail reads it)."""
+OUTPUT_TAIL = 64 * 1024
+"""Bytes logged of each of an agent command's output streams: the last ones."""
+# Read beyond the tail: a credential that the tail's first byte cuts is then still whole in
+# what was read, so it is scrubbed before the cut, never logged in part.
+_SECRET_MARGIN = 16 * 1024
+_KEPT_OUTPUT = OUTPUT_TAIL + _SECRET_MARGIN  # held of each stream while the command runs
 _STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL to the command's processes
 
 
 @dataclass(frozen=True)
 class CommandRun:
     """How an agent command ended: its exit code (negative: killed by that signal), the
-    tails of its output, and whether it ran out of time."""
+    tails of its output (unscrubbed: see :func:`output_tail`), whether it ran out of time,
+    and how many bytes it wrote to each stream."""
 
     returncode: int
     stdout: str
     stderr: str
     timed_out: bool = False
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+
+def output_tail(kept: str, written: int, secrets: list[str]) -> tuple[str, bool]:
+    """What is logged of an output stream: its last :data:`OUTPUT_TAIL` bytes, scrubbed of
+    ``secrets``, and whether that is less than the ``written`` bytes.
+
+    Args:
+        kept: What :func:`run_command` kept of the stream (its tail, decoded).
+        written: How many bytes the command wrote to the stream.
+        secrets: The credentials to scrub (:func:`tasks.secret_values`).
+    """
+    text = scrub(kept, secrets)
+    if written <= OUTPUT_TAIL:
+        return text, False
+    if written > _KEPT_OUTPUT:
+        # What was kept starts mid-stream, perhaps inside a credential it cannot recognise:
+        # the margin read for that goes, with whatever it holds.
+        text = text[_SECRET_MARGIN:]
+    return text.encode()[-OUTPUT_TAIL:].decode("utf-8", "ignore"), True
+
+
+def code_block(text: str) -> str:
+    """``text`` as a Markdown code block, fenced by more backticks than any run of them in
+    it, so nothing in it ends the block (or is read as Markdown or HTML)."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
 
 
 async def run_command(command: str, env: dict[str, str], cwd: str, timeout: float) -> CommandRun:
@@ -218,21 +256,26 @@ async def run_command(command: str, env: dict[str, str], cwd: str, timeout: floa
     try:
         timed_out = not await _exited(proc, timeout)
         await _stop_group(proc)
-        out, err = await asyncio.gather(*readers)
+        (out, out_bytes), (err, err_bytes) = await asyncio.gather(*readers)
     except BaseException:  # cancelled: nothing of the command may outlive its trial
         _signal_group(proc, signal.SIGKILL)
         for reader in readers:
             reader.cancel()
         raise
     returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-    return CommandRun(returncode, out, err, timed_out)
+    return CommandRun(returncode, out, err, timed_out, out_bytes, err_bytes)
 
 
-async def _tail(stream: asyncio.StreamReader) -> str:
-    kept = b""
+async def _tail(stream: asyncio.StreamReader) -> tuple[str, int]:
+    """The stream's last :data:`_KEPT_OUTPUT` bytes, decoded, and how many it carried: a
+    command may write gigabytes, and only the tail is ever held."""
+    kept = bytearray()
+    written = 0
     while chunk := await stream.read(65536):
-        kept = (kept + chunk)[-_KEPT_OUTPUT:]
-    return kept.decode("utf-8", "replace")
+        written += len(chunk)
+        kept += chunk
+        del kept[:-_KEPT_OUTPUT]
+    return kept.decode("utf-8", "replace"), written
 
 
 _EXIT_POLL = 0.02
@@ -416,15 +459,32 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
         # meanwhile (its model bridge's proxy runs in the sandbox) are scrubbed too.
         scrub_agent_trace(state, since=first_event)
         secrets = secret_values()
+        stdout, stdout_cut = output_tail(result.stdout, result.stdout_bytes, secrets)
+        stderr, stderr_cut = output_tail(result.stderr, result.stderr_bytes, secrets)
+        # Both streams alike: the agent's answer comes through the model bridge, so stdout
+        # is, as stderr, what the agent chose to say about its run.
         transcript().info(
             {
                 "agent_cmd": scrub(command, secrets),
                 "returncode": result.returncode,
                 "timed_out": result.timed_out,
-                "stdout": scrub(result.stdout[-OUTPUT_TAIL:], secrets),
-                "stderr": scrub(result.stderr[-OUTPUT_TAIL:], secrets),
-            }
+                "tail_bytes": OUTPUT_TAIL,
+                "stdout": stdout,
+                "stdout_bytes": result.stdout_bytes,
+                "stdout_truncated": stdout_cut,
+                "stderr": stderr,
+                "stderr_bytes": result.stderr_bytes,
+                "stderr_truncated": stderr_cut,
+            },
+            source=AGENT_OUTPUT_SOURCE,
         )
+        # inspect view shows a dict info event as JSON, where a text of many lines is one
+        # line of escapes; it renders a text info event as Markdown: each stream is also
+        # logged as a code block, which it shows line by line.
+        for stream, text, cut in (("stderr", stderr, stderr_cut), ("stdout", stdout, stdout_cut)):
+            if text:
+                shown = f" (last {OUTPUT_TAIL // 1024} KiB)" if cut else ""
+                transcript().info(code_block(text), source=f"{AGENT_OUTPUT_SOURCE} {stream}{shown}")
         # A command that fails, or hangs until it is stopped, is an agent that crashed, as
         # an in-process agent's exception is: the trial is still scored from its ledger, and
         # crashed_rate counts it.
@@ -444,7 +504,7 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
             raise RuntimeError(
                 f"agent command {scrub(command, secrets)!r} could not run "
                 f"(exit {result.returncode}): "
-                f"{scrub(result.stderr.strip()[-500:], secrets)}"
+                f"{scrub(result.stderr, secrets).strip()[-500:]}"
             )
         return state
 

@@ -8,11 +8,13 @@ trials a run has.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
+from inspect_ai.event import InfoEvent
 from inspect_ai.log import EvalSample, read_eval_log_sample
 
 from ._charts import timeline
@@ -31,6 +33,13 @@ MAX_ROWS = 60
 
 VIEW_PORT = 7575
 """``inspect view``'s default port."""
+
+ATTACHMENT = "attachment://"
+"""How inspect refers in an event to a long text it keeps in the sample's attachments."""
+
+AGENT_OUTPUT_SOURCE = "twice:agent_cmd"
+"""The ``source`` of the info event in which ``twice run --agent-cmd`` logs what its command
+printed (its stdout and stderr tails)."""
 
 
 def severity(trials: pd.DataFrame) -> pd.Series:
@@ -112,6 +121,58 @@ def _agent_view(sample: EvalSample) -> tuple[str, list[dict[str, Any]]]:
     return task, steps[:MAX_ROWS]
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+"""A terminal's control sequence (colours, cursor moves), as agents print to a terminal."""
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def terminal_text(text: str) -> str:
+    """``text`` as a page can show it: colour codes dropped, Windows line ends made plain,
+    and any other control character (which a page would not show) shown as U+FFFD."""
+    text = _ANSI.sub("", text).replace("\r\n", "\n")
+    return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", text)
+
+
+def _attached(sample: EvalSample, value: Any) -> Any:
+    """``value``, or for inspect's reference to a long text it logged apart (an attachment),
+    that text."""
+    if isinstance(value, str) and value.startswith(ATTACHMENT):
+        return sample.attachments.get(value.removeprefix(ATTACHMENT), value)
+    return value
+
+
+def agent_output(sample: EvalSample) -> list[dict[str, Any]]:
+    """What an agent command printed in this trial: its stderr, then its stdout, each as
+    ``{"stream", "text", "truncated", "bytes", "tail_bytes"}``, the empty ones left out.
+
+    The texts are the tails ``twice run --agent-cmd`` logged (already scrubbed), shown whole:
+    they are what tells why the agent did what it did.
+    """
+    for event in sample.events:
+        if not isinstance(event, InfoEvent) or not isinstance(event.data, dict):
+            continue
+        data = event.data
+        # twice versions that logged this event without a source: known by its fields.
+        if event.source != AGENT_OUTPUT_SOURCE and "agent_cmd" not in data:
+            continue
+        out = []
+        for stream in ("stderr", "stdout"):
+            text = _attached(sample, data.get(stream))
+            if not isinstance(text, str) or not text:
+                continue
+            out.append(
+                {
+                    "stream": stream,
+                    "text": terminal_text(text),
+                    "truncated": bool(data.get(f"{stream}_truncated")),
+                    "bytes": data.get(f"{stream}_bytes"),
+                    "tail_bytes": data.get("tail_bytes"),
+                }
+            )
+        return out
+    return []
+
+
 def view_url(log_file: str, sample: str, epoch: int) -> str:
     """The sample's address in ``inspect view start --log-dir <the log's directory>``.
 
@@ -128,7 +189,8 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
     """Everything the drill-down shows about one trial (a row of :func:`worst_trials`).
 
     Reads the trial's sample from its log: the ledger (attempts, effects, what the agent was
-    shown), the transcript, and the scorer's evidence. All texts are clipped to :data:`CLIP`.
+    shown), the transcript, the scorer's evidence, and what an agent command printed. All
+    texts but the last are clipped to :data:`CLIP`.
     """
     path = local_path(str(row["log"]))
     log_dir, log_file = parent_of(path), name_of(path)
@@ -156,6 +218,7 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
         "end_state": "",
         "hidden_attempts": 0,
         "timeline": None,
+        "agent_output": [],
     }
     try:
         sample = _read_sample(path, str(row["sample"]), int(row["epoch"]))
@@ -167,6 +230,7 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
     if sample.error is not None and not detail["error"]:
         detail["error"] = clip(sample.error.message)
     detail["task_input"], detail["agent"] = _agent_view(sample)
+    detail["agent_output"] = agent_output(sample)
     ledger = (sample.store or {}).get(LEDGER_KEY) or {}
     attempts: list[dict[str, Any]] = list(ledger.get("attempts", []))
     score = (sample.scores or {}).get(SCORER)

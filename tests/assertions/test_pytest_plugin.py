@@ -238,7 +238,7 @@ def test_plugin_unfired_fault_names_where_requests_went(project: pytest.Pytester
         def elsewhere(request):
             return httpx.Response(200, json={"id": "re_x"})
 
-        @pytest.mark.twice_mock(fault="lost_reply")
+        @pytest.mark.twice_mock(fault="lost_reply", unmocked="allow")
         def test_calls_the_wrong_host(ledger):
             # The client's own transport stands in for the network: passed-through requests
             # reach it, so nothing leaves the machine.
@@ -405,7 +405,7 @@ def test_plugin_leaves_the_tests_own_respx_routes_to_answer(project: pytest.Pyte
 def test_plugin_marker_is_registered_for_strict_markers(project: pytest.Pytester) -> None:
     result = project.runpytest(*PLUGIN, "--markers")
     result.stdout.fnmatch_lines(
-        ["@pytest.mark.twice_mock(fault=..., assert_fault_fired=True, unmocked='warn'):*"]
+        ["@pytest.mark.twice_mock(fault=..., assert_fault_fired=True, unmocked='fail'):*"]
     )
 
 
@@ -454,22 +454,56 @@ def call_other_host():
 """
 
 
-def test_plugin_warns_by_default_on_a_request_to_an_unmocked_host(
+def test_plugin_refuses_by_default_a_request_to_an_unmocked_host(
     project: pytest.Pytester,
 ) -> None:
+    # A request no service mocks went to the real network with only a warning (it may reach
+    # a real API); respx and pytest-httpx refuse one by default, and so does twice.
     project.makepyfile(
         ELSEWHERE
         + """
 def test_default(twice_mock):
+    call_other_host()
+"""
+    )
+    result = run_with_default_warnings(project)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*UnmockedRequestError: twice: POST https://pay.example.org/v1/refunds matched no "
+            "mocked service (https://payments.example.com); refused: host pay.example.org is "
+            "not mocked. * To let requests to unmocked hosts through to the network, mark the "
+            "test @pytest.mark.twice_mock(unmocked='warn') (or 'allow', silently), or set "
+            "twice_unmocked = warn in the pytest ini options.",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("marker", "ini"),
+    [("@pytest.mark.twice_mock(unmocked='warn')", ""), ("", "[pytest]\ntwice_unmocked = warn\n")],
+    ids=["marker", "ini"],
+)
+def test_plugin_opt_out_lets_a_request_to_an_unmocked_host_through_with_a_warning(
+    project: pytest.Pytester, marker: str, ini: str
+) -> None:
+    project.makepyfile(
+        ELSEWHERE
+        + f"""
+{marker}
+def test_opted_out(twice_mock):
     assert call_other_host() == 200
 """
     )
+    if ini:
+        project.makeini(ini)
     result = run_with_default_warnings(project)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
             "*UnmockedRequestWarning: twice: POST https://pay.example.org/v1/refunds matched no "
-            "mocked service (https://payments.example.com) and went to the real network.*",
+            "mocked service (https://payments.example.com) and went to the real network "
+            "(unmocked='warn').*",
         ]
     )
 
@@ -504,8 +538,9 @@ def test_allowed(twice_mock):
     result.stdout.fnmatch_lines(
         [
             "*ERROR at teardown of test_strict*",
-            "twice: 1 request(s) matched no mocked service and were refused (unmocked='fail'): "
-            "https://pay.example.org/v1/refunds.*",
+            "twice: 1 request(s) matched no mocked service and were refused: "
+            "https://pay.example.org/v1/refunds. * To let requests to unmocked hosts through "
+            "to the network, mark the test @pytest.mark.twice_mock(unmocked='warn')*",
         ]
     )
 
@@ -537,7 +572,7 @@ def test_typo(twice_mock):
     result = project.runpytest(*PLUGIN)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
-        ["*twice: @pytest.mark.twice_mock(unmocked=...) must be one of warn, fail, allow, got "
+        ["*twice: @pytest.mark.twice_mock(unmocked=...) must be one of fail, warn, allow, got "
          "'strict'*"]
     )  # fmt: skip
 

@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from twice.evals import _serve_eval
 from twice.evals._serve_eval import server_url
 from twice.evals._suite import SuiteError, command_agent_name, load_suite, suite_from_flags
 from twice.evals.cli import cli
+from twice.tasks import secret_values
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "docs" / "examples" / "http_agent.py"
@@ -473,3 +476,136 @@ def test_a_command_that_cannot_run_errors_its_trials_and_the_terminal_says_why(
         "; the first: RuntimeError(\"agent command 'no_such_binary_xyz' could not run (exit 127)"
         in result.output
     )
+
+
+def _info_events(log_dir: Path) -> dict[str | None, Any]:
+    """The one trial's info events' data, by source."""
+    from inspect_ai.event import InfoEvent
+    from inspect_ai.log import read_eval_log
+
+    (path,) = log_dir.glob("*.eval")
+    (sample,) = read_eval_log(str(path), resolve_attachments=True).samples or []
+    return {e.source: e.data for e in sample.events if isinstance(e, InfoEvent)}
+
+
+def _agent_output_event(log_dir: Path) -> dict[str, Any]:
+    """The one trial's info event of how its agent command ended and what it printed."""
+    data = _info_events(log_dir)[_serve_eval.AGENT_OUTPUT_SOURCE]
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.slow
+def test_an_agent_commands_stderr_is_kept_with_its_trial_scrubbed_and_shown_in_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An agent's stderr is its own account of why it did what it did. Only its last 2000
+    # characters were logged, and the report never showed it.
+    monkeypatch.setenv("MY_AGENT_TOKEN", "tok-AGENT-SECRET-4242-never-logged")
+    writes = tmp_path / "writes.py"
+    writes.write_text(
+        "import os, sys\n"
+        "for n in range(2000):\n"
+        "    print(f'filler {n:04d} ' + '.' * 90, file=sys.stderr)\n"  # 200,000 bytes
+        "print('agent: the refund timed out, so I retried it', file=sys.stderr)\n"
+        "print('agent: token', os.environ['MY_AGENT_TOKEN'], file=sys.stderr)\n"
+        "print(\"<script>window.__pwned = 'stderr'</script>\", file=sys.stderr)\n"
+    )
+    out = tmp_path / "logs"
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--task", "refund", "--model", "stub/retry", "--fault", "lost_reply",
+         "--limit", "1", "--display", "none", "--log-dir", str(out),
+         "--agent-cmd", f"{sys.executable} {AGENT} && {sys.executable} {writes}"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    logged = _agent_output_event(out)
+    stderr = logged["stderr"]
+    assert stderr.endswith(
+        "agent: the refund timed out, so I retried it\n"
+        "agent: token [redacted]\n"
+        "<script>window.__pwned = 'stderr'</script>\n"
+    )
+    assert "tok-AGENT-SECRET" not in json.dumps(logged)
+    assert logged["stderr_truncated"] is True
+    assert logged["stderr_bytes"] > 200_000 and logged["tail_bytes"] == 64 * 1024
+    assert 60 * 1024 < len(stderr.encode()) <= 64 * 1024
+    assert "filler 0000" not in stderr and "filler 1999" in stderr
+    # inspect view renders a text info event as Markdown: the stream, as a code block.
+    assert _info_events(out)["twice:agent_cmd stderr (last 64 KiB)"] == f"```text\n{stderr}\n```"
+    # The trial duplicated, so the report drills into it and shows the stderr, as text.
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "What the agent command wrote to stderr" in page
+    assert "(last 64 KiB)" in page
+    assert "agent: the refund timed out, so I retried it\nagent: token [redacted]\n" in page
+    assert "&lt;script&gt;window.__pwned = &#39;stderr&#39;&lt;/script&gt;" in page
+    assert "<script" not in page and "tok-AGENT-SECRET" not in page
+
+
+def _run(command: str) -> _serve_eval.CommandRun:
+    return asyncio.run(_serve_eval.run_command(command, {}, os.getcwd(), timeout=60))
+
+
+SECRET = "sk-STRADDLE-0123456789abcdefghij"
+
+
+@pytest.mark.parametrize(
+    ("written", "at", "more"),
+    [
+        # The tail's first byte falls inside the credential: the whole stream was held.
+        (70_000, 70_000 - 64 * 1024 - 10, 0),
+        # Longer than was held: the tail's first byte falls inside a credential...
+        (300_000, 300_000 - 64 * 1024 - 10, 0),
+        # ...or that of what was held does, and the credentials after it, once scrubbed,
+        # leave room in the last 64 KiB for what was held before them.
+        (300_000, 300_000 - 80 * 1024 - 10, 1500),
+    ],
+    ids=["tail-cuts-it", "long-tail-cuts-it", "held-part-cuts-it"],
+)
+def test_no_part_of_a_credential_the_tail_cuts_is_logged(
+    monkeypatch: pytest.MonkeyPatch, written: int, at: int, more: int
+) -> None:
+    monkeypatch.setenv("MY_AGENT_TOKEN", SECRET)
+    script = (
+        "import sys; s = sys.argv[1]; n, at, k = map(int, sys.argv[2:]); "
+        "end = (s + '\\n') * k; "
+        "sys.stderr.write('.' * at + s + '.' * (n - at - len(s) - len(end)) + end)"
+    )
+    result = _run(f"{sys.executable} -c {shlex.quote(script)} {SECRET} {written} {at} {more}")
+    assert result.stderr_bytes == written
+    tail, truncated = _serve_eval.output_tail(result.stderr, result.stderr_bytes, secret_values())
+    assert truncated and len(tail.encode()) <= 64 * 1024
+    assert tail.count("[redacted]") >= more
+    pieces = {SECRET[i : i + 6] for i in range(len(SECRET) - 5)}
+    assert not [p for p in pieces if p in tail]
+
+
+def test_output_tail_keeps_a_short_stream_whole_and_scrubbed() -> None:
+    assert _serve_eval.output_tail("why: A\nkey sk-1234567890\n", 24, ["sk-1234567890"]) == (
+        "why: A\nkey [redacted]\n",
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "block"),
+    [
+        ("why: A\n# not a heading", "```text\nwhy: A\n# not a heading\n```"),
+        ("a ``` fence and `x`", "````text\na ``` fence and `x`\n````"),
+    ],
+)
+def test_an_output_tail_is_a_code_block_nothing_in_it_ends(text: str, block: str) -> None:
+    assert _serve_eval.code_block(text) == block
+
+
+def test_a_command_writing_much_is_read_in_bounded_memory() -> None:
+    # 64 MiB to stderr: only the tail (and one read's worth) is ever held.
+    tracemalloc.start()
+    try:
+        result = _run("head -c 67108864 /dev/zero | tr '\\0' x >&2; echo done >&2")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.stderr_bytes == 64 * 1024 * 1024 + 5
+    assert result.stderr.endswith("xxxdone\n")
+    assert peak < 2 * 1024 * 1024, peak

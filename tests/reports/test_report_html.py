@@ -11,7 +11,9 @@ from pathlib import Path
 import markupsafe
 import pandas as pd
 import pytest
-from inspect_ai.log import read_eval_log
+from inspect_ai.event import InfoEvent
+from inspect_ai.log import read_eval_log, write_eval_log
+from pydantic import JsonValue
 from synthetic_logs import write_synthetic_logs
 from twice import reports
 from twice.mocks import Effect, Ledger
@@ -395,3 +397,65 @@ def test_two_rates_side_by_side_read_differently_when_they_differ() -> None:
     assert pct_pair((0.50001, 0.5)) == ("50.00%", "50.00%")  # 2 decimals at most
     assert pct_pair((0.0004, 0.0)) == ("<1%", "0%")
     assert pct(0.0004, 1) == "<0.1%" and pct(0.9996, 1) == ">99.9%" and pct(0.5) == "50%"
+
+
+def _with_agent_output(log_dir: Path, data: JsonValue) -> None:
+    """Give every trial of ``log_dir`` the info event ``twice run --agent-cmd`` logs."""
+    for path in log_dir.glob("*.eval"):
+        log = read_eval_log(str(path))
+        for sample in log.samples or []:
+            sample.events.append(InfoEvent(source="twice:agent_cmd", data=data))
+        write_eval_log(log, str(path))
+
+
+def test_trial_detail_shows_what_an_agent_command_wrote_as_text(tmp_path: Path) -> None:
+    # What an agent command printed is the agent's own word on why it did what it did; it
+    # is untrusted text (it may echo a model's output), shown escaped, its lines wrapped.
+    def refunded_twice(ledger: Ledger) -> None:
+        first = dataclasses.replace(
+            ledger.attempts[0], effect_ids=["re_1"], delivered=False, outcome="unknown"
+        )
+        second = dataclasses.replace(first, n=2, source="model", delivered=True, outcome="ok")
+        fields = {"order_id": "order_1042", "amount": 499}
+        ledger.attempts[:] = [first, dataclasses.replace(second, effect_ids=["re_2"])]
+        ledger.effects[:] = [
+            Effect("re_1", "payments.refund.create", 1, fields),
+            Effect("re_2", "payments.refund.create", 2, fields),
+        ]
+
+    run = write_synthetic_logs(
+        tmp_path / "logs", trials=2, models=("synth/a",), prompts=("baseline",),
+        faults=("lost_reply",), protections=("bare",), edit=refunded_twice,
+    )  # fmt: skip
+    stderr = (
+        "agent: the refund timed out, retrying once\n"
+        "\x1b[31m<script>window.__pwned = 'stderr'</script>\x1b[0m\r\n" + "x" * 3000
+    )
+    _with_agent_output(
+        run.log_dir,
+        {
+            "agent_cmd": "python my_agent.py",
+            "returncode": 0,
+            "timed_out": False,
+            "tail_bytes": 65536,
+            "stdout": "",
+            "stdout_bytes": 0,
+            "stdout_truncated": False,
+            "stderr": stderr,
+            "stderr_bytes": 200_000,
+            "stderr_truncated": True,
+        },
+    )
+    frame = trials_frame(run.log_dir)
+    row = worst_trials(frame, 1).iloc[0].to_dict()
+    (output,) = trial_detail(row)["agent_output"]  # stdout wrote nothing: not shown
+    assert output["stream"] == "stderr" and output["truncated"] and output["bytes"] == 200_000
+    assert output["text"].startswith("agent: the refund timed out, retrying once\n<script>")
+    assert "\x1b" not in output["text"] and "\r" not in output["text"]
+    page = write_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<script" not in page
+    assert "&lt;script&gt;window.__pwned = &#39;stderr&#39;&lt;/script&gt;" in page
+    assert "What the agent command wrote to stderr" in page
+    assert "(last 64 KiB) · 200,000 bytes written" in page
+    assert '<pre class="output">agent: the refund timed out, retrying once\n' in page
+    assert "x" * 3000 in page  # shown whole, not clipped as other texts are
