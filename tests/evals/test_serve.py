@@ -403,6 +403,31 @@ def test_serve_answers_only_loopback_host_and_origin(
     assert r.status_code == 200, r.text
 
 
+def test_serve_process_refuses_a_web_page_and_serves_an_sdk(tmp_path: Path) -> None:
+    # The same checks on a `twice serve` process, as a user starts it.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from twice.evals.cli import main; main()", "serve",
+         "--port", "0", "--db", str(tmp_path / "serve.sqlite")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split()[-1]
+        trials = f"{url}/_twice/trials"
+        rebound = {"Host": f"evil.example:{url.rsplit(':', 1)[1]}"}
+        assert httpx.get(trials, headers=rebound).status_code == 421
+        page = {"Origin": "http://evil.example"}
+        assert httpx.post(trials, json={"task": "refund"}, headers=page).status_code == 403
+        plain = {"Content-Type": "text/plain"}
+        assert httpx.post(trials, content=b'{"task": "refund"}', headers=plain).status_code == 415
+        made = httpx.post(trials, json={"task": "refund"})
+        assert made.status_code == 201, made.text
+        assert httpx.get(trials).json()["trials"] == [made.json()]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 def test_serve_control_post_needs_a_json_content_type(server: str) -> None:
     # The failing path: a text/plain POST (which a cross-origin page sends with no preflight)
     # made a trial.
