@@ -82,6 +82,7 @@ from ._secrets import (
     check_model_name,
     redact_url,
     scrub_model_record,
+    scrubbed_log_records,
 )
 from ._shards import (
     RECORDS_ENV,
@@ -1073,6 +1074,7 @@ def evaluate(
         no_results_table(settings.display),
         without_provider_sdk_state(run.planned),
         revision_resolved_once(),
+        scrubbed_log_records(),  # inspect's trace file logs each request's URL
     ):
         try:
             if not run.tasks:  # a shard dealt no cells (more shards than cells) runs nothing

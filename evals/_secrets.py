@@ -17,7 +17,9 @@ request), so a model name holding a key is refused (:func:`check_model_name`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -113,7 +115,7 @@ def _holders(text: str) -> list[str]:
     :func:`remember_secrets` have no name: they are "a credential on the command line")."""
     names = secrets_in(text)
     if not names and any(secret in text for secret in secret_values()):
-        names = ["a credential given on the command line"]
+        names = ["a credential (a URL password in the environment, or one on the command line)"]
     return names
 
 
@@ -149,3 +151,37 @@ def scrub_model_record(model: Model) -> None:
     base_url = model._explicit_base_url
     if base_url:
         model._explicit_base_url = scrub(base_url, secrets)
+
+
+@contextmanager
+def scrubbed_log_records() -> Iterator[None]:
+    """Scrub the environment's credentials from every log record made in the block.
+
+    Inspect logs each model request's URL (``POST http://gw.example/KEY/v1/...``) into its
+    trace file (``~/.local/share/inspect_ai/traces``), and warnings into the eval log's
+    transcript; a key inside ``base_url`` would be written there. The record factory is the
+    one place every record of every logger passes, before any handler sees it.
+    """
+    secrets = secret_values()
+    previous = logging.getLogRecordFactory()
+    if not secrets:
+        yield
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: logging reports it when it is handled
+            return record
+        clean = scrub(message, secrets)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        yield
+    finally:
+        if logging.getLogRecordFactory() is factory:  # another may have wrapped ours since
+            logging.setLogRecordFactory(previous)

@@ -223,7 +223,8 @@ def test_a_key_inside_longer_model_args_reaches_the_provider_and_no_file(
     # The failing path: only a model arg *equal* to a key was refused or scrubbed; one holding
     # it (a gateway's key in the base_url path or fragment, an organization built from it)
     # went to inspect as it was, which wrote it into header.json, _journal/start.json,
-    # logs.json and eval-set.json.
+    # logs.json, eval-set.json and its trace file.
+    from inspect_ai._util.trace import inspect_trace_file
     from inspect_ai.log import read_eval_log
 
     monkeypatch.setenv("GW_API_KEY", GATEWAY_KEY)
@@ -245,6 +246,10 @@ def test_a_key_inside_longer_model_args_reaches_the_provider_and_no_file(
     assert {"logs.json", "eval-set.json", "summary.json", "report.html"} <= names
     assert find_secret(log_dir, GATEWAY_KEY) == []
     assert GATEWAY_KEY not in result.output
+    # Inspect's trace file (this process's) logged each request's URL: scrubbed too.
+    trace = inspect_trace_file().read_text(encoding="utf-8")
+    assert f"/{REDACTED}/v1/chat/completions" in trace
+    assert GATEWAY_KEY not in trace
     (log,) = log_dir.glob("*.eval")
     header = read_eval_log(str(log), header_only=True).eval
     assert header.model_args["organization"] == f"{REDACTED}-suffix"
