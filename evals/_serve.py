@@ -863,8 +863,9 @@ def own_tasks(tasks: Sequence[str]) -> tuple[str, ...]:
 def check_options(db: str | Path, token: str | None) -> None:
     """Refuse a ``--db`` or ``--token`` that would quietly turn a safeguard off.
 
-    An empty ``--db`` kept nothing and took no one-server lock; an empty ``--token`` meant no
-    authentication at all. ``:memory:`` is the way to ask for a log that is not kept.
+    An empty ``--db`` would keep nothing and take no one-server lock; an empty ``--token``
+    would mean no authentication at all. ``:memory:`` is the way to ask for a log that is not
+    kept.
 
     Raises:
         ServeError: naming the option, its value (never a token's) and what is accepted.
@@ -924,7 +925,8 @@ def _protocol() -> type[Any]:
 
     class Protocol(H11Protocol):
         # uvicorn arms its keep-alive timer only when a reply ends, and any byte cancels it:
-        # a connection opened and left silent, or fed a header slowly, was held forever.
+        # by itself it holds a connection opened and left silent, or fed a header slowly,
+        # for ever.
         _idle: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: Any) -> None:
