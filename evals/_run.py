@@ -76,7 +76,14 @@ from ._endpoint import EndpointState, guard_model
 from ._gate import cell_label
 from ._local import environ
 from ._lock import lock_log_dir
-from ._secrets import KEY_ENV_HINT, check_model_args, redact_url
+from ._secrets import (
+    KEY_ENV_HINT,
+    check_model_args,
+    check_model_name,
+    redact_url,
+    scrub_model_record,
+    scrubbed_log_records,
+)
 from ._shards import (
     RECORDS_ENV,
     save_records,
@@ -266,6 +273,7 @@ def check_base_url(model_args: Mapping[str, Any]) -> None:
 def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
     if name not in cache:
         check_base_url(model_args)
+        check_model_name(name)
         try:
             # Not memoized: each run puts its own endpoint guard on a fresh model (a guard that
             # found an endpoint down must not outlive its run), and inspect's cache keys a model
@@ -289,6 +297,9 @@ def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Mo
                 "settings go in -M key=value."
             )
             raise SuiteError(f"could not load model {name!r}: {_plain(str(ex))}.{hint}") from None
+        # A key inside a longer arg (a gateway's base_url path) reaches the provider as given
+        # and the logs as [redacted].
+        scrub_model_record(cache[name])
     return cache[name]
 
 
@@ -1073,6 +1084,7 @@ def evaluate(
         no_results_table(settings.display),
         without_provider_sdk_state(run.planned),
         revision_resolved_once(),
+        scrubbed_log_records(),  # inspect's trace file logs each request's URL
     ):
         try:
             if not run.tasks:  # a shard dealt no cells (more shards than cells) runs nothing

@@ -27,6 +27,20 @@ Every request of one trial is served atomically on the event loop (log, then the
 whole pipeline, with no await in between), so the log's order is the order of execution and
 the replay is exact; a concurrent request with the same Idempotency-Key sees the first one
 done and gets its saved response.
+
+A web page the user visits can reach a loopback server too: by DNS rebinding (its own name
+resolved to 127.0.0.1, so the browser sends ``Host: evil.example``) or by a cross-origin
+"simple" request (a ``text/plain`` or form POST needs no preflight). Every request (control
+API, services and MCP alike) passes one check, :func:`check_origin`: on a loopback bind the
+``Host`` must name a loopback address (421 otherwise), and an ``Origin``, when a browser sends
+one, must be a loopback origin or the server's own (403 otherwise). SDKs send no ``Origin``
+and the ``Host`` of the URL they were given, so they pass. A control POST must say
+``Content-Type: application/json`` (415), which no cross-origin page can send without a
+preflight the server never grants.
+
+A connection may wait at most :data:`IDLE_SECONDS` for a whole request head, from when it is
+opened or its last reply ends: one opened and left silent, or fed a header a byte at a time,
+is closed then. A request being served (a ``hang`` reply held open) is not idle.
 """
 
 from __future__ import annotations
@@ -48,6 +62,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlsplit
 
 import httpx
 from twice.assertions import score_trial
@@ -78,6 +93,11 @@ MAX_CONTROL_BODY = 64 * 1024
 MAX_SERVICE_BODY = 1024 * 1024
 """Bytes a service (or MCP) request body may have."""
 MAX_HANG_SECONDS = 600.0
+IDLE_SECONDS = 5.0
+"""Seconds a connection may wait for a whole request head, from when it opens or its last
+reply ends (uvicorn's own keep-alive bound counts only from a reply)."""
+TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")
+"""What a ``--token`` may be: visible ASCII, no spaces (it travels in an HTTP header)."""
 LOST_REPLY_MODES = ("drop", "hang")
 TRIAL_FIELDS = ("task", "sample", "fault", "protection", "lost_reply", "hang_seconds")
 LOGGED_HEADERS = (
@@ -336,7 +356,7 @@ class ServedTrial:
             request_record(request.method, str(request.url), dict(request.headers), request.content)
         )
 
-    def mcp_endpoint(self, host: str) -> TrialMcp:
+    def mcp_endpoint(self) -> TrialMcp:
         """The trial's MCP endpoint, made on first use."""
         if self.mcp is None:
             # Imported here: mcp is an optional extra ("twice[serve]"), needed only for MCP.
@@ -348,7 +368,6 @@ class ServedTrial:
                 self.ctx.tool_specs,
                 self.config.protection,
                 lambda: self.log("context", self.ctx.snapshot()),
-                host,
             )
         return self.mcp
 
@@ -422,7 +441,7 @@ class TwiceServer:
         log: The write-ahead request log; trials in it are rebuilt at once.
         base_url: ``http://HOST:PORT`` as clients reach the server (trial URLs start with it).
         token: Bearer token the control API requires (None: no token).
-        host: The bound host (MCP's DNS-rebinding protection is on for loopback).
+        host: The bound host (on loopback, :func:`check_origin` also checks ``Host``).
         tasks: Tasks of your own (``path.py:function``) trials may be made of, beside the
             built-in ones; each is loaded and built here.
 
@@ -509,6 +528,7 @@ class TwiceServer:
             return
         path: str = scope["path"]
         try:
+            check_origin(dict(scope["headers"]), self.host)
             if path.startswith("/_twice/"):
                 await self._control(scope, receive, send)
                 return
@@ -547,7 +567,7 @@ class TwiceServer:
             given = True
             return {"type": "http.request", "body": body, "more_body": False}
 
-        await trial.mcp_endpoint(self.host).handle(scope, replay, send)
+        await trial.mcp_endpoint().handle(scope, replay, send)
 
     async def _service(
         self,
@@ -623,6 +643,7 @@ class TwiceServer:
         trial_id, what = match["id"], match["what"]
         if trial_id is None:
             if method == "POST":
+                _require_json(scope)
                 body = await _body_within(scope, receive, MAX_CONTROL_BODY)
                 try:
                     data = json.loads(body or b"null")
@@ -687,6 +708,19 @@ class TwiceServer:
             self.request_log.close()
 
 
+def _require_json(scope: dict[str, Any]) -> None:
+    """A control POST says its body is JSON: a cross-origin page can send ``text/plain`` or a
+    form without a preflight, never ``application/json``."""
+    given = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+    media = given.split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        raise ControlError(
+            415,
+            f"Content-Type {_clip(given)!r} is not accepted: the control API takes a JSON "
+            "body with 'Content-Type: application/json'",
+        )
+
+
 def _content_length(scope: dict[str, Any]) -> int | None:
     raw = dict(scope["headers"]).get(b"content-length")
     return int(raw) if raw is not None and raw.isdigit() else None
@@ -710,6 +744,74 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _authority_host(authority: str) -> str | None:
+    """The host of ``host[:port]`` (brackets of an IPv6 literal dropped, lower case), or None
+    when ``authority`` is not one (a path, user info, a port that is not a number)."""
+    try:
+        parts = urlsplit(f"//{authority}")
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number in range)
+    except ValueError:
+        return None
+    if parts.path or parts.query or parts.fragment or "@" in parts.netloc:
+        return None
+    return parts.hostname or None
+
+
+def _clip(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def check_origin(headers: dict[bytes, bytes], bound_host: str) -> None:
+    """Refuse a request a web page made on the user's behalf: every route runs this one check.
+
+    On a loopback bind the ``Host`` must name a loopback address (``127.0.0.1``,
+    ``localhost``, ``[::1]``, any port): a DNS-rebinding page sends its own name. An
+    ``Origin`` (browsers send one on cross-origin requests) must be a loopback origin, or
+    this server's own when it is bound off loopback. No ``Origin`` (SDKs, curl) passes.
+
+    Raises:
+        ControlError: 421 for a ``Host`` that is not loopback, 403 for a foreign ``Origin``.
+    """
+    host = headers.get(b"host", b"").decode("latin-1").strip()
+    on_loopback = is_loopback(bound_host)
+    if on_loopback:
+        name = _authority_host(host)
+        if name is None or not is_loopback(name):
+            raise ControlError(
+                421,
+                f"Host {_clip(host)!r} is not a name of this server: bound to loopback, it "
+                "answers only Host 127.0.0.1, localhost or [::1] (any port), so a web page "
+                "cannot reach it by DNS rebinding",
+            )
+    raw = headers.get(b"origin")
+    if raw is None:
+        return
+    origin = raw.decode("latin-1").strip()
+    try:
+        parts = urlsplit(origin)
+        parts.port  # noqa: B018
+    except ValueError:
+        parts = None
+    allowed = (
+        parts is not None
+        and parts.scheme in ("http", "https")
+        and not parts.path.strip("/")
+        and parts.hostname is not None
+        and (
+            is_loopback(parts.hostname)
+            or (not on_loopback and parts.netloc.lower() == host.lower())
+        )
+    )
+    if not allowed:
+        raise ControlError(
+            403,
+            f"Origin {_clip(origin)!r} may not call this server: only pages served from "
+            "loopback (http://127.0.0.1:PORT, http://localhost:PORT, http://[::1]:PORT)"
+            + ("" if on_loopback else " or from this server itself")
+            + " may; clients other than browsers send no Origin",
+        )
 
 
 def _url_host(host: str) -> str:
@@ -758,9 +860,34 @@ def own_tasks(tasks: Sequence[str]) -> tuple[str, ...]:
     return own
 
 
+def check_options(db: str | Path, token: str | None) -> None:
+    """Refuse a ``--db`` or ``--token`` that would quietly turn a safeguard off.
+
+    An empty ``--db`` would keep nothing and take no one-server lock; an empty ``--token``
+    would mean no authentication at all. ``:memory:`` is the way to ask for a log that is not
+    kept.
+
+    Raises:
+        ServeError: naming the option, its value (never a token's) and what is accepted.
+    """
+    if not str(db).strip():
+        raise ServeError(
+            f"--db {str(db)!r} is not a file: give the request log's path (default "
+            f"{DEFAULT_DB}), or ':memory:' for one that is not kept (no restore, no lock)"
+        )
+    if token is not None and not TOKEN_CHARS.fullmatch(token):
+        shown = repr(token) if not token.strip() else "(not shown)"
+        raise ServeError(
+            f"--token {shown} is not a usable bearer token: give one or more visible ASCII "
+            "characters, no spaces (or leave --token out for no authentication, which only a "
+            "loopback bind allows)"
+        )
+
+
 def _prepare(
     host: str, port: int, db: str | Path, token: str | None, tasks: Sequence[str]
 ) -> tuple[socket.socket, TwiceServer]:
+    check_options(db, token)
     if not is_loopback(host) and not token:
         raise ServeError(
             f"refusing to bind {host!r} without --token: off loopback the control API needs a "
@@ -791,6 +918,57 @@ def _prepare(
     return sock, app
 
 
+def _protocol() -> type[Any]:
+    """uvicorn's h11 protocol, with a bound (the config's ``timeout_keep_alive``, by default
+    :data:`IDLE_SECONDS`) on the time a connection waits for a whole request head."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        # uvicorn arms its keep-alive timer only when a reply ends, and any byte cancels it:
+        # by itself it holds a connection opened and left silent, or fed a header slowly,
+        # for ever.
+        _idle: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._serving():
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            # (A pipelined request may be being served already.)
+            if not self._serving() and not self.transport.is_closing():
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _serving(self) -> bool:
+            return self.cycle is not None and not self.cycle.response_complete
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._idle = self.loop.call_later(self.timeout_keep_alive, self._expire)
+
+        def _disarm(self) -> None:
+            if self._idle is not None:
+                self._idle.cancel()
+                self._idle = None
+
+        def _expire(self) -> None:
+            self._idle = None
+            # A request being served (a held reply included) is not idle.
+            if not self._serving() and not self.transport.is_closing():
+                self.transport.close()
+
+    return Protocol
+
+
 def _uvicorn_server(config: Any, app: TwiceServer) -> Any:
     """uvicorn's server, which also tells ``app`` when it begins to stop and keeps the signal
     that stopped it (``stopped_by``)."""
@@ -817,14 +995,20 @@ def _uvicorn_server(config: Any, app: TwiceServer) -> Any:
 
 
 async def _serve_async(
-    sock: socket.socket, app: TwiceServer, started: Callable[[], None], stop: asyncio.Event | None
+    sock: socket.socket,
+    app: TwiceServer,
+    started: Callable[[], None],
+    stop: asyncio.Event | None,
+    idle_seconds: float = IDLE_SECONDS,
 ) -> int | None:
     """Serve until a stop signal (or ``stop``); returns the signal that stopped it, if any."""
     import uvicorn
 
     config = uvicorn.Config(
         app,
-        http="h11",  # drop_connection relies on this protocol's transport
+        http=_protocol(),  # uvicorn's h11: drop_connection relies on this protocol's transport
+        # Typed int by uvicorn; it is only handed to loop.call_later, which takes a float.
+        timeout_keep_alive=idle_seconds,  # type: ignore[arg-type]
         lifespan="off",
         log_level="warning",
         access_log=False,
@@ -868,8 +1052,9 @@ def serve(
         it. A SIGINT otherwise raises ``KeyboardInterrupt``.
 
     Raises:
-        ServeError: for a non-loopback host without a token, a busy port, a file that is
-            not a twice serve database, or a task of your own that cannot be loaded.
+        ServeError: for a non-loopback host without a token, an empty ``db`` or a token that
+            is empty or has spaces, a busy port, a file that is not a twice serve database,
+            or a task of your own that cannot be loaded.
     """
     stream = out or sys.stdout
     sock, app = _prepare(host, port, db, token, tasks)
@@ -892,10 +1077,13 @@ def running_server(
     port: int = 0,
     token: str | None = None,
     tasks: Sequence[str] = (),
+    idle_seconds: float = IDLE_SECONDS,
 ) -> Iterator[Running]:
     """Run a twice server in a background thread (tests, benches, ``--agent-cmd``).
 
     ``tasks``: tasks of your own (``path.py:function``) it hosts beside the built-in ones.
+    ``idle_seconds``: how long a connection may wait for a whole request (see
+    :data:`IDLE_SECONDS`).
 
     Yields:
         The running server; it stops when the block ends.
@@ -911,7 +1099,7 @@ def running_server(
         asyncio.set_event_loop(loop)
         stop_event = asyncio.Event()
         try:
-            loop.run_until_complete(_serve_async(sock, app, ready.set, stop_event))
+            loop.run_until_complete(_serve_async(sock, app, ready.set, stop_event, idle_seconds))
         except BaseException as ex:
             failure.append(ex)
             ready.set()

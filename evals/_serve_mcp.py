@@ -28,8 +28,6 @@ from pydantic import Field
 from twice.tasks import RunCrashed, ToolSpec
 
 ASGIApp = Callable[..., Awaitable[None]]
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-"""Hosts on which MCP's DNS-rebinding protection is on."""
 _INTENT_KEYED = ("intent-key", "declared")
 """Protections under which a keyed tool sends the same key when the model repeats a call."""
 
@@ -94,7 +92,9 @@ class TrialMcp:
         specs: Their declared idempotency classes, by tool name.
         protection: The trial's protection name (for the ``idempotentHint``).
         after_call: Called after every tool call (the server logs the tool layer's state).
-        host: The host the server is bound to; on loopback, DNS-rebinding protection is on.
+
+    The twice server checks ``Host`` and ``Origin`` of every request, MCP's included, before
+    it gets here (``_serve.check_origin``): the SDK's own check is off, so there is one.
     """
 
     def __init__(
@@ -104,7 +104,6 @@ class TrialMcp:
         specs: dict[str, ToolSpec],
         protection: str,
         after_call: Callable[[], None],
-        host: str,
     ) -> None:
         self.server: MCPServer[Any] = MCPServer(name=name, log_level="WARNING")
         for tool in tools:
@@ -116,15 +115,7 @@ class TrialMcp:
                 annotations=tool_annotations(specs.get(tool_name), protection),
                 structured_output=False,
             )
-        security = (
-            TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-                allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-            )
-            if host in LOOPBACK
-            else TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        )
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         # The Starlette app is not used: building it makes the session manager, which the
         # twice server calls directly for /t/<id>/mcp.
         self.server.streamable_http_app(

@@ -953,12 +953,14 @@ def trials(rates: tuple[float, ...], confidence: float) -> None:
     "--db",
     default="twice-serve.sqlite",
     show_default=True,
-    help="Write-ahead request log (SQLite); restarting on the same file restores every trial.",
+    help="Write-ahead request log (SQLite); restarting on the same file restores every trial "
+    "(':memory:' keeps none).",
 )
 @click.option(
     "--token",
     envvar="TWICE_SERVE_TOKEN",
-    help="Bearer token the control API requires (required off loopback; or $TWICE_SERVE_TOKEN).",
+    help="Bearer token the control API requires: visible ASCII, no spaces (required off "
+    "loopback; or $TWICE_SERVE_TOKEN).",
 )
 @click.option(
     "--task",

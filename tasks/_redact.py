@@ -4,6 +4,14 @@ A gateway's 401 can echo the ``Authorization`` header into an error, and an agen
 can print or raise with its environment: the values of the environment's key variables
 (``OPENAI_API_KEY``...) are replaced before twice records any such text. The one place for
 this rule: the evals layer (model args, summaries, reports) imports it from here.
+
+A *configured secret* is the value of an environment variable whose name :data:`SECRET_ENV`
+matches (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``...), the password of a
+``user:password@`` URL in the environment (also as its ``Basic`` header), or a credential
+written on an agent command's line (:func:`remember_command_secrets`); in each case only when
+it has at least :data:`MIN_SECRET_CHARS` characters. Each is replaced wherever it occurs,
+inside longer text too (``https://gw.example/KEY/v1`` becomes
+``https://gw.example/[redacted]/v1``).
 """
 
 from __future__ import annotations

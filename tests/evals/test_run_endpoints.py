@@ -28,8 +28,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     requests: list[str]
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length", 0)))
+        raw = self.rfile.read(int(self.headers.get("content-length", 0)))
         self.requests.append(self.path)
+        HEADERS.append(dict(self.headers))
+        if self.mode == "ok":  # a chat completions server whose model just says it is done
+            self._reply(200, _done(json.loads(raw)["model"]))
+            return
         if self.mode == "hang":
             time.sleep(30)  # longer than any --timeout below; the server thread is a daemon
             return
@@ -45,22 +49,43 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body.encode())
 
+    def _reply(self, status: int, data: Any) -> None:
+        body = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, *args: Any) -> None:
         pass
 
 
+def _done(model: str) -> dict[str, Any]:
+    message = {"role": "assistant", "content": "Done."}
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 2, "total_tokens": 32},
+    }  # fmt: skip
+
+
 REQUESTS: list[str] = []
 """The requests the endpoint fixture's servers got, in this test."""
+HEADERS: list[dict[str, str]] = []
+"""Their headers."""
 
 
 @pytest.fixture
 def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], str]]:
-    """``endpoint(mode)`` → a base URL on 127.0.0.1 that answers 401, 500, hangs or is dead."""
+    """``endpoint(mode)`` → a base URL on 127.0.0.1 that answers 401, 500, hangs, is dead, or
+    (``ok``) answers chat completions."""
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     servers: list[http.server.ThreadingHTTPServer] = []
     requests = REQUESTS
     requests.clear()
+    HEADERS.clear()
 
     def start(mode: str) -> str:
         if mode == "dead":
@@ -187,6 +212,84 @@ def test_endpoints_secret_echo_is_scrubbed_from_sample_errors_and_report(
     report = tmp_path / "again.html"
     assert twice("report", log_dir, "-o", report).exit_code == 0
     assert SECRET not in report.read_text()
+
+
+GATEWAY_KEY = "gw-SECRET-in-a-longer-value-0123"
+
+
+def test_a_key_inside_longer_model_args_reaches_the_provider_and_no_file(
+    twice: Twice,
+    endpoint: Callable[[str], str],
+    find_secret: Callable[[Path, str], list[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The failing path: only a model arg *equal* to a key was refused or scrubbed; one holding
+    # it (a gateway's key in the base_url path or fragment, an organization built from it)
+    # went to inspect as it was, which wrote it into header.json, _journal/start.json,
+    # logs.json, eval-set.json and its trace file.
+    from inspect_ai._util.trace import inspect_trace_file
+    from inspect_ai.log import read_eval_log
+
+    monkeypatch.setenv("GW_API_KEY", GATEWAY_KEY)
+    url = endpoint("ok").removesuffix("/v1") + f"/{GATEWAY_KEY}/v1#{GATEWAY_KEY}"
+    log_dir = tmp_path / "logs"
+    result = twice(
+        "run", "--model", "openai-api/gw/probe-model", "-M", f"base_url={url}",
+        "-M", f"organization={GATEWAY_KEY}-suffix", "--task", "refund", "--fault", "none",
+        "--limit", "1", "--log-dir", log_dir, "--display", "none", "--max-retries", "0",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    # The provider got the values as given: the call went where it was meant to.
+    assert REQUESTS and REQUESTS[0] == f"/{GATEWAY_KEY}/v1/chat/completions"
+    sent = {k.lower(): v for k, v in HEADERS[0].items()}
+    assert sent.get("openai-organization") == f"{GATEWAY_KEY}-suffix", sorted(sent)
+    # No file holds the key: the .eval members (zstd, read through zipfile_zstd),
+    # logs.json, eval-set.json, summary.json, report.html.
+    names = {p.name for p in log_dir.iterdir()}
+    assert {"logs.json", "eval-set.json", "summary.json", "report.html"} <= names
+    assert find_secret(log_dir, GATEWAY_KEY) == []
+    assert GATEWAY_KEY not in result.output
+    # Inspect's trace file (this process's) logged each request's URL: scrubbed too.
+    trace = inspect_trace_file().read_text(encoding="utf-8")
+    assert f"/{REDACTED}/v1/chat/completions" in trace
+    assert GATEWAY_KEY not in trace
+    (log,) = log_dir.glob("*.eval")
+    header = read_eval_log(str(log), header_only=True).eval
+    assert header.model_args["organization"] == f"{REDACTED}-suffix"
+    assert header.model_base_url == url.replace(GATEWAY_KEY, REDACTED)
+    # A rerun into the same directory resumes the finished log: the recorded (scrubbed)
+    # args are the task's identity on both sides.
+    again = twice(
+        "run", "--model", "openai-api/gw/probe-model", "-M", f"base_url={url}",
+        "-M", f"organization={GATEWAY_KEY}-suffix", "--task", "refund", "--fault", "none",
+        "--limit", "1", "--log-dir", log_dir, "--display", "none", "--max-retries", "0",
+    )  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert len(REQUESTS) == 1 and list(log_dir.glob("*.eval")) == [log]
+
+
+def test_a_model_name_holding_a_key_is_refused_naming_the_variable(
+    twice: Twice,
+    endpoint: Callable[[str], str],
+    find_secret: Callable[[Path, str], list[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The failing path: the run went ahead and inspect wrote the name (key and all) into
+    # every log file and model event.
+    monkeypatch.setenv("GW_API_KEY", GATEWAY_KEY)
+    log_dir = tmp_path / "logs"
+    result = twice(
+        "run", "--model", f"openai-api/gw/{GATEWAY_KEY}", "-M", f"base_url={endpoint('ok')}",
+        "--task", "refund", "--fault", "none", "--limit", "1", "--log-dir", log_dir,
+        "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert GATEWAY_KEY not in result.output
+    assert "holds the value of GW_API_KEY" in result.stderr
+    assert f"'openai-api/gw/{REDACTED}'" in result.stderr
+    assert REQUESTS == [] and (not log_dir.exists() or find_secret(log_dir, GATEWAY_KEY) == [])
 
 
 def test_endpoints_scrub_exception_follows_the_chain(monkeypatch: pytest.MonkeyPatch) -> None:

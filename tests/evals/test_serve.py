@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -113,17 +116,20 @@ def test_serve_bad_trial_request_is_400_naming_the_field(
     assert field in error["message"]
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 def test_serve_control_body_that_is_not_json_or_too_big(server: str) -> None:
-    r = httpx.post(f"{server}/_twice/trials", content=b"{task: refund")
+    r = httpx.post(f"{server}/_twice/trials", content=b"{task: refund", headers=JSON)
     assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
-    r = httpx.post(f"{server}/_twice/trials", content=b"[" + b" " * 70_000 + b"]")
+    r = httpx.post(f"{server}/_twice/trials", content=b"[" + b" " * 70_000 + b"]", headers=JSON)
     assert r.status_code == 413
 
 
 def test_serve_json_nested_past_the_stack_is_a_400(server: str, trial: Callable[..., Any]) -> None:
     # The failing path: json.loads raised RecursionError, a 500 with a server traceback.
     deep = b"[" * 30_000 + b"]" * 30_000
-    r = httpx.post(f"{server}/_twice/trials", content=deep)
+    r = httpx.post(f"{server}/_twice/trials", content=deep, headers=JSON)
     assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
     t = trial()
     r = httpx.post(
@@ -324,6 +330,168 @@ def test_serve_refuses_a_db_it_cannot_open_in_one_line(tmp_path: Path) -> None:
         assert result.exit_code == 2, result.output
         assert f"cannot open {db} as twice serve's request log" in result.output
         assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("db", "token", "shown"),
+    [
+        ("", None, "--db ''"),
+        (" ", None, "--db ' '"),
+        ("x.sqlite", "", "--token ''"),
+        ("x.sqlite", "two words", "--token (not shown)"),
+    ],
+)
+def test_serve_refuses_an_empty_db_or_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: str, token: str | None, shown: str
+) -> None:
+    # The failing path: --db "" served with nothing kept and no one-server lock, and
+    # --token "" served with no authentication at all, both without a word.
+    monkeypatch.chdir(tmp_path)  # where a --db ' ' would land
+    if db.strip():
+        db = str(tmp_path / db)
+    with pytest.raises(ServeError, match=re.escape(shown)):
+        _prepare("127.0.0.1", 0, db, token, ())
+    args = ["--db", db, *(["--token", token] if token is not None else [])]
+    done = subprocess.run(
+        [sys.executable, "-c", "from twice.evals.cli import main; main()", "serve",
+         "--port", "0", *args],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {shown} ") and done.stdout == ""
+    assert "two words" not in done.stderr  # a token is a secret, even a bad one
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_serve_answers_only_loopback_host_and_origin(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    # The failing path: a page whose name resolved to 127.0.0.1 (DNS rebinding) sent its own
+    # Host and was answered, and a cross-origin page's POST was taken: it could make and
+    # read trials and call their services.
+    t = trial()
+    port = server.rsplit(":", 1)[1]
+    payments = f"{t['urls']['payments']}/v1/refunds"
+    mcp = t["urls"]["mcp"]
+    for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}",
+                 f"user@127.0.0.1:{port}", ""):  # fmt: skip
+        for method, url in (("GET", f"{server}/_twice/trials"), ("GET", payments),
+                            ("POST", mcp)):  # fmt: skip
+            r = httpx.request(method, url, headers={"Host": host, **JSON}, content=b"{}")
+            assert r.status_code == 421, (host, url, r.text)
+            assert "DNS rebinding" in r.json()["error"]["message"]
+    made = len(httpx.get(f"{server}/_twice/trials").json()["trials"])
+    for origin in ("http://evil.example", f"http://evil.example:{port}", "null",
+                   "http://localhost:3000.evil.example", "file://"):  # fmt: skip
+        r = httpx.post(f"{server}/_twice/trials", json={"task": "refund"},
+                       headers={"Origin": origin})  # fmt: skip
+        assert r.status_code == 403, (origin, r.text)
+        r = httpx.post(payments, json=REFUND, headers={"Origin": origin})
+        assert r.status_code == 403, (origin, r.text)
+    assert len(httpx.get(f"{server}/_twice/trials").json()["trials"]) == made
+    assert refunds(server, t) == []
+    # Loopback names and origins (a browser-based agent served from localhost) still work.
+    for host, origin in ((f"localhost:{port}", None), (f"127.0.0.1:{port}", None),
+                         (f"127.0.0.1:{port}", "http://localhost:5173"),
+                         (f"localhost:{port}", f"http://127.0.0.1:{port}"),
+                         (f"127.0.0.1:{port}", "https://[::1]:8443")):  # fmt: skip
+        headers = {"Host": host, **({"Origin": origin} if origin else {})}
+        r = httpx.post(f"{server}/_twice/trials", json={"task": "refund"}, headers=headers)
+        assert r.status_code == 201, (host, origin, r.text)
+    r = httpx.get(f"{payments}?order_id=order_1042", headers={"Origin": "http://localhost:3000"})
+    assert r.status_code == 200, r.text
+
+
+def test_serve_process_refuses_a_web_page_and_serves_an_sdk(tmp_path: Path) -> None:
+    # The same checks on a `twice serve` process, as a user starts it.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from twice.evals.cli import main; main()", "serve",
+         "--port", "0", "--db", str(tmp_path / "serve.sqlite")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split()[-1]
+        trials = f"{url}/_twice/trials"
+        rebound = {"Host": f"evil.example:{url.rsplit(':', 1)[1]}"}
+        assert httpx.get(trials, headers=rebound).status_code == 421
+        page = {"Origin": "http://evil.example"}
+        assert httpx.post(trials, json={"task": "refund"}, headers=page).status_code == 403
+        plain = {"Content-Type": "text/plain"}
+        assert httpx.post(trials, content=b'{"task": "refund"}', headers=plain).status_code == 415
+        made = httpx.post(trials, json={"task": "refund"})
+        assert made.status_code == 201, made.text
+        assert httpx.get(trials).json()["trials"] == [made.json()]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_serve_control_post_needs_a_json_content_type(server: str) -> None:
+    # The failing path: a text/plain POST (which a cross-origin page sends with no preflight)
+    # made a trial.
+    made = len(httpx.get(f"{server}/_twice/trials").json()["trials"])
+    body = json.dumps({"task": "refund"}).encode()
+    for content_type in ("text/plain", "application/x-www-form-urlencoded",
+                         "multipart/form-data; boundary=x", None):  # fmt: skip
+        headers = {"Content-Type": content_type} if content_type else {}
+        r = httpx.post(f"{server}/_twice/trials", content=body, headers=headers)
+        assert r.status_code == 415, (content_type, r.text)
+        assert "Content-Type: application/json" in r.json()["error"]["message"]
+    assert len(httpx.get(f"{server}/_twice/trials").json()["trials"]) == made
+    for content_type in ("application/json", "Application/JSON; charset=utf-8"):
+        r = httpx.post(
+            f"{server}/_twice/trials", content=body, headers={"Content-Type": content_type}
+        )
+        assert r.status_code == 201, (content_type, r.text)
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed ``sock`` (None: still open after ``seconds``)."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return None
+    return time.monotonic() - started
+
+
+def test_serve_closes_connections_that_send_no_whole_request() -> None:
+    # The failing path: uvicorn bounds a connection's idle time only after a reply, and any
+    # byte ends that bound: a connection opened and left silent, or sent half a request
+    # head, was held open for ever.
+    with running_server(idle_seconds=0.5) as running:
+        host, port = running.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as silent:
+            assert (_closed_within(silent, 10) or 99) < 5
+        with socket.create_connection((host, int(port))) as half:
+            half.sendall(b"GET /_twice/trials HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            for _ in range(3):  # bytes that never finish a head do not reset the bound
+                time.sleep(0.2)
+                half.sendall(b"X-Slow: 1\r\n")
+            assert (_closed_within(half, 10) or 99) < 5
+        # After a reply, as uvicorn's keep-alive bound does.
+        with httpx.Client() as client:
+            assert client.get(f"{running.url}/_twice/trials").status_code == 200
+            time.sleep(1.5)
+            assert client.get(f"{running.url}/_twice/trials").status_code == 200  # reconnects
+
+
+def test_serve_a_held_reply_is_not_idle() -> None:
+    # A hang longer than the idle bound is held for its own hang_seconds.
+    with running_server(idle_seconds=0.5) as running:
+        made = httpx.post(
+            f"{running.url}/_twice/trials",
+            json={"task": "refund", "fault": "lost_reply", "lost_reply": "hang",
+                  "hang_seconds": 2},
+        ).json()  # fmt: skip
+        started = time.monotonic()
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.post(f"{made['urls']['payments']}/v1/refunds", json=REFUND, timeout=30)
+        assert 1.9 < time.monotonic() - started < 10
 
 
 def test_one_serve_per_db(tmp_path: Path) -> None:
