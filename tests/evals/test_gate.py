@@ -345,6 +345,19 @@ def test_gate_junit_has_one_case_per_rule_and_cell(make_trials: Trials) -> None:
     assert cases["a/ok / baseline / refund / lost_reply / bare"].find("failure") is None
 
 
+def test_gate_shipped_junit_fails_a_cell_with_wrong_values(make_trials: Trials) -> None:
+    # 100 trials without faults, none duplicated, 10 refunding another amount than asked:
+    # the shipped gate's wrong-values rule is the one that fails, in its own test case.
+    result = evaluate_gate(make_trials(100, wrong=10, fault="none"), load_gate(SHIPPED_GATE))
+    cases = {
+        c.get("classname"): c for c in ET.fromstring(junit_xml(result.checks)).iter("testcase")
+    }
+    wrong = cases["twice.rule.no wrong values without faults"].find("failure")
+    assert wrong is not None
+    assert "10 of 100 trials wrong: wrong_rate 10.0%" in (wrong.get("message") or "")
+    assert cases["twice.rule.no duplicates without faults"].find("failure") is None
+
+
 def test_gate_baseline_and_report_badge_agree(make_trials: Trials) -> None:
     # One test behind both (issue 11): the report used a two-sided score test and the gate a
     # one-sided Fisher test, so a report could say "regression" where the gate passed.
