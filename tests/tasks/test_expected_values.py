@@ -108,3 +108,20 @@ def test_drift_whose_only_refund_is_the_changed_amount_does_not_complete(tmp_pat
     values, explanation = _score(log)
     assert (values["completed"], values["safe_success"], values["wrong_effects"]) == (0, 0, 1)
     assert "wrong values: re_1: amount 498, asked 499" in explanation
+
+
+def test_every_builtin_sample_gets_its_asked_values_from_the_gold_plan(tmp_path: Path) -> None:
+    # The stubs send the gold plan's arguments: on every sample of every task, without a
+    # fault, each trial completes with no wrong effect. A value the dataset states wrongly
+    # ($4.99 as 498 cents) or under a field its effect does not have fails here.
+    tasks = [TASKS[name](fault="none", protection="bare") for name in sorted(TASKS)]
+    logs = inspect_eval(tasks, model="stub/no-retry", log_dir=str(tmp_path), display="none")
+    for log in logs:
+        assert log.status == "success", (log.eval.task, log.error)
+        assert log.samples
+        for sample in log.samples:
+            assert sample.scores is not None, (log.eval.task, sample.id, sample.error)
+            score = sample.scores["side_effects"]
+            assert isinstance(score.value, dict)
+            where = (log.eval.task, sample.id, score.explanation)
+            assert score.value["wrong_effects"] == 0 and score.value["completed"] == 1, where
