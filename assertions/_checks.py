@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from twice.mocks import Effect, Ledger
 
-from ._metrics import matching
+from ._metrics import check_value_fields, matching, wrong_values
 from ._verdict import Verdict, attempts_behind, format_failures
 
 
@@ -66,6 +66,11 @@ _BOUNDS: tuple[str, ...] = ("exactly", "at_most", "at_least", "never")
 class Count:
     """How many effects called ``effect`` with fields matching ``where`` may be committed.
 
+    With ``values``, each of those effects must also carry these values (compared exactly,
+    as an intent's values are): an effect with another value is *wrong* and fails the check
+    whatever the count, e.g. ``expected exactly 1 with amount=499, observed 1, wrong values:
+    re_1: amount 3997, asked 499``.
+
     Build it with :func:`exactly`, :func:`at_most`, :func:`at_least` or :func:`never`.
     """
 
@@ -73,6 +78,7 @@ class Count:
     n: int
     effect: str
     where: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.bound not in _BOUNDS:
@@ -84,6 +90,18 @@ class Count:
         if self.bound == "never" and self.n != 0:
             raise ValueError(f"never() counts zero effects, got n={self.n!r}")
         _check_effect_name(self.effect)
+        if not isinstance(self.values, Mapping):
+            raise ValueError(f"values must be an object of field values, got {self.values!r}")
+        if self.values and self.bound == "never":
+            raise ValueError(
+                f"never() with values {dict(self.values)!r}: no effect may exist, so there are "
+                "no values to check; use where= to say which effects must not exist"
+            )
+        if both := sorted(set(self.where) & set(self.values)):
+            raise ValueError(
+                f"{', '.join(both)} is both a where filter and a value; a where field is "
+                "matched exactly already: state it once"
+            )
 
     @property
     def subject(self) -> str:
@@ -92,8 +110,14 @@ class Count:
 
     @property
     def expected(self) -> str:
-        """``exactly 1``, ``at most 2``, ``at least 1`` or ``none``."""
-        return "none" if self.bound == "never" else f"{self.bound.replace('_', ' ')} {self.n}"
+        """``exactly 1``, ``at most 2``, ``at least 1`` or ``none``; with values, ``exactly 1
+        with amount=499``."""
+        if self.bound == "never":
+            return "none"
+        text = f"{self.bound.replace('_', ' ')} {self.n}"
+        if self.values:
+            text += " with " + ", ".join(f"{k}={v!r}" for k, v in self.values.items())
+        return text
 
     def holds(self, observed: int) -> bool:
         """Whether ``observed`` effects satisfy the bound."""
@@ -104,15 +128,20 @@ class Count:
         return observed == self.n  # exactly, never
 
     def check(self, ledger: Ledger) -> Verdict:
-        """Count the matching effects in ``ledger``."""
+        """Count the matching effects in ``ledger`` (and check their values)."""
         effects = matching(ledger, self.effect, self.where)
+        check_value_fields(ledger, self.effect, self.values)
+        wrong = [f"{e.id}: {', '.join(w)}" for e in effects if (w := wrong_values(e, self.values))]
         behind = {a.n for a in attempts_behind(ledger, effects)}
         behind.update(_uncommitted_attempts(ledger, self.effect, self.where))
+        observed: int | str = len(effects)
+        if wrong:
+            observed = f"{len(effects)}, wrong values: {'; '.join(wrong)}"
         return Verdict(
-            ok=self.holds(len(effects)),
+            ok=self.holds(len(effects)) and not wrong,
             subject=self.subject,
             expected=self.expected,
-            observed=len(effects),
+            observed=observed,
             effects=tuple(effects),
             attempts=tuple(ledger.attempt(n) for n in sorted(behind)),
         )
@@ -125,26 +154,43 @@ class Count:
         data["effect"] = self.effect
         if self.where:
             data["where"] = dict(self.where)
+        if self.values:
+            data["values"] = dict(self.values)
         return data
 
 
-def exactly(n: int, effect: str, /, **where: Any) -> Count:
+def exactly(
+    n: int, effect: str, /, *, values: Mapping[str, Any] | None = None, **where: Any
+) -> Count:
     """Exactly ``n`` effects called ``effect`` whose fields match ``where``.
 
+    Args:
+        n: The count.
+        effect: The effect name.
+        values: Values each of those effects must carry (an effect with another value
+            fails the check: asked 499 cents, refunded 3997).
+        **where: Only effects whose fields equal these values are counted.
+
     Example:
-        >>> exactly(1, "payments.refund.create", order_id="order_1042")
+        >>> exactly(1, "payments.refund.create", order_id="order_1042", values={"amount": 499})
     """
-    return Count("exactly", n, effect, dict(where))
+    return Count("exactly", n, effect, dict(where), dict(values or {}))
 
 
-def at_most(n: int, effect: str, /, **where: Any) -> Count:
-    """At most ``n`` effects called ``effect`` whose fields match ``where``."""
-    return Count("at_most", n, effect, dict(where))
+def at_most(
+    n: int, effect: str, /, *, values: Mapping[str, Any] | None = None, **where: Any
+) -> Count:
+    """At most ``n`` effects called ``effect`` whose fields match ``where`` (each carrying
+    ``values``, when given)."""
+    return Count("at_most", n, effect, dict(where), dict(values or {}))
 
 
-def at_least(n: int, effect: str, /, **where: Any) -> Count:
-    """At least ``n`` (≥ 1) effects called ``effect`` whose fields match ``where``."""
-    return Count("at_least", n, effect, dict(where))
+def at_least(
+    n: int, effect: str, /, *, values: Mapping[str, Any] | None = None, **where: Any
+) -> Count:
+    """At least ``n`` (≥ 1) effects called ``effect`` whose fields match ``where`` (each
+    carrying ``values``, when given)."""
+    return Count("at_least", n, effect, dict(where), dict(values or {}))
 
 
 def never(effect: str, /, **where: Any) -> Count:
@@ -354,9 +400,9 @@ def no_unseen_effects(effect: str | None = None, /, **where: Any) -> NoUnseenEff
 
 _KEYS: dict[str, tuple[set[str], set[str]]] = {
     # kind: (required keys, optional keys) besides "assert"
-    "exactly": ({"n", "effect"}, {"where"}),
-    "at_most": ({"n", "effect"}, {"where"}),
-    "at_least": ({"n", "effect"}, {"where"}),
+    "exactly": ({"n", "effect"}, {"where", "values"}),
+    "at_most": ({"n", "effect"}, {"where", "values"}),
+    "at_least": ({"n", "effect"}, {"where", "values"}),
     "never": ({"effect"}, {"where"}),
     "compensated": ({"effect", "by", "on"}, {"unless", "saga", "where"}),
     "no_unseen_effects": (set(), {"effect", "where"}),
@@ -366,10 +412,12 @@ _KEYS: dict[str, tuple[set[str], set[str]]] = {
 def parse_assertion(data: Mapping[str, Any]) -> Count | Compensated | NoUnseenEffects:
     """Build a built-in assertion from its JSON form, as a dataset carries it.
 
-    Forms: ``{"assert": "exactly"|"at_most"|"at_least", "n": 1, "effect": ..., "where": {...}}``,
+    Forms: ``{"assert": "exactly"|"at_most"|"at_least", "n": 1, "effect": ..., "where": {...},
+    "values": {...}}``,
     ``{"assert": "never", "effect": ..., "where": {...}}``, ``{"assert": "compensated",
     "effect": ..., "by": ..., "on": ..., "unless": ..., "saga": ..., "where": {...}}``,
-    ``{"assert": "no_unseen_effects", "effect": ..., "where": {...}}``; ``where`` is optional.
+    ``{"assert": "no_unseen_effects", "effect": ..., "where": {...}}``; ``where`` and
+    ``values`` are optional.
 
     Raises:
         ValueError: naming the bad value and what is accepted.
@@ -401,7 +449,10 @@ def parse_assertion(data: Mapping[str, Any]) -> Count | Compensated | NoUnseenEf
         )
     if kind == "no_unseen_effects":
         return NoUnseenEffects(data.get("effect"), where)
-    return Count(kind, data.get("n", 0), data["effect"], where)
+    values = data.get("values", {})
+    if not isinstance(values, Mapping):
+        raise ValueError(f"'values' must be an object of field values, got {values!r}")
+    return Count(kind, data.get("n", 0), data["effect"], where, dict(values))
 
 
 def check_all(ledger: Ledger, *assertions: Assertion) -> list[Verdict]:

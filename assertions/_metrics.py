@@ -16,6 +16,8 @@ METRICS: tuple[str, ...] = (
     "duplicated",
     "excess_effects",
     "diverged",
+    "wrong",
+    "wrong_effects",
     "exactly_once",
     "safe_success",
     "unseen_effects",
@@ -32,11 +34,36 @@ class Intent:
         identity: Fields that say which action this is (``{"order_id": "order_1042"}``);
             other fields (amount, reason) may legitimately vary and are not identity.
         expected: How many effects should exist (usually 1; 0 for "must not happen").
+        values: What the request asked for beyond the identity, as the service commits it
+            (``{"amount": 499}``: cents, as the payments service records a refund). An
+            effect of the intent whose field differs from one of them is *wrong* (see
+            :func:`wrong_values`) and does not complete the intent. Only for an intent
+            expected at least once: an effect of an intent expected 0 times is already
+            excess, whatever its values.
+
+    Raises:
+        ValueError: for a values field that is also an identity field (identity is already
+            compared exactly), or values on an intent expected 0 times.
     """
 
     effect: str
     identity: Mapping[str, Any]
     expected: int = 1
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if both := sorted(set(self.identity) & set(self.values)):
+            raise ValueError(
+                f"intent {self.label()}: {', '.join(both)} is both an identity field and a "
+                "value; identity fields are already compared exactly, so state it once, in "
+                "identity"
+            )
+        if self.values and self.expected < 1:
+            raise ValueError(
+                f"intent {self.label()} is expected {self.expected} times and states values "
+                f"{dict(self.values)!r}; values describe an action that should happen, so "
+                "they need expected >= 1"
+            )
 
     def matches(self, effect: Effect) -> bool:
         """Whether a committed effect is (an instance of) this intent."""
@@ -51,12 +78,66 @@ class Intent:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Intent:
-        """Build from dataset JSON: ``{"effect", "identity", "expected"}``."""
+        """Build from dataset JSON: ``{"effect", "identity", "expected", "values"}``
+        (``values`` optional)."""
         return cls(
             effect=str(data["effect"]),
             identity=dict(data.get("identity", {})),
             expected=int(data.get("expected", 1)),
+            values=dict(data.get("values") or {}),
         )
+
+
+def same_value(committed: Any, asked: Any) -> bool:
+    """Whether a committed field equals the value asked for: exact equality of the JSON
+    values, as the service committed them (cents, strings case and all), except that a
+    boolean never equals a number (``True == 1`` in Python, not in a request)."""
+    if isinstance(committed, bool) != isinstance(asked, bool):
+        return False
+    return bool(committed == asked)
+
+
+def wrong_values(effect: Effect, values: Mapping[str, Any]) -> list[str]:
+    """The fields of ``effect`` that differ from ``values``, each as ``amount 3997, asked
+    499`` (empty when every value matches). A field the effect lacks differs."""
+    return [
+        f"{k} {_shown(effect.fields.get(k))}, asked {_shown(v)}"
+        if k in effect.fields
+        else f"no {k}, asked {_shown(v)}"
+        for k, v in values.items()
+        if k not in effect.fields or not same_value(effect.fields[k], v)
+    ]
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_value_fields(ledger: Ledger, effect: str, values: Mapping[str, Any]) -> None:
+    """Refuse a value no committed ``effect`` has as a field.
+
+    A misspelt field (``"amout"``) would make every effect of the name wrong, so it is an
+    error instead. Nothing is checked while no such effect is committed (the fields of an
+    effect are known only then).
+
+    Raises:
+        ValueError: naming the value and the effect's fields.
+    """
+    named = [e for e in ledger.effects if e.name == effect]
+    for key in values:
+        if named and not any(key in e.fields for e in named):
+            fields = sorted({k for e in named for k in e.fields})
+            raise ValueError(
+                f"value {key!r} is not a field of {effect} effects; their fields are: "
+                f"{', '.join(fields)}"
+            )
+
+
+def _check_value_fields(ledger: Ledger, intent: Intent) -> None:
+    try:
+        check_value_fields(ledger, intent.effect, intent.values)
+    except ValueError as ex:
+        raise ValueError(f"intent {intent.label()}: {ex}") from None
 
 
 def matching(ledger: Ledger, effect: str, where: Mapping[str, Any]) -> list[Effect]:
@@ -94,6 +175,12 @@ class IntentResult:
     effects: list[str]
     evidence: list[str]
     diverged_fields: list[str] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
+    """What the intent asked for beyond its identity (empty: nothing)."""
+    wrong: list[str] = field(default_factory=list)
+    """Ids of its effects whose values differ from :attr:`values`."""
+    wrong_values: list[str] = field(default_factory=list)
+    """One line per wrong effect: ``re_1: amount 3997, asked 499``."""
 
 
 @dataclass
@@ -117,6 +204,8 @@ class EffectFacts:
     """Beyond its intent's expected count (the later ones are the repeats), or unmatched."""
     seen: bool
     """Its id appeared, as a whole word, in a tool result the agent was shown."""
+    wrong: bool = False
+    """Its values differ from what its intent asked for (``IntentResult.values``)."""
 
 
 @dataclass
@@ -137,6 +226,13 @@ class TrialMetrics:
     """Why the task's end-state check failed, or None when it held."""
     effects: list[EffectFacts] = field(default_factory=list)
     """One entry per committed effect, in ledger order."""
+    wrong_effects: int = 0
+    """Effects of an intent whose values differ from what it asked for."""
+
+    @property
+    def wrong(self) -> bool:
+        """Some effect has values other than its intent asked for."""
+        return self.wrong_effects > 0
 
     def values(self) -> dict[str, float]:
         """The metric values as floats (booleans as 0/1), for an inspect Score."""
@@ -156,6 +252,7 @@ class TrialMetrics:
         lines = [
             f"{r.intent}: expected {r.expected}, observed {r.observed}"
             + (f" ({'; '.join(r.evidence)})" if r.evidence else "")
+            + (f"; wrong values: {'; '.join(r.wrong_values)}" if r.wrong_values else "")
             for r in self.intents
         ]
         lines += [f"unmatched effect: {u}" for u in self.unmatched]
@@ -198,6 +295,7 @@ def trial_metrics(
     completed = end_state_error is None
     duplicated = diverged = False
     excess = 0
+    wrong_ids: set[str] = set()
     for intent in intents:
         # Raises for an identity field no effect of that name has (a misspelt "order_idd"):
         # the intent would match nothing, and a trial that refunded twice would score
@@ -206,12 +304,17 @@ def trial_metrics(
             effects = matching(ledger, intent.effect, intent.identity)
         except ValueError as ex:
             raise ValueError(f"intent {intent.label()}: {ex}") from None
+        _check_value_fields(ledger, intent)
         matched.update(e.id for e in effects)
         for e in effects:
             intent_of.setdefault(e.id, intent.label())
         excess_ids.update(e.id for e in effects[max(0, intent.expected) :])
         n = len(effects)
-        if intent.expected >= 1 and n < 1:
+        wrong = [(e, w) for e in effects if (w := wrong_values(e, intent.values))]
+        wrong_ids.update(e.id for e, _ in wrong)
+        # A wrong effect is a try at the intent (it counts toward duplicates and excess),
+        # but it is not the action asked for: only an effect with the asked values completes.
+        if intent.expected >= 1 and n - len(wrong) < 1:
             completed = False
         if n > intent.expected:
             duplicated = True
@@ -226,6 +329,9 @@ def trial_metrics(
                 effects=[e.id for e in effects],
                 evidence=[ledger.describe_effect(e) for e in effects],
                 diverged_fields=fields,
+                values=dict(intent.values),
+                wrong=[e.id for e, _ in wrong],
+                wrong_values=[f"{e.id}: {', '.join(w)}" for e, w in wrong],
             )
         )
     unmatched = [e for e in ledger.effects if e.id not in matched]
@@ -240,6 +346,7 @@ def trial_metrics(
             intent=intent_of.get(e.id),
             excess=e.id in excess_ids,
             seen=ledger.seen(e),
+            wrong=e.id in wrong_ids,
         )
         for e in ledger.effects
     ]
@@ -256,6 +363,7 @@ def trial_metrics(
         unmatched=[f"{e.name} {ledger.describe_effect(e)}" for e in unmatched],
         end_state=end_state_error,
         effects=facts,
+        wrong_effects=len(wrong_ids),
     )
 
 

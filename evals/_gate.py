@@ -352,12 +352,17 @@ def _cells(trials: pd.DataFrame) -> list[_Cell]:
 
 def _check_rule(rule: Rule, cell: _Cell, confidence: float) -> Check:
     column = metric(rule.metric).column
-    n = len(cell.scored)
+    # A trial scored before the metric existed (an older log) has no value for it: it is not
+    # a trial that measured 0, so it does not count toward min_trials.
+    values = cell.scored[column].dropna() if column in cell.scored else pd.Series(dtype=float)
+    n = len(values)
     label = cell_label(cell.keys)
     excluded = f"; {cell.errors} errored trial(s) excluded" if cell.errors else ""
+    if unmeasured := len(cell.scored) - n:
+        excluded += f"; {unmeasured} trial(s) scored before twice measured {column}"
     lo = hi = math.nan
     if _is_rate(rule.metric):
-        k = int(cell.scored[column].sum())
+        k = int(values.sum())
         point = k / n if n else math.nan
         lo, hi = wilson(k, n, alpha=alpha_of(confidence))
         value = {"point": point, "lower": lo, "upper": hi}[rule.statistic]
@@ -366,7 +371,7 @@ def _check_rule(rule: Rule, cell: _Cell, confidence: float) -> Check:
             f"Wilson {confidence:.0%} interval [{_num(rule.metric, lo)}, {_num(rule.metric, hi)}]"
         )
     else:
-        value = float(cell.scored[column].mean()) if n else math.nan
+        value = float(values.mean()) if n else math.nan
         evidence = f"{rule.metric} {_num(rule.metric, value)} over {n} trials"
     shown = (
         rule.statistic if rule.statistic == "point" else f"{rule.statistic} {confidence:.0%} bound"

@@ -64,6 +64,9 @@ class CellRates:
     frame: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False, compare=False)
     agent: str = REACT
     """The agent under test (``react``: twice's own loop)."""
+    wrong_rate: float = math.nan
+    """Share of trials with an effect whose values differ from the ones asked for (NaN when
+    no trial was scored)."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], trials: pd.DataFrame | None = None) -> CellRates:
@@ -95,6 +98,7 @@ class CellRates:
             row=r,
             frame=mine,
             agent=str(r.get("agent", REACT)),
+            wrong_rate=_float(r.get("wrong_rate")),
         )
 
     def __getitem__(self, key: str) -> Any:
@@ -147,11 +151,20 @@ class CellRates:
             undone = self.frame[~errored & (self.frame["completed"].fillna(0) == 0)]
             if not undone.empty:
                 parts.append("not completed" + _which(_trials_of(undone)))
+            if "wrong" in self.frame:
+                wrong = self.frame[~errored & (self.frame["wrong"].fillna(0) > 0)]
+                if not wrong.empty:
+                    parts.append("wrong values" + _which(_trials_of(wrong)))
         return f"CellRates({self.label()}: {'; '.join(parts)})"
 
 
 SHOWN = 5
 """Trials a repr names per list before it says how many more there are."""
+
+
+def _float(value: Any) -> float:
+    """A rate from a cells row: NaN when absent or null (logs scored before the metric)."""
+    return math.nan if value is None else float(value)
 
 
 def _pct(rate: float) -> str:

@@ -1430,9 +1430,13 @@ def format_table(table: pd.DataFrame) -> str:
             "dup 95% CI": table["duplication_ci"].map(ci),
             "safe": table["safe_success_rate"].map(pct),
             "excess": table["excess_effects_mean"].map(lambda x: "" if pd.isna(x) else f"{x:.2f}"),
+            "wrong": table["wrong_rate"].map(pct),
             "crashed": table["crashed_rate"].map(pct),
         }
     )
+    if not (table["wrong_rate"] > 0).any():
+        # No effect with other values than asked: the column would be zeros.
+        view = view.drop(columns=["wrong"])
     if (view["agent"] == REACT).all():
         # Only twice's own loop ran: the agent columns would say nothing.
         view = view.drop(columns=["agent", "crashed"])

@@ -103,6 +103,9 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     if AGENT_CRASHED.column in trials:
         rate_columns.append(AGENT_CRASHED.column)
     metric_columns = list(dict.fromkeys(rate_columns + mean_columns))
+    if missing := [c for c in metric_columns if c not in trials]:
+        # A frame from before a metric existed (built by hand, or by older code): unmeasured.
+        trials = trials.assign(**dict.fromkeys(missing, math.nan))
     masked = trials[metric_columns].astype(float).where(scored, math.nan)
     masked[keys] = trials[keys]
     masked["_scored"] = scored.astype(int)
@@ -110,9 +113,11 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     masked["_tokens"] = trials["total_tokens"]
     grouped = masked.groupby(keys, sort=True, dropna=False)
     sums = grouped[[*metric_columns, "_scored", "_crashed"]].sum()
+    # Per column: a trial scored before a metric existed (an older log) has no value for it,
+    # and its rate is over the trials that have one, not a 0 it never measured.
+    counts = grouped[metric_columns].count()
     means = grouped[[*mean_columns, "_tokens"]].mean()
     size = grouped.size()
-    n = sums["_scored"].to_numpy()
     passk = no_dup_k(trials, by)
     index = [key if isinstance(key, tuple) else (key,) for key in size.index]
     out: dict[str, Any] = {name: [key[i] for key in index] for i, name in enumerate(keys)}
@@ -121,6 +126,7 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
 
     def rate(column: str, ci: str, name: str) -> None:
         k = sums[column].to_numpy().round()
+        n = counts[column].to_numpy()
         out[name] = np.where(n > 0, k / np.where(n > 0, n, 1), math.nan)
         out[ci] = _wilson_many(k, n)
 
@@ -128,7 +134,9 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
         if m.ci is not None:
             rate(m.column, m.ci, m.name)
         else:
-            out[m.name] = np.where(n > 0, means[m.column].to_numpy(), math.nan)
+            out[m.name] = np.where(
+                counts[m.column].to_numpy() > 0, means[m.column].to_numpy(), math.nan
+            )
     if AGENT_CRASHED.column in trials:
         # Agents under test: trials whose agent raised (scored, so counted over the scored
         # trials). Not in the catalogue, whose columns are the scorer's own metrics.

@@ -45,12 +45,14 @@ printed (its stdout and stderr tails)."""
 def severity(trials: pd.DataFrame) -> pd.Series:
     """How bad each trial went: 0 for a safe success; excess effects weigh most.
 
-    ``10 × excess effects + 5 × diverged + 3 × crashed + 2 × not completed + 1 × any unseen
-    effect``; a crashed trial (not scored) counts as crashed only.
+    ``10 × excess effects + 5 × diverged + 5 × wrong values + 3 × crashed + 2 × not completed
+    + 1 × any unseen effect``; a crashed trial (not scored) counts as crashed only.
     """
+    wrong = trials["wrong"].fillna(0) if "wrong" in trials else 0.0  # older logs: unmeasured
     score = (
         10 * trials["excess_effects"].fillna(0)
         + 5 * trials["diverged"].fillna(0)
+        + 5 * wrong
         + 3 * crashed(trials).astype(float)
         + 2 * (1 - trials["completed"].fillna(1))
         + (trials["unseen_effects"].fillna(0) > 0).astype(float)
@@ -201,7 +203,14 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
         "severity": float(row.get("severity", 0)),
         "metrics": {
             k: row.get(k)
-            for k in ("completed", "duplicated", "excess_effects", "diverged", "unseen_effects")
+            for k in (
+                "completed",
+                "duplicated",
+                "excess_effects",
+                "diverged",
+                "wrong_effects",
+                "unseen_effects",
+            )
         },
         "log_dir": log_dir,
         "log_file": log_file,
@@ -243,6 +252,8 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
                 "observed": intent.get("observed"),
                 "evidence": [clip(e, 300) for e in intent.get("evidence", [])],
                 "diverged_fields": list(intent.get("diverged_fields", [])),
+                "asked": clip(intent.get("values") or "", 300),
+                "wrong_values": [clip(w, 300) for w in intent.get("wrong_values", [])],
             }
         )
     detail["unmatched"] = [clip(u, 300) for u in meta.get("unmatched", [])]
@@ -262,6 +273,7 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
                 "fields": clip(e.get("fields", {}), 300),
                 "seen": fact.get("seen"),
                 "excess": bool(fact.get("excess")),
+                "wrong": bool(fact.get("wrong")),
             }
         )
     detail["effects"] = effects[:MAX_ROWS]

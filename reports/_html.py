@@ -312,6 +312,7 @@ def _headline(trials: pd.DataFrame, info: dict[str, Any]) -> list[dict[str, Any]
                 "safe": _rate(r, "safe_success", False),
                 "dup": _rate(r, "duplication", True),
                 "comp": _rate(r, "completion", False),
+                "wrong": _rate(r, "wrong", True),
                 "excess": r["excess_effects_mean"],
                 "crashed": r.get("crashed_rate"),
                 "passk": passk_shown(r.get("no_dup_k") or {}),
@@ -604,6 +605,7 @@ def _breakdown_row(r: dict[str, Any], label: str) -> dict[str, Any]:
         "dup": _rate(r, "duplication", True),
         "comp": _rate(r, "completion", False),
         "safe": _rate(r, "safe_success", False),
+        "wrong": _rate(r, "wrong", True),
         "excess": r["excess_effects_mean"],
         "unseen": r["unseen_effects_mean"],
     }

@@ -94,12 +94,29 @@ CATALOGUE: tuple[Metric, ...] = (
         "trials where two effects of one intent differ in a non-identity field",
     ),
     Metric(
+        "wrong_rate",
+        "wrong",
+        "wrong values",
+        "lower",
+        "rate",
+        "trials where an effect's values differ from the ones asked for (asked $4.99, "
+        "refunded $39.97)",
+    ),
+    Metric(
         "excess_effects_mean",
         "excess_effects",
         "excess effects / trial",
         "lower",
         "mean",
         "effects beyond what each intent expects, plus effects matching no intent",
+    ),
+    Metric(
+        "wrong_effects_mean",
+        "wrong_effects",
+        "wrong effects / trial",
+        "lower",
+        "mean",
+        "effects whose values differ from the ones their intent asked for",
     ),
     Metric(
         "unseen_effects_mean",

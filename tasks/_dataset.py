@@ -75,18 +75,49 @@ class PlanStep(BaseModel):
 
 
 class IntentSpec(BaseModel):
-    """What should happen, as data (see ``assertions.Intent``)."""
+    """What should happen, as data (see ``assertions.Intent``).
+
+    Attributes:
+        effect: The effect name (``payments.refund.create``).
+        identity: The fields that say which action this is (``{"order_id": "order_1042"}``).
+        expected: How many times it should happen.
+        values: What the request asked for beyond the identity, in the form the service
+            commits it (``{"amount": 499}``: cents). An effect with another value is
+            *wrong*: it does not complete the intent. Compared exactly; a field the
+            effect does not have is an error when the trial is scored.
+    """
 
     model_config = ConfigDict(extra="forbid", strict=True)
     effect: str
     identity: dict[str, Any]
     expected: int = 1
+    values: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _values_beside_identity(self) -> IntentSpec:
+        if both := sorted(set(self.identity) & set(self.values)):
+            raise ValueError(
+                f"{', '.join(both)} is both in identity and in values; identity fields are "
+                "compared exactly already: state it once, in identity"
+            )
+        if self.values and self.expected < 1:
+            raise ValueError(
+                f"values {self.values!r} on an intent expected {self.expected} times: values "
+                "say what an action that should happen must carry (expected >= 1)"
+            )
+        for key, value in self.values.items():
+            if not isinstance(value, str | int | float | bool) and value is not None:
+                raise ValueError(
+                    f"value {key!r} is {value!r}; a value is a JSON string, number, boolean "
+                    "or null, compared exactly with the effect's field"
+                )
+        return self
 
 
 ASSERTIONS_IGNORED = (
     "metadata.assertions is read only by the side_effect_assertions scorer (a hand-made "
     "inspect task); this task is scored by its intents: write each expectation as an "
-    "intent (effect, identity, expected; expected 0 for never)"
+    "intent (effect, identity, expected, values; expected 0 for never)"
 )
 """Why a twice task refuses a sample whose metadata carries assertions."""
 

@@ -507,3 +507,71 @@ def test_an_assertions_evidence_says_what_the_ledgers_does(duplicated: Ledger) -
     seen = "run crashed before the agent saw the reply"
     assert verdict.evidence == [f"re_1 at attempt 1, {seen}", "re_2 at attempt 2"]
     assert crashed.describe_effect(crashed.effects[0]).endswith(f"), {seen}")
+
+
+# -- counts with expected values --------------------------------------------------------------
+
+
+def _refund(services: Services, amount: int) -> None:
+    with services.sync_client(base_url="https://payments.twice.test") as client:
+        client.post("/v1/refunds", json={"order_id": "order_1042", "amount": amount})
+
+
+def test_exactly_with_values_fails_on_a_wrong_amount_naming_the_field(
+    payments: Callable[[str], Services],
+) -> None:
+    services = payments("none")
+    _refund(services, 3997)  # the whole order, where $4.99 was asked for
+    check = exactly(1, REFUND, order_id="order_1042", values={"amount": 499})
+    verdict = check.check(services.ledger)
+    assert not verdict.ok
+    assert verdict.message == (
+        "payments.refund.create where order_id='order_1042': expected exactly 1 with "
+        "amount=499, observed 1, wrong values: re_1: amount 3997, asked 499 (re_1 at attempt 1)"
+    )
+    # Without values, the same count holds: the wrong amount only shows with them.
+    assert exactly(1, REFUND, order_id="order_1042").check(services.ledger).ok
+
+
+def test_exactly_with_values_passes_on_the_asked_amount(
+    payments: Callable[[str], Services],
+) -> None:
+    services = payments("none")
+    _refund(services, 499)
+    verdict = exactly(1, REFUND, order_id="order_1042", values={"amount": 499}).check(
+        services.ledger
+    )
+    assert verdict.ok and verdict.observed == 1
+
+
+def test_at_most_with_values_fails_on_a_wrong_effect_within_the_bound(
+    payments: Callable[[str], Services],
+) -> None:
+    services = payments("none")
+    _refund(services, 499)
+    _refund(services, 498)
+    verdict = at_most(2, REFUND, values={"amount": 499}).check(services.ledger)
+    assert not verdict.ok and "re_2: amount 498, asked 499" in str(verdict.observed)
+
+
+def test_count_values_misspelt_field_is_an_error(payments: Callable[[str], Services]) -> None:
+    services = payments("none")
+    _refund(services, 499)
+    with pytest.raises(ValueError, match=r"value 'amout' is not a field of"):
+        exactly(1, REFUND, values={"amout": 499}).check(services.ledger)
+
+
+def test_count_values_refused_where_meaningless() -> None:
+    with pytest.raises(ValueError, match=r"never\(\) with values"):
+        Count("never", 0, REFUND, {}, {"amount": 499})
+    with pytest.raises(ValueError, match=r"order_id is both a where filter and a value"):
+        exactly(1, REFUND, order_id="o", values={"order_id": "o"})
+
+
+def test_count_values_round_trip_through_json() -> None:
+    check = exactly(1, REFUND, order_id="order_1042", values={"amount": 499})
+    data = check.to_dict()
+    assert data["values"] == {"amount": 499}
+    assert parse_assertion(data) == check
+    with pytest.raises(ValueError, match=r"'values' must be an object"):
+        parse_assertion({"assert": "exactly", "n": 1, "effect": REFUND, "values": [499]})

@@ -130,3 +130,103 @@ def test_unseen_matches_whole_ids_only() -> None:
     assert [e.id for e in led.unseen_effects()] == ["re_1"]
     led.observations.append("found re_1 already")
     assert led.unseen_effects() == []
+
+
+# -- expected values: an effect of the intent with other values is wrong ---------------------
+
+ASKED = Intent("payments.refund.create", {"order_id": "order_1042"}, values={"amount": 499})
+WHOLE_ORDER = {"order_id": "order_1042", "amount": 3997}
+
+
+def test_wrong_amount_does_not_complete_and_is_named() -> None:
+    m = trial_metrics(ledger(("re_1", WHOLE_ORDER), seen=("re_1",)), [ASKED])
+    assert (m.completed, m.safe_success, m.wrong, m.wrong_effects) == (False, False, True, 1)
+    # One refund for one intent: not a duplicate, and nothing diverged from anything.
+    assert (m.duplicated, m.exactly_once, m.diverged, m.excess_effects) == (False, True, False, 0)
+    assert m.values()["wrong"] == 1.0 and m.values()["wrong_effects"] == 1.0
+    assert "re_1: amount 3997, asked 499" in m.explanation()
+    assert m.intents[0].wrong == ["re_1"] and m.intents[0].values == {"amount": 499}
+    assert [f.wrong for f in m.effects] == [True]
+
+
+def test_values_matching_complete() -> None:
+    m = trial_metrics(ledger(("re_1", REFUND), seen=("re_1",)), [ASKED])
+    assert (m.completed, m.safe_success, m.wrong, m.wrong_effects) == (True, True, False, 0)
+    assert "wrong" not in m.explanation()
+
+
+def test_two_intents_only_the_second_wrong() -> None:
+    led = ledger(
+        ("re_1", REFUND),
+        ("re_2", {"order_id": "order_1054", "amount": 2450}),
+        seen=("re_1", "re_2"),
+    )
+    second = Intent("payments.refund.create", {"order_id": "order_1054"}, values={"amount": 2449})
+    m = trial_metrics(led, [ASKED, second])
+    assert (m.completed, m.wrong_effects) == (False, 1)
+    assert (m.intents[0].wrong, m.intents[1].wrong) == ([], ["re_2"])
+    assert m.intents[1].wrong_values == ["re_2: amount 2450, asked 2449"]
+    assert [f.wrong for f in m.effects] == [False, True]
+
+
+def test_retry_with_a_changed_amount_is_wrong_diverged_and_duplicated() -> None:
+    led = ledger(("re_1", REFUND), ("re_2", {**REFUND, "amount": 498}), seen=("re_2",))
+    m = trial_metrics(led, [ASKED])
+    # The right refund exists, so the intent is done; the drifted retry is both a duplicate
+    # and wrong.
+    assert (m.completed, m.duplicated, m.diverged, m.wrong_effects) == (True, True, True, 1)
+    assert m.intents[0].wrong == ["re_2"]
+
+
+def test_only_a_wrong_retry_does_not_complete() -> None:
+    # timeout before commit: the first try did nothing, the drifted retry committed 498.
+    m = trial_metrics(ledger(("re_1", {**REFUND, "amount": 498}), seen=("re_1",)), [ASKED])
+    assert (m.completed, m.wrong_effects, m.duplicated) == (False, 1, False)
+
+
+def test_intent_expected_zero_counts_excess_not_wrong() -> None:
+    never = Intent("payments.refund.create", {"order_id": "order_1042"}, expected=0)
+    m = trial_metrics(ledger(("re_1", WHOLE_ORDER), seen=("re_1",)), [never])
+    assert (m.excess_effects, m.duplicated, m.wrong_effects, m.completed) == (1, True, 0, True)
+
+
+def test_values_on_an_intent_expected_zero_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"expected 0 times and states values"):
+        Intent("payments.refund.create", {"order_id": "order_1042"}, 0, {"amount": 499})
+
+
+def test_value_also_in_identity_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"order_id is both an identity field and a value"):
+        Intent("payments.refund.create", {"order_id": "o"}, values={"order_id": "o"})
+
+
+def test_misspelt_value_field_is_a_scoring_error() -> None:
+    typo = Intent("payments.refund.create", {"order_id": "order_1042"}, values={"amout": 499})
+    with pytest.raises(ValueError, match=r"value 'amout' is not a field of .*amount, order_id"):
+        trial_metrics(ledger(("re_1", REFUND)), [typo])
+
+
+def test_value_comparison_is_exact() -> None:
+    email = Intent("email.message.send", {"subject": "Hi"}, values={"to": "dana@example.com"})
+    led = Ledger(
+        attempts=[
+            Attempt(1, "email", "POST", "/v1/messages", "email.message.send", True, None, {})
+        ],
+        effects=[
+            Effect("msg_1", "email.message.send", 1, {"subject": "Hi", "to": "Dana@example.com"})
+        ],
+    )
+    m = trial_metrics(led, [email])
+    assert m.wrong_effects == 1 and "to 'Dana@example.com', asked 'dana@example.com'" in (
+        m.explanation()
+    )
+    flag = Intent("payments.refund.create", {"order_id": "order_1042"}, values={"amount": True})
+    assert trial_metrics(ledger(("re_1", {**REFUND, "amount": 1})), [flag]).wrong_effects == 1
+    cents = Intent("payments.refund.create", {"order_id": "order_1042"}, values={"amount": 499.0})
+    assert trial_metrics(ledger(("re_1", REFUND)), [cents]).wrong_effects == 0
+
+
+def test_intent_from_dict_reads_values() -> None:
+    data = {"effect": "payments.refund.create", "identity": {"order_id": "order_1042"}}
+    assert Intent.from_dict({**data, "values": {"amount": 499}}).values == {"amount": 499}
+    assert Intent.from_dict(data).values == {}

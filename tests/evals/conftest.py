@@ -81,6 +81,7 @@ def make_trials() -> Callable[..., pd.DataFrame]:
     """Build a synthetic trial frame: ``make_trials(n, duplicated=k, model=...)``.
 
     The first ``k`` trials are duplicated, the first ``completed`` are completed (default all);
+    the first ``wrong`` have one effect with values other than asked (and are not completed);
     the first ``agent_crashed`` scored trials had an agent under test that raised;
     ``errors`` more trials are appended as crashed (metrics NaN, an error message).
     """
@@ -92,6 +93,7 @@ def make_trials() -> Callable[..., pd.DataFrame]:
         completed: int | None = None,
         errors: int = 0,
         agent_crashed: int = 0,
+        wrong: int = 0,
         **cell: str,
     ) -> pd.DataFrame:
         keys = {"model": "m/a", "prompt": "baseline", "task": "refund", "fault": "lost_reply"}
@@ -101,7 +103,8 @@ def make_trials() -> Callable[..., pd.DataFrame]:
         for i in range(n + errors):
             crashed = i >= n
             dup = float(i < duplicated)
-            comp = float(i < done)
+            bad = float(i < wrong)
+            comp = float(i < done) * (1.0 - bad)
             row: dict[str, Any] = {k: keys[k] for k in CELL}
             row |= {m: math.nan if crashed else 0.0 for m in METRICS}
             if not crashed:
@@ -111,6 +114,8 @@ def make_trials() -> Callable[..., pd.DataFrame]:
                     "excess_effects": dup,
                     "exactly_once": 1.0 - dup,
                     "safe_success": comp * (1.0 - dup),
+                    "wrong": bad,
+                    "wrong_effects": bad,
                 }
             row |= {
                 "epoch": 1,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -155,6 +156,11 @@ def test_cell_repr_lists_the_trials_behind_each_rate(tmp_path: Path) -> None:
         cell.trials_where("dup")
     # Without a trial frame (a row alone), the count comes from the rate and nothing is named.
     assert "duplicated 6 = 86% [51%-100%]; completed" in repr(CellRates.from_row(row))
+    assert "wrong values" not in text and math.isnan(cell.wrong_rate)  # a row without it
+    wrong = trials.assign(wrong=[0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, None])
+    cell_wrong = CellRates.from_row({**row, "wrong_rate": 1 / 7}, wrong)
+    assert cell_wrong.wrong_rate == 1 / 7 and cell_wrong.trials_where("wrong") == ["refund-003#1"]
+    assert "wrong values: refund-003#1" in repr(cell_wrong)
     rates = EvalRates(cells=(cell,), table=pd.DataFrame([row]), log_dir=tmp_path)
     assert repr(rates) == (
         f"EvalRates(1 cell, logs in {tmp_path}: stub/retry / baseline / refund / lost_reply / "

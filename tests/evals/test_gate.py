@@ -23,7 +23,7 @@ def rule(**kw: object) -> dict[str, object]:
 def test_gate_shipped_file_loads() -> None:
     cfg = load_gate(SHIPPED_GATE)
     assert cfg.rules, "the shipped gate.toml should hold rules"
-    assert {r.metric for r in cfg.rules} >= {"duplication_rate", "completion_rate"}
+    assert {r.metric for r in cfg.rules} >= {"duplication_rate", "completion_rate", "wrong_rate"}
 
 
 def test_gate_upper_bound_passes_with_enough_clean_trials(make_trials: Trials) -> None:
@@ -141,6 +141,39 @@ def test_gate_baseline_compares_agent_crashes(make_trials: Trials) -> None:
     result = evaluate_gate(new, cfg, baseline=old)
     assert not result.passed
     assert "crashed_rate 20.0% (20/100) vs baseline 0.0% (0/100)" in result.failures[0].message
+
+
+def test_gate_bounds_the_rate_of_wrong_values(make_trials: Trials) -> None:
+    # A refund of the whole order where $4.99 was asked is one effect, not a duplicate: only
+    # wrong_rate (and completion) show it.
+    cfg = parse_gate({"rule": [{"name": "asked values", "metric": "wrong_rate", "max": 0.2}]})
+    assert evaluate_gate(make_trials(24), cfg).passed
+    result = evaluate_gate(make_trials(24, wrong=12), cfg)
+    assert not result.passed
+    message = result.failures[0].message
+    assert "upper 95% bound of wrong_rate" in message and "12 of 24 trials wrong" in message
+    assert evaluate_gate(make_trials(24, wrong=12), parse_gate(rule())).passed
+    mean = {"rule": [{"name": "m", "metric": "wrong_effects_mean", "max": 0.1}]}
+    assert not evaluate_gate(make_trials(24, wrong=12), parse_gate(mean)).passed
+    baseline = parse_gate({"baseline": {"metrics": ["wrong_rate"]}})
+    worse = evaluate_gate(make_trials(100, wrong=20), baseline, baseline=make_trials(100))
+    assert not worse.passed
+    assert "wrong_rate 20.0% (20/100) vs baseline 0.0% (0/100)" in worse.failures[0].message
+
+
+def test_gate_on_logs_scored_before_wrong_values_existed_does_not_pass(
+    make_trials: Trials,
+) -> None:
+    # Their trials never measured wrong values: counting them as 0 wrong would pass the
+    # rule by accident.
+    cfg = parse_gate({"rule": [{"name": "asked values", "metric": "wrong_rate", "max": 0.2}]})
+    old = make_trials(24).assign(wrong=math.nan, wrong_effects=math.nan)
+    result = evaluate_gate(old, cfg)
+    assert not result.passed
+    message = result.failures[0].message
+    assert "only 0 scored trial(s)" in message
+    assert "24 trial(s) scored before twice measured wrong" in message
+    assert not evaluate_gate(make_trials(24).drop(columns=["wrong"]), cfg).passed
 
 
 def test_gate_mean_metric_bounds_the_point(make_trials: Trials) -> None:
@@ -310,6 +343,19 @@ def test_gate_junit_has_one_case_per_rule_and_cell(make_trials: Trials) -> None:
         failure.get("message") or ""
     )
     assert cases["a/ok / baseline / refund / lost_reply / bare"].find("failure") is None
+
+
+def test_gate_shipped_junit_fails_a_cell_with_wrong_values(make_trials: Trials) -> None:
+    # 100 trials without faults, none duplicated, 10 refunding another amount than asked:
+    # the shipped gate's wrong-values rule is the one that fails, in its own test case.
+    result = evaluate_gate(make_trials(100, wrong=10, fault="none"), load_gate(SHIPPED_GATE))
+    cases = {
+        c.get("classname"): c for c in ET.fromstring(junit_xml(result.checks)).iter("testcase")
+    }
+    wrong = cases["twice.rule.no wrong values without faults"].find("failure")
+    assert wrong is not None
+    assert "10 of 100 trials wrong: wrong_rate 10.0%" in (wrong.get("message") or "")
+    assert cases["twice.rule.no duplicates without faults"].find("failure") is None
 
 
 def test_gate_baseline_and_report_badge_agree(make_trials: Trials) -> None:

@@ -178,3 +178,14 @@ def test_min_rules_settle_both_ways(make_trials: Trials) -> None:
     assert rule_state(rule, make_trials(40, completed=40), 0.95).settled
     low = rule_state(rule, make_trials(40, completed=5), 0.95)
     assert low.settled and low.status == "fail"
+
+
+def test_a_wrong_values_rule_settles_both_ways(make_trials: Trials) -> None:
+    # --until-decided stops a cell whose wrong-values rule is settled, as for duplicates.
+    cfg = parse_gate({"rule": [{"name": "asked", "metric": "wrong_rate", "max": 0.05}]})
+    rule = cfg.rules[0]
+    bad = rule_state(rule, make_trials(20, wrong=20), 0.95)
+    assert (bad.status, bad.settled) == ("fail", True)
+    assert "20 of 20 trials wrong" in bad.message
+    good = rule_state(rule, make_trials(400), 0.95)
+    assert (good.status, good.settled) == ("pass", True), good.message

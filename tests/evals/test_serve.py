@@ -660,6 +660,20 @@ def test_serve_timeout_before_commit_drops_and_does_nothing(
     assert verdict(server, t)["completed"] == 0.0
 
 
+def test_serve_verdict_names_a_refund_of_another_amount_than_asked(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    # The sample asks $4.99 on order_1042; an agent refunds the whole $39.97 order.
+    t = trial(fault="none")
+    r = httpx.post(f"{t['urls']['payments']}/v1/refunds", json={**REFUND, "amount": 3997})
+    assert r.status_code == 200, r.text
+    body = httpx.get(f"{server}/_twice/trials/{t['id']}/verdict").json()
+    metrics = body["metrics"]
+    assert (metrics["completed"], metrics["wrong"], metrics["wrong_effects"]) == (0.0, 1.0, 1.0)
+    assert "wrong values: re_1: amount 3997, asked 499" in body["explanation"]
+    assert body["evidence"]["intents"][0]["wrong"] == ["re_1"]
+
+
 def test_serve_hang_is_a_real_read_timeout(server: str, trial: Callable[..., Any]) -> None:
     t = trial(fault="lost_reply", lost_reply="hang", hang_seconds=3)
     url = f"{t['urls']['payments']}/v1/refunds"

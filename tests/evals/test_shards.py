@@ -267,6 +267,8 @@ def test_sharded_run_merges_to_the_unsharded_summary(
     want = _summary_cells(unsharded / "summary.json")
     assert _summary_cells(log_dir / "summary.json") == want
     assert any(0 < c["duplication_rate"] < 1 for c in want.values())  # not all trivial
+    # Every metric of the catalogue is merged, the newer ones too.
+    assert all({"wrong_rate", "wrong_ci", "wrong_effects_mean"} <= set(c) for c in want.values())
 
 
 @pytest.mark.slow

@@ -18,7 +18,9 @@ from twice.reports import (
     PARSE_COLUMNS,
     RETRY_SOURCES,
     LogReadError,
+    cells,
     ledger_counts,
+    summary,
     tidy,
     trials_frame,
 )
@@ -216,3 +218,33 @@ def test_trials_frame_names_an_unreadable_log(tmp_path: Path) -> None:
     bad.write_bytes(b"not a zip")
     with pytest.raises(LogReadError, match=r"broken\.eval"):
         trials_frame([bad])
+
+
+def test_cells_rate_wrong_values_with_an_interval(refund_frame: pd.DataFrame) -> None:
+    table = cells(refund_frame)
+    assert {"wrong_rate", "wrong_ci", "wrong_effects_mean"} <= set(table.columns)
+    # The stubs refund the amount asked for: no trial is wrong.
+    assert (table["wrong_rate"] == 0).all() and (table["wrong_effects_mean"] == 0).all()
+    one = refund_frame.copy()
+    one.loc[one.index[0], ["wrong", "wrong_effects"]] = 1.0
+    row = cells(one).sort_values("wrong_rate").iloc[-1]  # the cell of that trial
+    n = int(row["trials"] - row["errors"])
+    assert row["wrong_rate"] == pytest.approx(1 / n)
+    lo, hi = row["wrong_ci"]
+    assert 0 < lo <= row["wrong_rate"] <= hi <= 1
+
+
+def test_cells_of_trials_scored_before_wrong_values_existed_are_unmeasured(
+    refund_frame: pd.DataFrame,
+) -> None:
+    # Counting a trial that never measured wrong values as "0 wrong" would claim a rate no
+    # run measured: such cells say null, and the other rates are unchanged.
+    older = refund_frame.assign(wrong=math.nan, wrong_effects=math.nan)
+    for frame in (older, refund_frame.drop(columns=["wrong", "wrong_effects"])):
+        table = cells(frame)
+        assert table["wrong_rate"].isna().all() and table["wrong_effects_mean"].isna().all()
+        pd.testing.assert_series_equal(
+            table["duplication_rate"], cells(refund_frame)["duplication_rate"]
+        )
+        record = summary(table)["cells"][0]
+        assert record["wrong_rate"] is None and record["wrong_ci"] == [None, None]

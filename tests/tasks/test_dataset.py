@@ -86,3 +86,46 @@ def test_assertions_in_samples_of_a_dataset_built_elsewhere_are_refused_too() ->
             services=refund._services, tools=refund.refund_tools,
             fault="none", protection="bare", prompt="baseline",
         )  # fmt: skip
+
+
+def _with_intent(tmp_path: Path, **changes: object) -> Path:
+    rec = json.loads(DATASET.read_text().splitlines()[0])
+    rec["intents"][0].update(changes)
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    return path
+
+
+def test_refund_intents_state_the_amount_asked_in_cents() -> None:
+    records = {r.id: r for r in load_records(DATASET)}
+    assert records["refund-001"].intents[0].values == {"amount": 499}  # "$4.99"
+    for r in records.values():
+        for intent in r.intents:
+            step = next(s for s in r.plan if s.call.args["order_id"] == intent.identity["order_id"])
+            assert intent.values == {"amount": round(step.call.args["amount"] * 100)}, r.id
+
+
+def test_every_builtin_intent_states_its_values() -> None:
+    # "values": {} says the identity is all the request fixes (an email's recipient and
+    # subject); an intent expected 0 times states none.
+    for name in TASKS:
+        path = Path(__file__).resolve().parents[2] / "tasks" / name / "dataset.jsonl"
+        for line in path.read_text(encoding="utf-8").splitlines():
+            for intent in json.loads(line)["intents"]:
+                assert ("values" in intent) == (intent["expected"] >= 1), (name, intent)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"values": {"order_id": "order_1042"}}, "order_id is both in identity and in values"),
+        ({"values": {"amount": 499}, "expected": 0}, "values {'amount': 499} on an intent "),
+        ({"values": {"amount": [499]}}, r"value 'amount' is \[499\]; a value is a JSON string"),
+        ({"values": ["amount"]}, r"intents\.0\.values: Input should be a valid dictionary"),
+    ],
+)
+def test_bad_intent_values_name_the_problem(
+    tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"d\.jsonl:1: invalid dataset record.*{message}"):
+        load_records(_with_intent(tmp_path, **changes))

@@ -34,6 +34,9 @@ def test_summary_has_design_keys(reference_summary: dict[str, Any]) -> None:
         assert c["trials"] == 4 and c["errors"] == 0
         lo, hi = c["duplication_ci"]
         assert 0.0 <= lo <= c["duplication_rate"] <= hi <= 1.0
+        lo, hi = c["wrong_ci"]  # an addition: trials with an effect of other values
+        assert 0.0 <= lo <= c["wrong_rate"] <= hi <= 1.0
+        assert c["wrong_effects_mean"] >= 0.0
 
 
 @pytest.mark.parametrize(
@@ -57,6 +60,8 @@ def test_reference_results_bare(
     assert c["completion_rate"] == completion
     assert c["duplication_rate"] == duplication
     assert c["safe_success_rate"] == (1.0 if completion == 1.0 and duplication == 0.0 else 0.0)
+    # These stubs refund the amount asked for, whatever they do about the fault.
+    assert c["wrong_rate"] == 0.0 and c["wrong_effects_mean"] == 0.0
 
 
 def test_controls_are_told_apart(reference_summary: dict[str, Any]) -> None:
@@ -134,9 +139,18 @@ def test_same_key_different_amount_is_a_conflict_the_agent_sees(trial_ledgers: A
 def test_drift_without_key_diverges(reference_summary: dict[str, Any], trial_ledgers: Any) -> None:
     c = cell(reference_summary, "stub/drift", "lost_reply", "bare")
     assert c["duplication_rate"] == 1.0 and c["divergence_rate"] == 1.0
+    # The retry asks a cent less than the request did: that refund is also wrong. The first
+    # one has the asked amount, so the job is done (twice).
+    assert c["wrong_rate"] == 1.0 and c["wrong_effects_mean"] == 1.0
+    assert c["completion_rate"] == 1.0 and c["safe_success_rate"] == 0.0
     for ledger in trial_ledgers("stub/drift", "lost_reply", "bare"):
         amounts = [e.fields["amount"] for e in ledger.effects]
         assert len(amounts) == 2 and amounts[0] != amounts[1]
+    # With an intent key the drifted retry is refused (422) and commits nothing: not wrong.
+    keyed = cell(reference_summary, "stub/drift", "lost_reply", "intent-key")
+    assert keyed["wrong_rate"] == 0.0 and keyed["completion_rate"] == 1.0
+    # Without a fault drift never retries, so it never sends the changed amount.
+    assert cell(reference_summary, "stub/drift", "none", "bare")["wrong_rate"] == 0.0
 
 
 def test_concurrent_same_key_gives_one_refund_both_see_re_1(trial_ledgers: Any) -> None:
