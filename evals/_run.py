@@ -944,7 +944,9 @@ def prepared_run(
             from ._serve_eval import URL_ENV
 
             try:  # the server hosts the tasks of your own among the cells' tasks
-                url = stack.enter_context(running_server(tasks=[c.task for c in planned])).url
+                url = stack.enter_context(
+                    running_server(tasks=[c.task for c in planned], hang_seconds=suite.hang_seconds)
+                ).url
             except ServeError as ex:
                 raise SuiteError(str(ex)) from None
             # Named, not given: the tasks' identity (and so the resume) outlives the port.

@@ -14,14 +14,18 @@ that transport, so the client sees the connection end with no response at all, a
 gateway dies after the upstream committed. The server is pinned to uvicorn's ``h11``
 protocol, where that holds.
 
-A lost reply (``lost_reply`` and ``timeout_before_commit``) has two honest forms on a socket:
+Each fault means on a socket what it means in process:
 
-* ``drop`` (default): the service commits (or not), then the connection is closed with no
-  response. The client fails at once with a connection error (httpx ``RemoteProtocolError``,
-  requests ``ConnectionError``, the Stripe SDK ``APIConnectionError``), not a timeout.
-* ``hang``: the reply is held for ``hang_seconds``, then the connection is closed. A client
-  whose timeout is shorter sees a real read timeout (httpx ``ReadTimeout``, requests
-  ``ReadTimeout``) after its timeout's worth of wall time.
+* ``lost_reply`` and ``timeout_before_commit`` are read timeouts. The service commits (or
+  not), then holds the reply open until the client gives up on its own clock: it sees a real
+  read timeout (httpx ``ReadTimeout``, requests ``ReadTimeout``, Node's fetch ``TimeoutError``
+  from ``AbortSignal.timeout``) after its timeout's worth of wall time. The held connection is
+  closed with no response once the client leaves, after the trial's ``hang_seconds`` (default
+  :data:`DEFAULT_HANG_SECONDS`, the server's ``--hang-seconds``), or at once when the server
+  stops. A client that waits longer than ``hang_seconds`` sees the connection closed instead.
+* ``reset_after_commit`` is a connection error. The service commits, then the connection is
+  closed with no response at once: httpx ``RemoteProtocolError``, requests
+  ``ConnectionError``, the Stripe SDK ``APIConnectionError``, Node's fetch ``UND_ERR_SOCKET``.
 
 Every request of one trial is served atomically on the event loop (log, then the service's
 whole pipeline, with no await in between), so the log's order is the order of execution and
@@ -50,7 +54,6 @@ import contextlib
 import hmac
 import ipaddress
 import json
-import math
 import re
 import secrets
 import socket
@@ -80,6 +83,7 @@ from twice.tasks import (
     task_parts,
 )
 
+from ._hang import DEFAULT_HANG_SECONDS, check_hang_seconds
 from ._serve_log import DamagedLog, RequestLog
 
 if TYPE_CHECKING:
@@ -92,13 +96,14 @@ MAX_CONTROL_BODY = 64 * 1024
 """Bytes a control request body may have."""
 MAX_SERVICE_BODY = 1024 * 1024
 """Bytes a service (or MCP) request body may have."""
-MAX_HANG_SECONDS = 600.0
 IDLE_SECONDS = 5.0
 """Seconds a connection may wait for a whole request head, from when it opens or its last
 reply ends (uvicorn's own keep-alive bound counts only from a reply)."""
 TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")
 """What a ``--token`` may be: visible ASCII, no spaces (it travels in an HTTP header)."""
-LOST_REPLY_MODES = ("drop", "hang")
+LOST_REPLY_MODES = ("hang",)
+"""Accepted values of the deprecated ``lost_reply`` trial field (every timeout fault hangs;
+the old ``drop`` is the fault ``reset_after_commit``)."""
 TRIAL_FIELDS = ("task", "sample", "fault", "protection", "lost_reply", "hang_seconds")
 LOGGED_HEADERS = (
     "content-type",
@@ -132,8 +137,8 @@ class TrialConfig:
     sample: str
     fault: str = "none"
     protection: str = "bare"
-    lost_reply: str = "drop"
-    hang_seconds: float = 2.0
+    hang_seconds: float = DEFAULT_HANG_SECONDS
+    """Seconds a lost reply (a timeout fault) is held open before its connection is closed."""
 
 
 def _json(value: Any) -> str:
@@ -148,12 +153,19 @@ SERVE_FAULTS = tuple(f for f in FAULTS if f not in AGENT_FAULTS_REFUSED)
 """The faults a served trial takes: all but those only twice's own agent loop can run."""
 
 
-def parse_trial_config(body: Any, tasks: Sequence[str] = ()) -> TrialConfig:
+def parse_trial_config(
+    body: Any, tasks: Sequence[str] = (), hang_seconds: float = DEFAULT_HANG_SECONDS
+) -> TrialConfig:
     """Validate a ``POST /_twice/trials`` body.
 
     ``task`` is a built-in task or one of ``tasks``: the tasks of your own the server was
     started with (``twice serve --task path.py:function``). A request never names a file for
-    the server to load: that would run code a client chose.
+    the server to load: that would run code a client chose. ``hang_seconds`` is the server's
+    default for a body that gives none.
+
+    The ``lost_reply`` field is deprecated: a timeout fault always holds the reply open, so
+    ``"hang"`` is accepted and changes nothing, and ``"drop"`` (a connection closed at once)
+    is refused with a pointer to the fault that does it, ``reset_after_commit``.
 
     Raises:
         ControlError: 400, naming the bad field and what is accepted.
@@ -205,18 +217,21 @@ def parse_trial_config(body: Any, tasks: Sequence[str] = ()) -> TrialConfig:
             f"{samples[0]} ... {samples[-1]} ({len(samples)})",
             "sample",
         )
-    hang = given("hang_seconds", 2.0)
-    if (
-        isinstance(hang, bool)
-        or not isinstance(hang, int | float)
-        or not math.isfinite(hang)
-        or not 0 < hang <= MAX_HANG_SECONDS
-    ):
+    try:
+        hang = check_hang_seconds(given("hang_seconds", hang_seconds))
+    except ValueError as ex:
+        raise ControlError(400, str(ex), "hang_seconds") from None
+    if given("lost_reply", "hang") == "drop":
+        # Closing the connection at once is a connection error, which clients retry on
+        # grounds a timeout does not give: its own fault, so the two are measured apart.
         raise ControlError(
             400,
-            f"hang_seconds {_json(hang)} must be a number in (0, {MAX_HANG_SECONDS:g}]",
-            "hang_seconds",
+            'lost_reply "drop" is the fault "reset_after_commit" (the connection closed with '
+            'no reply); fault "lost_reply" always holds the reply open until the client times '
+            "out (lost_reply is deprecated; leave it out)",
+            "lost_reply",
         )
+    choice("lost_reply", LOST_REPLY_MODES, "hang")
     fault = given("fault", "none")
     if fault in AGENT_FAULTS_REFUSED:
         # A served trial's agent is the client's own: nothing restarts its run from twice's
@@ -232,8 +247,7 @@ def parse_trial_config(body: Any, tasks: Sequence[str] = ()) -> TrialConfig:
         sample=sample,
         fault=choice("fault", SERVE_FAULTS, "none"),
         protection=choice("protection", PROTECTIONS, "bare"),
-        lost_reply=choice("lost_reply", LOST_REPLY_MODES, "drop"),
-        hang_seconds=float(hang),
+        hang_seconds=hang,
     )
 
 
@@ -396,6 +410,23 @@ def drop_connection(send: Any) -> bool:
     return True
 
 
+async def _drop_reply(send: Any) -> None:
+    """Close the connection with no response (what a reset after the commit looks like)."""
+    if not drop_connection(send):
+        # Not uvicorn's protocol: the nearest honest thing is a gateway timeout.
+        await _send_json(send, 504, _error("upstream timed out", type="api_error"))
+        return
+    # Let the protocol see the connection is gone, so it does not answer 500 for us.
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def _client_gone(receive: Any) -> None:
+    """Return once the client has closed its connection (its body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 async def _read_body(receive: Any, limit: int) -> bytes | None:
     """The request body, or None when it exceeds ``limit`` bytes."""
     chunks: list[bytes] = []
@@ -444,6 +475,7 @@ class TwiceServer:
         host: The bound host (on loopback, :func:`check_origin` also checks ``Host``).
         tasks: Tasks of your own (``path.py:function``) trials may be made of, beside the
             built-in ones; each is loaded and built here.
+        hang_seconds: How long a trial that gives no ``hang_seconds`` holds a lost reply open.
 
     Raises:
         ServeError: for a task of your own that cannot be loaded, or a logged trial of a task
@@ -457,8 +489,10 @@ class TwiceServer:
         token: str | None = None,
         host: str = DEFAULT_HOST,
         tasks: Sequence[str] = (),
+        hang_seconds: float = DEFAULT_HANG_SECONDS,
     ) -> None:
         self.request_log = log
+        self.hang_seconds = hang_seconds
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.host = host
@@ -466,8 +500,8 @@ class TwiceServer:
         self.trials: dict[str, ServedTrial] = {}
         self.replayed = self._replay()
         self.stopping = asyncio.Event()
-        """Set when the server begins to stop: replies held by ``hang`` are dropped at once
-        (they were never going to be answered) instead of holding the stop up."""
+        """Set when the server begins to stop: held lost replies are dropped at once (they
+        were never going to be answered) instead of holding the stop up."""
         self._closed = False
 
     # -- durability ------------------------------------------------------------------------
@@ -484,7 +518,10 @@ class TwiceServer:
         for record in self.request_log.records():
             n += 1
             if record.kind == "create":
-                config = TrialConfig(**record.data)
+                # A log of an older twice may hold the retired lost_reply mode: the services'
+                # state never depended on it.
+                data = {k: v for k, v in record.data.items() if k != "lost_reply"}
+                config = TrialConfig(**data)
                 if config.task not in TASKS and config.task not in self.tasks:
                     raise ServeError(
                         f"{self.request_log.path} cannot be replayed: trial {record.trial} is "
@@ -593,7 +630,10 @@ class TwiceServer:
         try:
             response = trial.serve(record)
         except httpx.TimeoutException:
-            await self._lose_reply(trial, send)
+            await self._hold_reply(trial, receive, send)
+            return
+        except httpx.TransportError:  # reset_after_commit: the connection ends, no reply
+            await _drop_reply(send)
             return
         # What an HTTP client is shown is its replies: an effect id in a delivered body is
         # seen (``unseen_effects``); a lost reply shows nothing.
@@ -601,25 +641,27 @@ class TwiceServer:
         out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
         await _send(send, response.status_code, response.content, out)
 
-    async def _lose_reply(self, trial: ServedTrial, send: Any) -> None:
-        if trial.config.lost_reply == "hang":
-            try:
-                async with asyncio.timeout(trial.config.hang_seconds):
-                    await self.stopping.wait()
-            except TimeoutError:
-                pass
-            except asyncio.CancelledError:
-                # Cut short (a forced stop): the client still sees the reply lost, never
-                # the 500 the server would answer for a cancelled request.
-                drop_connection(send)
-                raise
-        if not drop_connection(send):
-            # Not uvicorn's protocol: the nearest honest thing is a gateway timeout.
-            await _send_json(send, 504, _error("upstream timed out", type="api_error"))
-            return
-        # Let the protocol see the connection is gone, so it does not answer 500 for us.
-        for _ in range(3):
-            await asyncio.sleep(0)
+    async def _hold_reply(self, trial: ServedTrial, receive: Any, send: Any) -> None:
+        """Hold a lost reply open, so the client times out on its own clock; then close the
+        connection with no reply: when the client leaves, after the trial's ``hang_seconds``,
+        or at once when the server stops."""
+        waits = [
+            asyncio.ensure_future(_client_gone(receive)),
+            asyncio.ensure_future(self.stopping.wait()),
+        ]
+        try:
+            await asyncio.wait(
+                waits, timeout=trial.config.hang_seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:
+            # Cut short (a forced stop): the client still sees the reply lost, never the 500
+            # the server would answer for a cancelled request.
+            drop_connection(send)
+            raise
+        finally:
+            for wait in waits:
+                wait.cancel()
+        await _drop_reply(send)
 
     # -- control API -----------------------------------------------------------------------
 
@@ -649,7 +691,8 @@ class TwiceServer:
                     data = json.loads(body or b"null")
                 except (ValueError, RecursionError):  # nested past Python's stack
                     raise ControlError(400, "the body is not JSON") from None
-                await _send_json(send, 201, self.create_trial(parse_trial_config(data, self.tasks)))
+                config = parse_trial_config(data, self.tasks, self.hang_seconds)
+                await _send_json(send, 201, self.create_trial(config))
                 return
             if method == "GET":
                 await _send_json(
@@ -885,7 +928,12 @@ def check_options(db: str | Path, token: str | None) -> None:
 
 
 def _prepare(
-    host: str, port: int, db: str | Path, token: str | None, tasks: Sequence[str]
+    host: str,
+    port: int,
+    db: str | Path,
+    token: str | None,
+    tasks: Sequence[str],
+    hang_seconds: float = DEFAULT_HANG_SECONDS,
 ) -> tuple[socket.socket, TwiceServer]:
     check_options(db, token)
     if not is_loopback(host) and not token:
@@ -893,6 +941,10 @@ def _prepare(
             f"refusing to bind {host!r} without --token: off loopback the control API needs a "
             "bearer token (or bind 127.0.0.1)"
         )
+    try:
+        check_hang_seconds(hang_seconds, "--hang-seconds")
+    except ValueError as ex:
+        raise ServeError(str(ex)) from None
     own_tasks(tasks)  # before the database and the port are touched
     sock = _bind(host, port)  # first: a busy port leaves no database or lock behind
     try:
@@ -907,7 +959,12 @@ def _prepare(
     shown = host if host not in ("0.0.0.0", "::") else socket.gethostname()
     try:
         app = TwiceServer(
-            log, f"http://{_url_host(shown)}:{bound_port}", token=token, host=host, tasks=tasks
+            log,
+            f"http://{_url_host(shown)}:{bound_port}",
+            token=token,
+            host=host,
+            tasks=tasks,
+            hang_seconds=hang_seconds,
         )
     except BaseException as ex:
         sock.close()
@@ -1039,12 +1096,14 @@ def serve(
     token: str | None = None,
     out: TextIO | None = None,
     tasks: Sequence[str] = (),
+    hang_seconds: float = DEFAULT_HANG_SECONDS,
 ) -> int | None:
     """Run ``twice serve`` in the foreground until a stop signal.
 
     Prints ``listening on http://HOST:PORT`` once it accepts connections, as the first line
     on ``out`` (standard output): a client may read it for the port. ``tasks``: tasks of your
     own (``path.py:function``) trials may be made of, beside the built-in ones.
+    ``hang_seconds``: how long a trial that gives none holds a lost reply open.
 
     Returns:
         The signal that stopped it, when that signal's own action did not end the process
@@ -1054,10 +1113,10 @@ def serve(
     Raises:
         ServeError: for a non-loopback host without a token, an empty ``db`` or a token that
             is empty or has spaces, a busy port, a file that is not a twice serve database,
-            or a task of your own that cannot be loaded.
+            a task of your own that cannot be loaded, or a ``hang_seconds`` out of range.
     """
     stream = out or sys.stdout
-    sock, app = _prepare(host, port, db, token, tasks)
+    sock, app = _prepare(host, port, db, token, tasks, hang_seconds)
 
     def started() -> None:
         if app.replayed:  # on stderr: the first line of stdout is the address
@@ -1078,17 +1137,19 @@ def running_server(
     token: str | None = None,
     tasks: Sequence[str] = (),
     idle_seconds: float = IDLE_SECONDS,
+    hang_seconds: float = DEFAULT_HANG_SECONDS,
 ) -> Iterator[Running]:
     """Run a twice server in a background thread (tests, benches, ``--agent-cmd``).
 
     ``tasks``: tasks of your own (``path.py:function``) it hosts beside the built-in ones.
     ``idle_seconds``: how long a connection may wait for a whole request (see
     :data:`IDLE_SECONDS`).
+    ``hang_seconds``: how long a trial that gives none holds a lost reply open.
 
     Yields:
         The running server; it stops when the block ends.
     """
-    sock, app = _prepare(host, port, db, token, tasks)
+    sock, app = _prepare(host, port, db, token, tasks, hang_seconds)
     ready = threading.Event()
     loop = asyncio.new_event_loop()
     stop_event: asyncio.Event | None = None

@@ -45,6 +45,7 @@ from twice.tasks import (
 from twice.tasks._redact import remember_command_secrets
 from twice.tasks.agents import AGENT_STORE_KEY, scrub_agent_trace
 
+from ._hang import check_hang_seconds
 from ._lock import wait_for_lock
 from ._suite import AGENT_TIMEOUT
 
@@ -137,22 +138,24 @@ def served_trial_setup(
     protection: str,
     prompt_name: str,
     prompt_text: str,
-    lost_reply: str = "drop",
+    hang_seconds: float | None = None,
 ) -> Solver:
-    """Make this sample × epoch's trial on the server; set the prompt and the stubs' plan."""
+    """Make this sample × epoch's trial on the server; set the prompt and the stubs' plan.
+
+    ``hang_seconds``: how long the trial holds a lost reply open (None: the server's
+    default, ``twice serve --hang-seconds``)."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         url = server_url(server)
-        trial = await create_trial(
-            url,
-            {
-                "task": task,
-                "sample": str(state.sample_id),
-                "fault": fault,
-                "protection": protection,
-                "lost_reply": lost_reply,
-            },
-        )
+        body: dict[str, Any] = {
+            "task": task,
+            "sample": str(state.sample_id),
+            "fault": fault,
+            "protection": protection,
+        }
+        if hang_seconds is not None:
+            body["hang_seconds"] = hang_seconds
+        trial = await create_trial(url, body)
         store().set(
             SERVED_STORE_KEY,
             {"server": url, "id": trial["id"], "urls": trial["urls"]},
@@ -519,7 +522,7 @@ def served_task(
     protection: str = "bare",
     prompt: str = "baseline",
     solver: Solver | None = None,
-    lost_reply: str = "drop",
+    hang_seconds: float | None = None,
     message_limit: int = 30,
     sandbox: str | None = None,
     agent: str | None = None,
@@ -536,7 +539,9 @@ def served_task(
         protection: A protection name (the server's tool layer applies it to MCP tools).
         prompt: A built-in prompt name or a prompt file path.
         solver: The agent; default: the model drives the trial's tools over MCP.
-        lost_reply: ``drop`` or ``hang`` for lost replies over HTTP.
+        hang_seconds: How long a trial holds a lost reply (``lost_reply``,
+            ``timeout_before_commit``) open before closing the connection; None: the
+            server's default. An agent whose own timeout is shorter sees a read timeout.
         message_limit: Hard stop for agents that loop.
         sandbox: The task's sandbox (``local`` for :func:`command_agent`).
         agent: The agent's name on the agent axis (``twice run --agent-cmd`` gives
@@ -546,16 +551,19 @@ def served_task(
     or solver argument, which inspect would log).
 
     Raises:
-        ValueError: for an unknown task, fault, protection or prompt.
+        ValueError: for an unknown task, fault, protection or prompt, or a ``hang_seconds``
+            out of range.
     """
     parts = task_parts(task)
     get_fault(fault)
+    if hang_seconds is not None:
+        hang_seconds = check_hang_seconds(hang_seconds)
     get_protection(protection)
     p = load_prompt(prompt)
     return Task(
         name=parts.name,
         dataset=parts.dataset,
-        setup=served_trial_setup(server, task, fault, protection, p.name, p.text, lost_reply),
+        setup=served_trial_setup(server, task, fault, protection, p.name, p.text, hang_seconds),
         solver=served_agent(solver or mcp_agent()),
         scorer=side_effects(parts.end_state),
         message_limit=message_limit,

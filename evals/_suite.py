@@ -16,8 +16,10 @@ by two blocks runs once). Top-level keys set run options::
 An optional ``[local_model]`` table (keys of :class:`ServerOptions`) makes the run start
 twice's local model server first and stop it at the end (``evals/real.toml``).
 ``agent_cmd = "node my_agent.js"`` at the top level runs that command as the agent of every
-trial, against ``twice serve`` (see ``twice run --agent-cmd``). ``outage_window = 300`` sets
-the seconds a model endpoint may fail every call before the run ends (``--outage-window``).
+trial, against ``twice serve`` (see ``twice run --agent-cmd``); ``hang_seconds = 5`` then
+bounds how long its trials hold a lost reply open (``twice run --hang-seconds``).
+``outage_window = 300`` sets the seconds a model endpoint may fail every call before the run
+ends (``--outage-window``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from twice.tasks._spec import normal_spec
 from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
 from twice.tasks.agents import check_agent as _check_agent_name
 
+from ._hang import DEFAULT_HANG_SECONDS, check_hang_seconds
 from ._local import ServerOptions, parse_options
 
 DEFAULT_SUITE = Path(__file__).parent / "default.toml"
@@ -90,8 +93,9 @@ def read_shipped(path: str | Path, what: str) -> tuple[Path, bytes]:
 
 
 STUB_NAMES = [f"stub/{n}" for n in STUB_MODELS]
-DEFAULT_FAULTS = ["none", "lost_reply", "timeout_before_commit"]
-"""Faults used when flags name models but no faults: the control and the twin faults."""
+DEFAULT_FAULTS = ["none", "lost_reply", "reset_after_commit", "timeout_before_commit"]
+"""Faults used when flags name models but no faults: the control, the twin faults, and the
+lost reply's connection-error form."""
 
 AXES = ("models", "agents", "prompts", "tasks", "faults", "protections")
 
@@ -174,6 +178,10 @@ class Suite:
     outage_window: int = DEFAULT_OUTAGE_WINDOW
     """Seconds a model endpoint may go without a success, every call failing, before it counts
     as unreachable and the run ends, resumable (``--outage-window``)."""
+    hang_seconds: float = DEFAULT_HANG_SECONDS
+    """Seconds the agent command's trials hold a lost reply open before closing the
+    connection (``--hang-seconds``): an agent whose own timeout is shorter sees a read
+    timeout, and a trial costs that timeout's wall time."""
 
     def cells(self) -> Iterator[Cell]:
         """Every distinct cell, in suite order.
@@ -296,6 +304,16 @@ class Suite:
             or timeout <= 0
         ):
             raise SuiteError(f"agent_timeout must be a positive number of seconds, got {timeout!r}")
+        try:
+            check_hang_seconds(self.hang_seconds)
+        except ValueError as ex:
+            raise SuiteError(str(ex)) from None
+        if self.hang_seconds != DEFAULT_HANG_SECONDS and self.agent_cmd is None:
+            raise SuiteError(
+                "hang_seconds bounds how long an --agent-cmd agent's trials hold a lost reply "
+                "open over a socket; in process a lost reply is a timeout raised at once "
+                "(give --agent-cmd, or leave --hang-seconds out)"
+            )
         agents = {a for m in self.matrices for a in m.agents}
         if timeout != AGENT_TIMEOUT and self.agent_cmd is None and agents <= {REACT}:
             raise SuiteError(
@@ -402,6 +420,7 @@ def load_suite(path: str | Path) -> Suite:
     known_top = {
         "matrix", "epochs", "limit", "description", "local_model", "agent_cmd", "agent_timeout",
         "outage_window",
+        "hang_seconds",
     }  # fmt: skip
     unknown = set(data) - known_top
     if unknown:
@@ -442,6 +461,7 @@ def load_suite(path: str | Path) -> Suite:
             "its command as the agent of every trial (run other agents in a suite of their own)"
         )
     agent_timeout = data.get("agent_timeout", AGENT_TIMEOUT)
+    hang_seconds = data.get("hang_seconds", DEFAULT_HANG_SECONDS)
     local_model = None
     if "local_model" in data:
         try:
@@ -457,6 +477,7 @@ def load_suite(path: str | Path) -> Suite:
         agent_cmd=agent_cmd,
         agent_timeout=agent_timeout,
         outage_window=outage_window or DEFAULT_OUTAGE_WINDOW,
+        hang_seconds=hang_seconds,
     )
 
 
@@ -485,13 +506,14 @@ def suite_from_flags(
     agent_cmd: str | None = None,
     agent_timeout: float | None = None,
     outage_window: int | None = None,
+    hang_seconds: float | None = None,
 ) -> Suite:
     """The suite a ``twice run`` command line asks for.
 
     With ``--config`` the file is the base and flags replace whole axes. Without it, flags
     build one matrix (defaults: agent react, every task (the built-in framework agents' tasks
-    when ``agents`` names one), faults none/lost_reply/timeout_before_commit, protection bare,
-    prompt baseline); with no flags at all, the default suite runs.
+    when ``agents`` names one), faults none/lost_reply/reset_after_commit/timeout_before_commit,
+    protection bare, prompt baseline); with no flags at all, the default suite runs.
     """
     axes = {
         "models": models,
@@ -532,6 +554,8 @@ def suite_from_flags(
         suite = replace(suite, agent_timeout=agent_timeout)
     if outage_window is not None:  # the flag wins over the suite file's key
         suite = replace(suite, outage_window=outage_window)
+    if hang_seconds is not None:
+        suite = replace(suite, hang_seconds=hang_seconds)
     if mocks:
         suite = replace(suite, mocks=dict(mocks))
     suite.validate()

@@ -25,6 +25,7 @@ from typing import Any
 import click
 from twice.reports import MAX_SHARDS
 
+from ._hang import DEFAULT_HANG_SECONDS
 from ._run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, GC_THRESHOLDS
 from ._shards import stop_with_parent
 from ._suite import DEFAULT_OUTAGE_WINDOW, SuiteError, suite_from_flags
@@ -326,6 +327,13 @@ def cli() -> None:
     "600): then it is stopped (an --agent-cmd command with every process it started) and the "
     "trial counts as crashed.",
 )
+@click.option(
+    "--hang-seconds",
+    type=float,
+    help="With --agent-cmd: seconds a trial holds a lost reply (lost_reply, "
+    "timeout_before_commit) open before closing the connection (default 120, at most 600). "
+    "The agent's own, shorter timeout is what should end the wait.",
+)
 def run(
     models: tuple[str, ...],
     prompts: tuple[str, ...],
@@ -350,6 +358,7 @@ def run(
     max_trials: int | None,
     agent_cmd: str | None,
     agent_timeout: float | None = None,
+    hang_seconds: float | None = None,
     agents: tuple[str, ...] = (),
     mocks: tuple[str, ...] = (),
 ) -> None:
@@ -397,6 +406,7 @@ def run(
             limit=limit,
             agent_cmd=agent_cmd,
             agent_timeout=agent_timeout,
+            hang_seconds=hang_seconds,
             agents=agents,
             mocks=_mocks(mocks),
             outage_window=outage_window,
@@ -457,6 +467,7 @@ def run(
                     ("max-retries", (max_retries,)),
                     ("outage-window", (outage_window,) if outage_window else ()),
                     ("agent-cmd", (agent_cmd,) if agent_cmd else ()),
+                    ("hang-seconds", (hang_seconds,) if hang_seconds is not None else ()),
                 )
                 for value in values
             ]
@@ -970,19 +981,37 @@ def trials(rates: tuple[float, ...], confidence: float) -> None:
     help="A task of your own trials may be made of, beside the built-in ones (repeatable; "
     "or package.module:function).",
 )
-def serve(host: str, port: int, db: str, token: str | None, tasks: tuple[str, ...]) -> None:
+@click.option(
+    "--hang-seconds",
+    type=float,
+    default=DEFAULT_HANG_SECONDS,
+    show_default=True,
+    help="Seconds a trial holds a lost reply (lost_reply, timeout_before_commit) open before "
+    "closing the connection, when the trial gives no hang_seconds (at most 600).",
+)
+def serve(
+    host: str,
+    port: int,
+    db: str,
+    token: str | None,
+    tasks: tuple[str, ...],
+    hang_seconds: float = DEFAULT_HANG_SECONDS,
+) -> None:
     """Serve the mock services, faults and idempotency store over real HTTP and MCP.
 
-    Control API: POST /_twice/trials {"task", "sample", "fault", "protection", "lost_reply",
+    Control API: POST /_twice/trials {"task", "sample", "fault", "protection",
     "hang_seconds"} -> 201 {"id", "urls"}; GET /_twice/trials/ID/ledger and /verdict;
     DELETE /_twice/trials/ID. Services answer at /t/ID/SERVICE/..., tools over MCP at /t/ID/mcp.
-    "task" is a built-in task or one given with --task.
+    "task" is a built-in task or one given with --task. A lost reply is held open until the
+    client times out (at most hang_seconds); reset_after_commit closes the connection at once.
     """
     from ._serve import ServeError
     from ._serve import serve as run_server
 
     try:
-        stopped_by = run_server(host=host, port=port, db=db, token=token, tasks=tasks)
+        stopped_by = run_server(
+            host=host, port=port, db=db, token=token, tasks=tasks, hang_seconds=hang_seconds
+        )
     except ServeError as ex:
         click.echo(f"error: {ex}", err=True)
         sys.exit(2)

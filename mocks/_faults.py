@@ -5,7 +5,7 @@ A fault is a frozen dataclass with two hooks around the commit point:
 * ``before_commit(request)`` runs after the attempt is recorded and before any work. It may
   return a response (the work is then not done) or raise a timeout.
 * ``after_commit(request, response)`` runs after the work was committed. It may replace the
-  response or raise a timeout (the work stays done: the reply is lost).
+  response or raise a transport error (the work stays done: the reply is lost).
 
 Which attempts a fault hits is its :class:`Schedule`; by default the first mutating attempt of
 the trial. Timeouts are raised at once, never slept, so a faulty trial costs no wall time.
@@ -83,6 +83,14 @@ def _timeout(request: httpx.Request) -> httpx.ReadTimeout:
     return httpx.ReadTimeout("timed out waiting for the response", request=request)
 
 
+def _reset(request: httpx.Request) -> httpx.RemoteProtocolError:
+    # What httpx raises when a real server closes the connection after reading the request
+    # and before answering: tools see the same class in process as over a socket.
+    return httpx.RemoteProtocolError(
+        "Server disconnected without sending a response.", request=request
+    )
+
+
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> httpx.Response:
     return httpx.Response(
         status, json={"error": {"type": "api_error", "message": message}}, headers=headers
@@ -102,6 +110,22 @@ class LostReply(Fault):
 
     def after_commit(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
         raise _timeout(request)
+
+
+@dataclass(frozen=True)
+class ResetAfterCommit(Fault):
+    """The work is committed, then the connection closes with no reply: a connection error.
+
+    Not a timeout: the client fails at once (httpx ``RemoteProtocolError``, requests
+    ``ConnectionError``, Node's fetch ``UND_ERR_SOCKET``), as when a gateway or the service's
+    process dies after the commit. The outcome is as unknown as after ``lost_reply``; a client
+    that retries only connection errors (taking them for "never sent") duplicates here.
+    """
+
+    name: str = "reset_after_commit"
+
+    def after_commit(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
+        raise _reset(request)
 
 
 @dataclass(frozen=True)
@@ -201,6 +225,7 @@ FAULTS: dict[str, Fault] = {
     for f in (
         NoFault(),
         LostReply(),
+        ResetAfterCommit(),
         TimeoutBeforeCommit(),
         ErrorAfterCommit(),
         ErrorBeforeCommit(),

@@ -24,9 +24,9 @@ Errors across an agent bridge: a framework agent's tool errors reach the model a
 tool result as an error when its text looks like one (:data:`ERROR_TEXT`: LangGraph's
 ``Error: ...``, openai-agents' "An error occurred while running the tool", pydantic-ai's
 ``{"error": ...}`` and "Fix the errors and try again", twice's unknown-outcome phrase), and
-as an *unknown* outcome when it says so or names a timeout (:data:`TIMEOUT_TEXT`). A text that
-hides the error's kind (the openai-agents default) is an error of unknown kind: ``verify``
-treats it as a plain failure.
+as an *unknown* outcome when it says so or names a timeout or a connection closed before
+the reply (:data:`TIMEOUT_TEXT`). A text that hides the error's kind (the openai-agents
+default) is an error of unknown kind: ``verify`` treats it as a plain failure.
 
 Independent actions: when a stub gives up on a step whose plan says ``on_fail: "continue"``
 (e.g. the first of two refunds), it goes on with the next step instead of stopping.
@@ -162,8 +162,16 @@ ERROR_TEXT = re.compile(
     re.IGNORECASE,
 )
 """A tool result whose text matches this is an error even when it arrives as plain text."""
-TIMEOUT_TEXT = re.compile(r"timeout|timed out", re.IGNORECASE)
-"""An error whose text matches this (or says :data:`UNKNOWN_OUTCOME`) is an unknown outcome."""
+TIMEOUT_TEXT = re.compile(
+    r"timeout|timed out|"
+    # A connection closed after the request went out (reset_after_commit), as httpx, Node and
+    # the connection itself name it: the reply was lost, not the request.
+    r"server disconnected|connection (?:was )?(?:closed|reset)|RemoteProtocolError|"
+    r"ECONNRESET|UND_ERR_SOCKET|other side closed",
+    re.IGNORECASE,
+)
+"""An error whose text matches this (or says :data:`UNKNOWN_OUTCOME`) is an unknown outcome:
+a timeout, or a connection closed before the reply."""
 
 _ID = re.compile(r"^stub_s(?P<step>\d+)_(?P<kind>[avc])(?P<n>\d+)")
 

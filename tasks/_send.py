@@ -15,8 +15,8 @@ stages a reader can follow top to bottom (the way httpx layers its send path):
    * a delivered 2xx is a result (a replay, if the service says so);
    * a delivered 4xx is a definite failure (``ToolError`` saying nothing was made);
    * a 429 is a definite refusal, retried after its ``Retry-After``;
-   * a timeout or a 5xx is an *unknown* outcome -- never dressed up as a failure, because
-     after a lost reply it is not one.
+   * a timeout, a connection closed before a reply, or a 5xx is an *unknown* outcome --
+     never dressed up as a failure, because after a lost reply it is not one.
 
 4. :func:`_settle` records the result (action log, registered undo); the tool then asks the
    :class:`Mutation` for its sentence (:meth:`Mutation.say`), which says what really
@@ -87,7 +87,8 @@ class Problem:
     text: str
     """``timed out waiting for the payments API``."""
     unknown: bool
-    """The attempt may have done the work (a timeout or a 5xx); False for a definite no."""
+    """The attempt may have done the work (a timeout, a connection closed before a reply, a
+    5xx); False for a definite no."""
 
 
 @dataclass
@@ -304,6 +305,11 @@ async def _attempt(
             )
         except httpx.TimeoutException:
             return Problem(f"timed out waiting for the {call.api}", unknown=True)
+        except (httpx.RemoteProtocolError, httpx.ReadError):
+            # The request went out and the connection ended before a reply (a reset after
+            # the commit): as unknown as a timeout, never the "not sent" of a connect error.
+            closed = f"the connection to the {call.api} was closed before a reply"
+            return Problem(closed, unknown=True)
         except httpx.TransportError as ex:
             return Problem(f"could not reach the {call.api} ({type(ex).__name__})", unknown=True)
         if response.status_code != 409 or call.key is None or polls >= MAX_IN_FLIGHT_POLLS:

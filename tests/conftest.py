@@ -156,13 +156,13 @@ REFERENCE_SUITE = Suite(
         Matrix(
             models=("stub/retry", "stub/no-retry", "stub/verify"),
             tasks=("refund",),
-            faults=("none", "lost_reply", "timeout_before_commit"),
+            faults=("none", "lost_reply", "reset_after_commit", "timeout_before_commit"),
             protections=("bare",),
         ),
         Matrix(
             models=("stub/no-retry",),
             tasks=("refund",),
-            faults=("lost_reply",),
+            faults=("lost_reply", "reset_after_commit"),
             protections=(
                 "retry-nokey",
                 "retry-randomkey",

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -377,6 +378,23 @@ def test_agent_timeout_needs_an_agent_under_test_and_a_positive_number(tmp_path:
         load_suite(toml).validate()
 
 
+def test_hang_seconds_bounds_an_agent_cmd_runs_held_replies_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    toml = tmp_path / "suite.toml"
+    toml.write_text('agent_cmd = "true"\nhang_seconds = 5\n[[matrix]]\nmodels = ["stub/retry"]\n')
+    assert load_suite(toml).hang_seconds == 5
+    flags = ["run", "--model", "stub/retry", "--task", "refund", "--display", "none"]
+    for extra, said in [
+        (["--hang-seconds", "5"], "hang_seconds bounds how long an --agent-cmd agent's trials"),
+        (["--hang-seconds", "0", "--agent-cmd", "true"], "hang_seconds 0.0 must be a number in"),
+        (["--hang-seconds", "nan", "--agent-cmd", "true"], "hang_seconds NaN must be a number"),
+    ]:
+        result = CliRunner().invoke(cli, flags + extra)
+        assert result.exit_code == 2, result.output
+        assert said in result.output
+
+
 def test_agent_cmd_in_toml_and_its_bad_values(tmp_path: Path) -> None:
     good = tmp_path / "suite.toml"
     good.write_text('agent_cmd = "node my_agent.js"\n[[matrix]]\nmodels = ["stub/retry"]\n')
@@ -609,3 +627,34 @@ def test_a_command_writing_much_is_read_in_bounded_memory() -> None:
     assert result.stderr_bytes == 64 * 1024 * 1024 + 5
     assert result.stderr.endswith("xxxdone\n")
     assert peak < 2 * 1024 * 1024, peak
+
+
+NODE_AGENT = ROOT / "tests" / "evals" / "scripts" / "retry_on.mjs"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+@pytest.mark.parametrize(
+    ("retry_on", "duplicated"),
+    [
+        # lost_reply is a read timeout on the agent's own clock; reset_after_commit is the
+        # connection closed at once. Each fault catches the agent that retries on it.
+        ("timeout", {"lost_reply": 1.0, "reset_after_commit": 0.0}),
+        ("connection", {"lost_reply": 0.0, "reset_after_commit": 1.0}),
+    ],
+)
+def test_a_node_agent_meets_a_timeout_under_lost_reply_and_a_reset_under_reset_after_commit(
+    tmp_path: Path, retry_on: str, duplicated: dict[str, float]
+) -> None:
+    out = tmp_path / "logs"
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "lost_reply",
+         "--fault", "reset_after_commit", "--limit", "1", "--no-report", "--display", "none",
+         "--log-dir", str(out), "--hang-seconds", "5",
+         "--agent-cmd", f"node {NODE_AGENT} {retry_on}"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    cells = json.loads((out / "summary.json").read_text())["cells"]
+    assert {c["fault"]: c["duplication_rate"] for c in cells} == duplicated
+    assert all(c["completion_rate"] == 1.0 and c["crashed_rate"] == 0.0 for c in cells)

@@ -19,7 +19,8 @@ def test_cli_list_shows_everything() -> None:
     code, out = invoke("list")
     assert code == 0
     for name in ("refund", "baseline", "cautious", "persistent", "lost_reply", "rate_limited",
-                 "retry-stepkey", "intent-key", "stub/noisy", "stub/parallel"):  # fmt: skip
+                 "reset_after_commit", "retry-stepkey", "intent-key", "stub/noisy",
+                 "stub/parallel"):  # fmt: skip
         assert name in out
     assert "path.py:function         your own task" in out  # tasks and agents alike
     assert "path.py:function         your own agent" in out

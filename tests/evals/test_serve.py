@@ -18,6 +18,7 @@ import httpx
 import pytest
 import requests
 import stripe
+from twice.evals._hang import DEFAULT_HANG_SECONDS
 from twice.evals._serve import (
     MAX_SERVICE_BODY,
     ControlError,
@@ -26,6 +27,7 @@ from twice.evals._serve import (
     parse_trial_config,
     running_server,
 )
+from twice.evals._serve_log import RequestLog
 from twice.evals._serve_mcp import tool_annotations
 from twice.mocks import UNKNOWN_OUTCOME
 from twice.tasks import ToolSpec
@@ -39,7 +41,7 @@ def server() -> Iterator[str]:
 
 @pytest.fixture
 def trial(server: str) -> Callable[..., dict[str, Any]]:
-    """Make a trial: ``trial(fault="lost_reply", lost_reply="hang")``."""
+    """Make a trial: ``trial(fault="lost_reply", hang_seconds=3)``."""
 
     def make(**body: Any) -> dict[str, Any]:
         r = httpx.post(f"{server}/_twice/trials", json={"task": "refund", **body})
@@ -72,17 +74,12 @@ REFUND = {"order_id": "order_1042", "amount": 499}
 
 
 def test_serve_create_trial_gives_per_trial_urls(server: str, trial: Callable[..., Any]) -> None:
-    t = trial(sample="refund-002", fault="lost_reply", lost_reply="hang", hang_seconds=1.5)
+    t = trial(sample="refund-002", fault="lost_reply", hang_seconds=1.5)
     assert t["urls"] == {
         "payments": f"{server}/t/{t['id']}/payments",
         "mcp": f"{server}/t/{t['id']}/mcp",
     }
-    assert (t["sample"], t["fault"], t["lost_reply"], t["hang_seconds"]) == (
-        "refund-002",
-        "lost_reply",
-        "hang",
-        1.5,
-    )
+    assert (t["sample"], t["fault"], t["hang_seconds"]) == ("refund-002", "lost_reply", 1.5)
     # The trial starts from its sample's initial state.
     order = httpx.get(f"{t['urls']['payments']}/v1/orders/order_1054").json()
     assert order["amount"] == 9850 and order["amount_refunded"] == 0
@@ -100,6 +97,8 @@ def test_serve_create_trial_gives_per_trial_urls(server: str, trial: Callable[..
         ({"task": "refund", "fault": "crash_after_commit"}, "fault"),
         ({"task": "refund", "protection": "prayer"}, "protection"),
         ({"task": "refund", "lost_reply": "vanish"}, "lost_reply"),
+        # The connection closed at once is its own fault now, never lost_reply's form.
+        ({"task": "refund", "fault": "lost_reply", "lost_reply": "drop"}, "lost_reply"),
         ({"task": "refund", "hang_seconds": 0}, "hang_seconds"),
         ({"task": "refund", "hang_seconds": "2"}, "hang_seconds"),
         ({"task": "refund", "hang_seconds": 10_000}, "hang_seconds"),
@@ -527,7 +526,7 @@ def test_serve_hosts_a_task_of_your_own_it_was_started_with(tmp_path: Path) -> N
     db = tmp_path / "own.sqlite"
     with running_server(db, tasks=[OWN_TASK]) as running:
         r = httpx.post(
-            f"{running.url}/_twice/trials", json={"task": OWN_TASK, "fault": "lost_reply"}
+            f"{running.url}/_twice/trials", json={"task": OWN_TASK, "fault": "reset_after_commit"}
         )
         assert r.status_code == 201, r.text
         made = r.json()
@@ -599,12 +598,15 @@ def test_serve_refuses_a_task_of_your_own_it_cannot_load(tmp_path: Path) -> None
 
 def test_parse_trial_config_defaults() -> None:
     config = parse_trial_config({"task": "send_email"})
-    assert (config.sample, config.fault, config.protection, config.lost_reply) == (
+    assert (config.sample, config.fault, config.protection, config.hang_seconds) == (
         "send_email-001",
         "none",
         "bare",
-        "drop",
+        DEFAULT_HANG_SECONDS,
     )
+    assert DEFAULT_HANG_SECONDS >= 60  # longer than the clients' usual read timeouts
+    # The server's own default (twice serve --hang-seconds) applies when the body has none.
+    assert parse_trial_config({"task": "refund"}, hang_seconds=4).hang_seconds == 4.0
     # JSON null is "not given" (it was refused), and errors quote JSON, not Python values
     nulls = {k: None for k in ("sample", "fault", "protection", "lost_reply", "hang_seconds")}
     assert parse_trial_config({"task": "send_email", **nulls}) == config
@@ -615,19 +617,31 @@ def test_parse_trial_config_defaults() -> None:
         ({"task": "refund", "hang_seconds": True}, "hang_seconds true must be a number"),
         ({"task": "refund", "sample": 7}, "sample 7 is not in task 'refund'"),
         ({"task": "refund", "fault": "crash_after_commit"}, "restarts twice's own agent loop"),
+        (
+            {"task": "refund", "fault": "lost_reply", "lost_reply": "drop"},
+            'lost_reply "drop" is the fault "reset_after_commit"',
+        ),
     ]:
         with pytest.raises(ControlError, match=re.escape(said)):
             parse_trial_config(body)
+    # The deprecated field's remaining value is what every timeout fault does anyway.
+    assert parse_trial_config({"task": "refund", "lost_reply": "hang"}) == parse_trial_config(
+        {"task": "refund"}
+    )
 
 
 # -- lost replies over a socket ----------------------------------------------------------
 
 
-def test_serve_drop_closes_without_a_response_httpx(server: str, trial: Callable[..., Any]) -> None:
-    t = trial(fault="lost_reply")
+def test_serve_reset_after_commit_closes_without_a_response_httpx(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    t = trial(fault="reset_after_commit")
     url = f"{t['urls']['payments']}/v1/refunds"
+    start = time.monotonic()
     with pytest.raises(httpx.RemoteProtocolError):
-        httpx.post(url, json=REFUND, headers={"Idempotency-Key": "k-1"})
+        httpx.post(url, json=REFUND, headers={"Idempotency-Key": "k-1"}, timeout=30)
+    assert time.monotonic() - start < 5  # at once: a connection error, not a timeout
     # The work was done: a keyed retry gets the saved reply, an unkeyed one refunds again.
     assert httpx.post(url, json=REFUND, headers={"Idempotency-Key": "k-1"}).json()["id"] == "re_1"
     assert refunds(server, t) == ["re_1"]
@@ -635,29 +649,19 @@ def test_serve_drop_closes_without_a_response_httpx(server: str, trial: Callable
     assert verdict(server, t)["duplicated"] == 1.0
     first = ledger(server, t)["attempts"][0]
     assert (first["fault"], first["delivered"], first["outcome"]) == (
-        "lost_reply",
+        "reset_after_commit",
         False,
         "unknown",
     )
 
 
-def test_serve_drop_is_a_connection_error_for_requests(
+def test_serve_reset_after_commit_is_a_connection_error_for_requests(
     server: str, trial: Callable[..., Any]
 ) -> None:
-    t = trial(fault="lost_reply")
+    t = trial(fault="reset_after_commit")
     with pytest.raises(requests.exceptions.ConnectionError):
         requests.post(f"{t['urls']['payments']}/v1/refunds", json=REFUND, timeout=5)
     assert refunds(server, t) == ["re_1"]
-
-
-def test_serve_timeout_before_commit_drops_and_does_nothing(
-    server: str, trial: Callable[..., Any]
-) -> None:
-    t = trial(fault="timeout_before_commit")
-    with pytest.raises(httpx.RemoteProtocolError):
-        httpx.post(f"{t['urls']['payments']}/v1/refunds", json=REFUND)
-    assert refunds(server, t) == []
-    assert verdict(server, t)["completed"] == 0.0
 
 
 def test_serve_verdict_names_a_refund_of_another_amount_than_asked(
@@ -674,8 +678,8 @@ def test_serve_verdict_names_a_refund_of_another_amount_than_asked(
     assert body["evidence"]["intents"][0]["wrong"] == ["re_1"]
 
 
-def test_serve_hang_is_a_real_read_timeout(server: str, trial: Callable[..., Any]) -> None:
-    t = trial(fault="lost_reply", lost_reply="hang", hang_seconds=3)
+def test_serve_lost_reply_is_a_real_read_timeout(server: str, trial: Callable[..., Any]) -> None:
+    t = trial(fault="lost_reply")  # the default hold: far longer than this client waits
     url = f"{t['urls']['payments']}/v1/refunds"
     start = time.monotonic()
     with pytest.raises(httpx.ReadTimeout):
@@ -686,8 +690,50 @@ def test_serve_hang_is_a_real_read_timeout(server: str, trial: Callable[..., Any
     assert ledger(server, t)["attempts"][0]["delivered"] is False
 
 
-def test_serve_hang_holds_only_the_faulted_reply(server: str, trial: Callable[..., Any]) -> None:
-    t = trial(fault="lost_reply", lost_reply="hang", hang_seconds=3)
+def test_serve_timeout_before_commit_times_out_and_does_nothing(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    t = trial(fault="timeout_before_commit")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{t['urls']['payments']}/v1/refunds", json=REFUND, timeout=1)
+    assert refunds(server, t) == []
+    assert verdict(server, t)["completed"] == 0.0
+
+
+def test_serve_held_reply_is_closed_after_the_trials_bound(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    # A client that waits longer than hang_seconds sees the connection closed, no reply.
+    t = trial(fault="lost_reply", hang_seconds=1)
+    start = time.monotonic()
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(f"{t['urls']['payments']}/v1/refunds", json=REFUND, timeout=30)
+    assert 1.0 <= time.monotonic() - start < 10
+    assert refunds(server, t) == ["re_1"]
+
+
+def test_serve_default_bound_is_the_servers_own() -> None:
+    with running_server(hang_seconds=1) as running:
+        r = httpx.post(
+            f"{running.url}/_twice/trials", json={"task": "refund", "fault": "lost_reply"}
+        )
+        t = r.json()
+        assert t["hang_seconds"] == 1.0
+        start = time.monotonic()
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.post(f"{t['urls']['payments']}/v1/refunds", json=REFUND, timeout=30)
+        assert time.monotonic() - start < 10
+
+
+def test_serve_refuses_a_bound_out_of_range() -> None:
+    with pytest.raises(ServeError, match=r"--hang-seconds 0 must be a number in \(0, 600\]"):
+        _prepare("127.0.0.1", 0, ":memory:", None, [], hang_seconds=0)
+
+
+def test_serve_held_reply_holds_only_the_faulted_reply(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    t = trial(fault="lost_reply", hang_seconds=3)
     url = f"{t['urls']['payments']}/v1/refunds"
     with pytest.raises(requests.exceptions.ReadTimeout):
         requests.post(url, json=REFUND, headers={"Idempotency-Key": "h"}, timeout=(5, 1))
@@ -742,7 +788,7 @@ def stripe_sdk() -> Iterator[Callable[[str, float], None]]:
 def test_stripe_sdk_default_retries_refund_once(
     server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str, float], None]
 ) -> None:
-    t = trial(fault="lost_reply")
+    t = trial(fault="reset_after_commit")
     stripe_sdk(t["urls"]["payments"], 5)
     refund = stripe.Refund.create(payment_intent="order_1042", amount=499)
     assert (refund.id, refund.amount, refund.payment_intent, refund.object) == (
@@ -762,7 +808,7 @@ def test_stripe_sdk_default_retries_refund_once(
 def test_stripe_sdk_application_retry_refunds_twice(
     server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str, float], None]
 ) -> None:
-    t = trial(fault="lost_reply")
+    t = trial(fault="reset_after_commit")
     stripe_sdk(t["urls"]["payments"], 5)
     stripe.max_network_retries = 0
     made = None
@@ -797,7 +843,7 @@ def test_stripe_sdk_full_refund_without_amount_and_its_metadata(
 def test_stripe_sdk_hang_times_out_then_retries_once(
     server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str, float], None]
 ) -> None:
-    t = trial(fault="lost_reply", lost_reply="hang", hang_seconds=3)
+    t = trial(fault="lost_reply", hang_seconds=3)
     stripe_sdk(t["urls"]["payments"], 1)
     start = time.monotonic()
     refund = stripe.Refund.create(payment_intent="order_1042", amount=499)
@@ -900,13 +946,23 @@ def test_mcp_annotations_follow_the_idempotency_class() -> None:
 # -- durability --------------------------------------------------------------------------
 
 
+def test_restart_rebuilds_a_trial_logged_with_the_retired_lost_reply_mode(tmp_path: Path) -> None:
+    db = tmp_path / "old.sqlite"
+    log = RequestLog(db)
+    old = {"task": "refund", "sample": "refund-001", "fault": "lost_reply", "protection": "bare"}
+    log.append("t1", "create", {**old, "lost_reply": "drop", "hang_seconds": 2.0})
+    log.close()
+    with running_server(db) as running:
+        assert running.app.trials["t1"].config.fault == "lost_reply"
+
+
 def test_restart_on_the_same_db_rebuilds_every_trial(tmp_path: Path) -> None:
     db = tmp_path / "serve.sqlite"
     args = {"order_id": "order_1042", "amount": 4.99, "reason": "cracked"}
     with running_server(db) as running:
         url = running.url
         a = httpx.post(
-            f"{url}/_twice/trials", json={"task": "refund", "fault": "lost_reply"}
+            f"{url}/_twice/trials", json={"task": "refund", "fault": "reset_after_commit"}
         ).json()
         b = httpx.post(
             f"{url}/_twice/trials",

@@ -70,8 +70,8 @@ def test_kill_9_mid_run_then_restart_restores_every_ledger(tmp_path: Path) -> No
         trials = [
             httpx.post(f"{url}/_twice/trials", json=body, timeout=30).json()
             for body in (
-                {"task": "refund", "fault": "lost_reply"},
-                {"task": "refund", "fault": "lost_reply", "lost_reply": "hang", "hang_seconds": 60},
+                {"task": "refund", "fault": "reset_after_commit"},
+                {"task": "refund", "fault": "lost_reply", "hang_seconds": 60},
                 {"task": "send_email"},
             )
         ]
@@ -205,14 +205,14 @@ def test_a_stop_signal_ends_serve_with_its_documented_code_and_keeps_its_trials(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_reply_held_by_hang_is_dropped_when_serve_stops(tmp_path: Path, sig: int) -> None:
+def test_a_held_lost_reply_is_dropped_when_serve_stops(tmp_path: Path, sig: int) -> None:
     # The held reply was never going to be answered: the client sees its connection close
     # (a lost reply), not the 500 uvicorn answered for the request it cancelled after its
     # 2 s grace under SIGINT, and the stop does not wait for the hang.
     db = tmp_path / "serve.sqlite"
     proc, url = _start(db, _free_port())
     try:
-        body = {"task": "refund", "fault": "lost_reply", "lost_reply": "hang", "hang_seconds": 60}
+        body = {"task": "refund", "fault": "lost_reply", "hang_seconds": 60}
         trial = httpx.post(f"{url}/_twice/trials", json=body, timeout=30).json()
         seen: list[object] = []
 

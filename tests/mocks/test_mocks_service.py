@@ -361,6 +361,7 @@ def test_sync_path_serves_threads_one_request_at_a_time() -> None:
     [
         ("none", True, 200),
         ("lost_reply", True, "timeout"),
+        ("reset_after_commit", True, "reset"),
         ("timeout_before_commit", False, "timeout"),
         ("error_after_commit", True, 502),
         ("server_error_after_commit", True, 500),
@@ -376,6 +377,9 @@ def test_fault_commit_and_what_client_sees(name: str, commits: bool, client_sees
         seen: object = asyncio.run(post(s)).status_code
     except httpx.ReadTimeout:
         seen = "timeout"
+    except httpx.RemoteProtocolError as ex:  # as from a real server that closed, no reply
+        assert str(ex) == "Server disconnected without sending a response."
+        seen = "reset"
     assert seen == client_sees
     assert len(s.ledger.effects) == (1 if commits else 0)
     (attempt,) = s.ledger.attempts
@@ -396,14 +400,16 @@ def test_fault_hits_only_first_mutating_attempt_by_default() -> None:
     assert [a.fault for a in s.ledger.attempts] == ["lost_reply", None]
 
 
-@pytest.mark.parametrize("name", ["lost_reply", "error_after_commit", "server_error_after_commit"])
+@pytest.mark.parametrize(
+    "name", ["lost_reply", "reset_after_commit", "error_after_commit", "server_error_after_commit"]
+)
 def test_a_commit_fault_passes_over_a_request_that_did_no_work(name: str) -> None:
     # An agent whose first call was malformed (a 400, or refused for its key) used up the
     # fault on it: its real call then ran fault-free, and the trial scored it safe.
     s = services(get_fault(name))
     bad = asyncio.run(post(s, body={"order_id": "order_1042", "amount": 5000}))
     assert bad.status_code == 400  # past the balance: not executed, its reply delivered
-    with contextlib.suppress(httpx.ReadTimeout):
+    with contextlib.suppress(httpx.ReadTimeout, httpx.RemoteProtocolError):
         assert asyncio.run(post(s)).status_code != 200  # the fault hits the real call
     assert [a.fault for a in s.ledger.attempts] == [None, name]
     assert len(s.ledger.effects) == 1
@@ -488,7 +494,7 @@ def test_get_fault_names_accepted_values() -> None:
     with pytest.raises(ValueError, match=r"unknown fault 'lost'.*lost_reply"):
         get_fault("lost")
     assert set(FAULTS) == {
-        "none", "lost_reply", "timeout_before_commit", "error_after_commit",
+        "none", "lost_reply", "reset_after_commit", "timeout_before_commit", "error_after_commit",
         "error_before_commit", "rate_limited", "crash_after_commit", "server_error_after_commit",
     }  # fmt: skip
 

@@ -502,6 +502,20 @@ def _tool(text: str) -> ChatMessageTool:
         ("Error: ReadTimeout('timed out')\n Please fix your mistakes.", True, True),
         ('{"error":"issue_refund failed: ReadTimeout: timed out"}', True, True),
         ("Timed out; the refund may or may not have been made.", True, True),
+        # A connection closed before the reply (reset_after_commit), as frameworks print it.
+        (
+            "Error: RemoteProtocolError('Server disconnected without sending a response.')\n"
+            " Please fix your mistakes.",
+            True,
+            True,
+        ),
+        (
+            '{"error":"issue_refund failed: RemoteProtocolError: Server disconnected without '
+            'sending a response."}',
+            True,
+            True,
+        ),
+        ("Error: TypeError: fetch failed (UND_ERR_SOCKET: other side closed)", True, True),
         ("Created refund re_1 of $4.99 on order order_1042 (status succeeded).", False, False),
         ("No refunds found for order order_1042.", False, False),
     ],

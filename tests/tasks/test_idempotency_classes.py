@@ -17,6 +17,7 @@ from twice.mocks import (
     NoFault,
     PaymentsService,
     RateLimited,
+    ResetAfterCommit,
     ServerErrorAfterCommit,
     Services,
     TravelService,
@@ -151,7 +152,7 @@ def test_existing_protections_keep_their_behaviour() -> None:
 # -- unsafe ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fault", [LostReply(), ErrorAfterCommit()])
+@pytest.mark.parametrize("fault", [LostReply(), ResetAfterCommit(), ErrorAfterCommit()])
 def test_declared_unsafe_never_retries_an_unknown_outcome(fault: Fault) -> None:
     ctx = _ctx("declared", fault)
     tool = _tool(ctx, "unsafe", verify_with="find_refunds")

@@ -45,6 +45,10 @@ def test_summary_has_design_keys(reference_summary: dict[str, Any]) -> None:
         ("stub/retry", "lost_reply", 1.0, 1.0),
         ("stub/no-retry", "lost_reply", 1.0, 0.0),
         ("stub/verify", "lost_reply", 1.0, 0.0),
+        # The lost reply's connection-error form: the outcome is as unknown, the stubs alike.
+        ("stub/retry", "reset_after_commit", 1.0, 1.0),
+        ("stub/no-retry", "reset_after_commit", 1.0, 0.0),
+        ("stub/verify", "reset_after_commit", 1.0, 0.0),
         ("stub/retry", "timeout_before_commit", 1.0, 0.0),
         ("stub/no-retry", "timeout_before_commit", 0.0, 0.0),
         ("stub/verify", "timeout_before_commit", 1.0, 0.0),
@@ -87,28 +91,31 @@ def test_controls_are_told_apart(reference_summary: dict[str, Any]) -> None:
         ("intent-key", 1, None),
     ],
 )
+@pytest.mark.parametrize("fault", ["lost_reply", "reset_after_commit"])
 def test_seed_demo_table(
     trial_ledgers: Any,
     reference_summary: dict[str, Any],
+    fault: str,
     protection: str,
     refunds: int,
     agent_saw: str | None,
 ) -> None:
-    ledgers = trial_ledgers("stub/no-retry", "lost_reply", protection)
+    ledgers = trial_ledgers("stub/no-retry", fault, protection)
     assert len(ledgers) == 4
     for ledger in ledgers:
         assert len(ledger.effects) == refunds
         if agent_saw:
             assert any(agent_saw in text for text in ledger.observations), ledger.observations
-    c = cell(reference_summary, "stub/no-retry", "lost_reply", protection)
+    c = cell(reference_summary, "stub/no-retry", fault, protection)
     assert c["duplication_rate"] == (1.0 if refunds == 2 else 0.0)
 
 
-def test_seed_demo_agent_never_learns_of_re_1(trial_ledgers: Any) -> None:
-    for ledger in trial_ledgers("stub/no-retry", "lost_reply", "retry-nokey"):
+@pytest.mark.parametrize("fault", ["lost_reply", "reset_after_commit"])
+def test_seed_demo_agent_never_learns_of_re_1(trial_ledgers: Any, fault: str) -> None:
+    for ledger in trial_ledgers("stub/no-retry", fault, "retry-nokey"):
         assert [e.id for e in ledger.unseen_effects()] == ["re_1"]
         first = ledger.attempt(ledger.effects[0].attempt)
-        assert (first.delivered, first.outcome, first.fault) == (False, "unknown", "lost_reply")
+        assert (first.delivered, first.outcome, first.fault) == (False, "unknown", fault)
         second = ledger.attempt(ledger.effects[1].attempt)
         assert second.source == "transport"
 

@@ -40,6 +40,7 @@ CATALOGUE = ("send_email", "create_ticket", "place_order", "archive_record")
 STUBS = ("retry", "no-retry", "verify", "drift", "parallel")
 TWINS = ("lost_reply", "timeout_before_commit")
 SEED_PROTECTIONS = ("retry-nokey", "retry-randomkey", "retry-stepkey", "lookup")
+CONTROLS = ("retry", "no-retry", "verify")
 LIMIT = 2
 """Samples per cell. The single-intent samples of a task all behave alike under a stub (checked
 once over whole datasets when the tables were made); two per cell keep the suite quick."""
@@ -104,6 +105,7 @@ def reference_cells() -> list[Cell]:
     """The cells of every task's reference table (the table groups them by model)."""
     cells = [(f"stub/{s}", f, p) for p in ("bare", "intent-key") for s in STUBS for f in TWINS]
     cells += [("stub/no-retry", "lost_reply", p) for p in SEED_PROTECTIONS]
+    cells += [(f"stub/{s}", "reset_after_commit", "bare") for s in CONTROLS]
     return cells
 
 
@@ -181,6 +183,16 @@ def test_catalogue_twin_faults_tell_the_controls_apart(task: str) -> None:
     # Verifying before retrying wins both twins.
     for fault in TWINS:
         assert _rate(_cell(task, "verify", fault, "bare"), "safe_success") == 1, fault
+
+
+@pytest.mark.parametrize("task", CATALOGUE)
+def test_catalogue_a_reset_after_the_commit_scores_as_a_lost_reply(task: str) -> None:
+    # Both leave the outcome unknown: the controls act alike, and so do their results.
+    for stub in CONTROLS:
+        reset = _cell(task, stub, "reset_after_commit", "bare")
+        lost = _cell(task, stub, "lost_reply", "bare")
+        assert [t.metrics for t in reset] == [t.metrics for t in lost], stub
+        assert [t.effects for t in reset] == [t.effects for t in lost], stub
 
 
 @pytest.mark.parametrize("task", ["create_ticket", "place_order"])

@@ -15,6 +15,7 @@ from twice.mocks import (
     NoFault,
     PaymentsService,
     RateLimited,
+    ResetAfterCommit,
     Services,
     TicketsService,
     services_from_state,
@@ -101,6 +102,37 @@ def test_an_unkeyed_retry_warns_that_the_earlier_attempt_may_have_made_one() -> 
     assert "on attempt 2. Attempt 1: timed out waiting for the payments API" in text
     assert "another refund may have been made by it" in text
     assert [e.id for e in ctx.services.ledger.effects] == ["re_1", "re_2"]
+
+
+def test_a_reset_after_the_commit_is_an_unknown_outcome_said_honestly() -> None:
+    ctx, tool = _refund_tool("bare", ResetAfterCommit())
+    with pytest.raises(ToolError) as err:
+        _refund(tool)
+    assert err.value.message == (
+        "The connection to the payments API was closed before a reply after 1 attempt; the "
+        "refund may or may not have been made. The outcome is unknown."
+    )
+    assert [e.id for e in ctx.services.ledger.effects] == ["re_1"]
+
+
+@pytest.mark.parametrize(
+    ("protection", "refunds", "said"),
+    [
+        # A connection closed after the request went out is no "never sent" connect error:
+        # every retrying protection treats it as it treats a timeout.
+        ("retry-nokey", ["re_1", "re_2"], "another refund may have been made by it"),
+        ("retry-stepkey", ["re_1"], "got back the saved result of the earlier attempt"),
+        ("lookup", ["re_1"], "A lookup then found it already made"),
+    ],
+)
+def test_transport_retries_after_a_reset_act_as_after_a_lost_reply(
+    protection: str, refunds: list[str], said: str
+) -> None:
+    ctx, tool = _refund_tool(protection, ResetAfterCommit())
+    text = _refund(tool)
+    assert "Attempt 1: the connection to the payments API was closed before a reply" in text
+    assert said in text
+    assert [e.id for e in ctx.services.ledger.effects] == refunds
 
 
 def test_a_retry_after_a_429_says_nothing_was_made_by_it() -> None:
