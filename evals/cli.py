@@ -348,7 +348,14 @@ def run(
     from twice.reports import LogReadError, StorageError
     from twice.tasks import scrub
 
-    from ._run import ERRORED_IN, LAST_INTERRUPT, default_log_dir, format_table, run_suite
+    from ._run import (
+        ERRORED_IN,
+        LAST_INTERRUPT,
+        RunOutputError,
+        default_log_dir,
+        format_table,
+        run_suite,
+    )
     from ._shards import default_workers, parse_shard, shard_cells, usable_cpus
     from ._workers import run_parallel
 
@@ -477,6 +484,16 @@ def run(
                     _server_end(server, result.failed)
     except SuiteError as ex:
         raise click.UsageError(scrub(str(ex))) from None
+    except RunOutputError as ex:
+        fix = (
+            f"the logs and summary.json are written: make room (or raise the limit), then "
+            f"`twice report {out}`"
+            if ex.summary_written
+            else f"the logs are kept and summary.json says incomplete: make room (or raise "
+            f"the limit), then {rerun} to resume"
+        )
+        click.echo(f"error: {scrub(str(ex))}; {fix}", err=True)
+        sys.exit(1)
     except LogReadError as ex:
         # A log that vanished or changed while the run read its logs back: another process
         # writing into the same directory (object storage has no lock), not a twice bug.
@@ -584,6 +601,10 @@ def _local_server(options: Any) -> Iterator[Any]:
     try:
         with local_model_server(options) as server:
             click.echo(f"twice: local model server ready at {server.base_url}", err=True)
+            from ._run import LAST_INTERRUPT
+
+            # A run stopped at once (a second Ctrl-C) unwinds nothing: tell the server too.
+            LAST_INTERRUPT.at_once.append(lambda: server.proc and server.proc.terminate())
             yield server
     except LocalModelError as ex:
         click.echo(f"error: {ex}", err=True)
