@@ -990,14 +990,49 @@ def serve(host: str, port: int, db: str, token: str | None, tasks: tuple[str, ..
         sys.exit(128 + stopped_by)
 
 
+class ReaderGone:
+    """Standard output that goes quietly to /dev/null once its reader has left.
+
+    ``twice gate ... | head -1`` or ``twice run | head``: the reader closes the pipe after
+    the lines it wanted, and the next write fails with ``BrokenPipeError`` (Python ignores
+    SIGPIPE), wherever it is: in click's last echo (exit 1 for a gate that passed) or in
+    inspect's progress display mid-run (the run ended there, its summary still "running").
+    What the command does does not depend on who reads its output, so it goes on and exits
+    with its own code; the output nobody reads is dropped, as the Python docs' "Note on
+    SIGPIPE" advises (stdout pointed at devnull). Every other error is raised as before.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            _discard_stdout()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _discard_stdout()
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()  # what it held, into /dev/null: nothing left at exit
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main() -> None:
     """Console-script entry point."""
     batch_gc()
     stop_with_parent()  # a --workers worker started as a fresh interpreter
+    if sys.stdout is not None:
+        sys.stdout = ReaderGone(sys.stdout)  # type: ignore[assignment]
     try:
         cli()
     except OSError as ex:
-        # (A reader that left, `| head -1`, is click's own: exit 1, no message.)
         if not _stdout_fails(ex):
             raise
         # A full disk or /dev/full behind `>`: one line, as any other write that fails.
