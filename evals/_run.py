@@ -1339,6 +1339,8 @@ def run_suite(
         retry_attempts=retry_attempts, max_retries=max_retries, timeout=timeout,
     )  # fmt: skip
     log_dir = as_location(log_dir)
+    if isinstance(log_dir, Path):  # as inspect (through fsspec) and a shell read it
+        log_dir = log_dir.expanduser()
     planned = list(suite.cells())
     if shard is not None:
         log_dir = shard_dir(log_dir, shard)

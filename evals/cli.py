@@ -59,10 +59,61 @@ class _LocationType(click.ParamType):  # type: ignore[type-arg]  # generic from 
                 param,
                 ctx,
             )
-        return text
+        problem = unusable_path(text)
+        if problem is not None:
+            self.fail(problem, param, ctx)
+        return home_expanded(text)
 
 
 LOCATION = _LocationType()
+
+
+def home_expanded(location: str) -> str:
+    """``location`` with a leading ``~`` or ``~user`` expanded, as a shell would have.
+
+    Inspect writes through fsspec, which expands it, so a quoted ``'~/run'`` (or one from a
+    CI variable) put inspect's files in ``$HOME/run`` and twice's in ``./~/run``: one rule
+    for every path written, the shell's. A URI is left as it is; ``./~`` stays literal.
+    """
+    from twice.reports import is_remote
+
+    if is_remote(location) or not location.startswith("~"):
+        return location
+    return os.path.expanduser(location)
+
+
+NAME_MAX = 255
+"""The longest file or directory name most local filesystems take (ext4, XFS, APFS, NTFS)."""
+
+
+def unusable_path(location: str) -> str | None:
+    """Why ``location`` cannot name a local file or directory twice writes, or None.
+
+    A control character (a newline from a pasted or quoted name) makes a directory no listing
+    shows plainly, and the logs' names carry it into every line that quotes them; a
+    component over :data:`NAME_MAX` bytes fails only when the first file is written, after
+    the suite has started.
+    """
+    from twice.reports import is_remote
+
+    bad = next((c for c in location if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        return (
+            f"{location!r} holds the control character {bad!r}; give a path or URI without "
+            "newlines, tabs or other control characters"
+        )
+    if is_remote(location):
+        return None
+    long = next(
+        (p for p in home_expanded(location).split(os.sep) if len(os.fsencode(p)) > NAME_MAX),
+        None,
+    )
+    if long is not None:
+        return (
+            f"{location[:60]!r}... has a component of {len(os.fsencode(long))} bytes; a file "
+            f"or directory name may have at most {NAME_MAX}"
+        )
+    return None
 
 
 def _existing_split(log_dir: str) -> int | None:
