@@ -365,6 +365,10 @@ def build_tasks(
                 )
         except ValueError as ex:
             raise SuiteError(f"task {cell.task!r} cannot be built: {ex}") from None
+        except SystemExit as ex:  # no Exception: it would end the run with its code, unsaid
+            raise SuiteError(
+                f"task {cell.task!r} cannot be built: it called sys.exit({ex.code!r})"
+            ) from None
         except Exception as ex:
             if cell.task in TASKS:  # twice's own task: a bug of ours, with its traceback
                 raise

@@ -116,6 +116,19 @@ def unusable_path(location: str) -> str | None:
     return None
 
 
+WORKERS_PER_CPU = 8
+"""``--workers`` per usable CPU at most: a worker mostly waits on its model calls, so a few
+per CPU can pay; thousands of interpreters (0.2 GB each) only exhaust memory."""
+
+
+def max_workers() -> int:
+    """The most ``--workers`` this machine takes (a resume may still give the split its log
+    directory already has)."""
+    from ._shards import usable_cpus
+
+    return WORKERS_PER_CPU * usable_cpus()
+
+
 def _existing_split(log_dir: str) -> int | None:
     from twice.reports import LogReadError, run_split
 
@@ -141,6 +154,30 @@ def _split_conflict(log_dir: str, split: int, asked: int) -> str:
     )
 
 
+MODEL_ARG_LIMIT = 100_000
+"""The most a ``-M`` value may hold: items and string characters, counted as the logs would
+write them out (an alias repeats what it names each time)."""
+
+
+def _expanded_size(value: Any, budget: int) -> int:
+    """How big ``value`` is written out (each item 1, each string its length), counted up
+    to just over ``budget``: YAML aliases share one object, so a few hundred bytes of
+    anchors can stand for billions of items (or a cycle) that every log header copies."""
+    size = 0
+    stack = [value]
+    while stack and size <= budget:
+        item = stack.pop()
+        size += 1
+        if isinstance(item, str | bytes):
+            size += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set):
+            stack.extend(item)
+    return size
+
+
 def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
     import yaml
 
@@ -149,6 +186,13 @@ def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not key=value", param_hint="-M")
+        too_big = (
+            f"the value of {key!r} is larger than {MODEL_ARG_LIMIT:,} items and characters "
+            "written out (YAML aliases repeat what they name); a model argument is a setting: "
+            "give a smaller value"
+        )
+        if len(value) > MODEL_ARG_LIMIT:
+            raise click.BadParameter(too_big, param_hint="-M")
         try:
             args[key] = yaml.safe_load(value)  # same typing as inspect's -M
         except yaml.YAMLError as ex:
@@ -161,6 +205,8 @@ def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
                 "value, e.g. -M 'key=\"text\"'",
                 param_hint="-M",
             ) from None
+        if _expanded_size(args[key], MODEL_ARG_LIMIT) > MODEL_ARG_LIMIT:
+            raise click.BadParameter(too_big, param_hint="-M")
     return args
 
 
@@ -426,6 +472,7 @@ def run(
         )
     if until_decided is not None and log_dir and "://" in log_dir:
         raise click.UsageError(f"--until-decided needs a local --log-dir, not {log_dir!r}")
+    parsed_model_args = _model_args(model_arg)  # bad -M values before anything else
     try:
         gate = None
         if until_decided is not None:
@@ -460,6 +507,13 @@ def run(
             # A rerun resumes split as the run already in the directory (a cluster's, maybe,
             # split 20 ways), running no more shards at a time than this machine has CPUs.
             n_workers, at_once = split, min(split, usable_cpus())
+        if workers is not None and workers != split and workers > max_workers():
+            raise click.BadParameter(
+                f"{workers} is not in the range 1-{max_workers()}: at most "
+                f"{WORKERS_PER_CPU} per usable CPU ({usable_cpus()} here); each worker is a "
+                "Python process with inspect loaded, and more only queue for the same CPUs",
+                param_hint="--workers",
+            )
         asked = part.count if part else n_workers
         if split is not None and asked != split:
             raise SuiteError(_split_conflict(out, split, asked))
@@ -506,14 +560,14 @@ def run(
             ]
             args += [a for m in model_arg for a in ("-M", m)]
             result = run_parallel(
-                suite, out, args, n_workers, model_args=_model_args(model_arg),
+                suite, out, args, n_workers, model_args=parsed_model_args,
                 report=not no_report, at_once=at_once,
             )  # fmt: skip
         else:
             # twice run and --until-decided alike: the suite's model server around the run,
             # its generate settings and the same bounds on every model call.
             run_args: dict[str, Any] = {
-                "model_args": _model_args(model_arg),
+                "model_args": parsed_model_args,
                 "max_connections": max_connections,
                 "display": shown,
                 "report": not no_report,
