@@ -709,7 +709,7 @@ def _local_server(options: Any) -> Iterator[Any]:
             from ._run import LAST_INTERRUPT
 
             # A run stopped at once (a second Ctrl-C) unwinds nothing: tell the server too.
-            LAST_INTERRUPT.at_once.append(lambda: server.proc and server.proc.terminate())
+            LAST_INTERRUPT.at_once.append(server.proc.terminate if server.proc else lambda: None)
             yield server
     except LocalModelError as ex:
         click.echo(f"error: {ex}", err=True)
