@@ -1452,7 +1452,7 @@ def _evaluate_and_summarise(
         reused = sum(1 for cell, log in before.items() if after.get(cell) == log)
         if shard is not None:  # the --workers parent adds up its shards' (summary "reused")
             extra["reused"] = reused
-        _write_or_fail(
+        write_run_file(
             summary_path,
             lambda tmp: write_summary(table, tmp, run=run, **extra),
             summary_path, run, extra,
@@ -1462,7 +1462,7 @@ def _evaluate_and_summarise(
         if report and not frame.empty:
             from twice.reports import write_report
 
-            report_path = _write_or_fail(
+            report_path = write_run_file(
                 join(log_dir, "report.html"),
                 lambda tmp: write_report(frame, tmp, run=run, status=extra),
                 summary_path, run, extra,
@@ -1486,7 +1486,7 @@ class RunOutputError(OSError):
         """Whether ``summary.json`` holds the run's counts (only the report failed)."""
 
 
-def _write_or_fail(
+def write_run_file(
     path: Location,
     write: Callable[[Path], object],
     summary_path: Location,

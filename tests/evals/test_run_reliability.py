@@ -426,18 +426,21 @@ def test_a_run_whose_summary_cannot_be_written_says_so_in_one_line_and_exits_1(
 
 
 @pytest.mark.slow
-def test_a_run_over_the_file_size_limit_is_one_line_and_exit_1(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_run_over_the_file_size_limit_is_one_line_and_exit_1(
+    tmp_path: Path, workers: str
+) -> None:
     # The failing path: `ulimit -f` hit as the report was written: a traceback, exit 1.
     import resource
 
-    def small_files() -> None:  # the logs (13 KB) fit, the report (28 KB) does not
+    def small_files() -> None:  # the logs (13 KB) fit, the report (over 28 KB) does not
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
 
     log_dir = tmp_path / "logs"
     done = subprocess.run(
         [sys.executable, "-m", "twice.evals.cli", "run", "--model", "stub/retry", "--task",
-         "refund", "--fault", "none", "--limit", "1", "--log-dir", str(log_dir), "--display",
-         "none"],
+         "refund", "--fault", "none", "--fault", "lost_reply", "--limit", "1", "--log-dir",
+         str(log_dir), "--display", "none", "--workers", workers],
         capture_output=True, text=True, timeout=DEADLINE_S, preexec_fn=small_files,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
