@@ -574,11 +574,13 @@ def _sigint_to_the_eval(state: Interrupts) -> Iterator[None]:
     that finds another handler, or an event loop other than asyncio's, records nothing
     here: the interrupt is then known from the cancelled logs, as before.)
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     import asyncio
 
+    if threading.current_thread() is not threading.main_thread() or not callable(
+        getattr(asyncio.Runner, "_on_sigint", None)
+    ):
+        yield  # another asyncio: its runner's handler as it is (the cancelled logs tell)
+        return
     before = signal.getsignal(signal.SIGINT)
     if before is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
