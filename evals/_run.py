@@ -3,7 +3,8 @@
 What a run guarantees (README "Reliability"; ``twice run`` and ``--until-decided`` alike, both
 through :func:`prepared_run` and :func:`evaluate`): one run per log directory (a lock); an
 interrupted run (SIGINT, SIGTERM) exits 130/143 with ``summary.json`` marked incomplete and
-naming the missing cells, and the same command resumes it; ``summary.json`` and
+naming the missing cells, and the same command resumes it (a second signal stops a
+``twice run`` at once, its summary marked incomplete without counts); ``summary.json`` and
 ``report.html`` are replaced by rename, never left half-written; a model endpoint that cannot
 be reached ends the run (exit 1) within a bounded time, named in one line; no API key from
 the environment reaches what the run writes.
@@ -497,9 +498,10 @@ class Interrupts:
     unfinished logs ``cancelled`` and returns); SIGTERM, which would otherwise kill the
     process without a word, is turned into the same orderly stop and remembered, so the run
     exits 143. An orderly stop still unwinds inspect's tasks and reads every log back, which
-    took seconds and sometimes never ended; so while ``stop_now`` is set (by a run that has
-    written its "running" summary), a second SIGINT or SIGTERM calls it instead: the run's
-    last words, then the process exits at once.
+    can take seconds, or never end if a task waits on what the stop cancelled; a second
+    Ctrl-C means "now". So while ``stop_now`` is set (by a run that has written its
+    "running" summary), a second SIGINT or SIGTERM calls it: the run's last words, then the
+    process exits at once.
     """
 
     signal: str | None = None
