@@ -3,7 +3,8 @@
 What a run guarantees (README "Reliability"; ``twice run`` and ``--until-decided`` alike, both
 through :func:`prepared_run` and :func:`evaluate`): one run per log directory (a lock); an
 interrupted run (SIGINT, SIGTERM) exits 130/143 with ``summary.json`` marked incomplete and
-naming the missing cells, and the same command resumes it; ``summary.json`` and
+naming the missing cells, and the same command resumes it (a second signal stops a
+``twice run`` at once, its summary marked incomplete without counts); ``summary.json`` and
 ``report.html`` are replaced by rename, never left half-written; a model endpoint that cannot
 be reached ends the run (exit 1) within a bounded time, named in one line; no API key from
 the environment reaches what the run writes.
@@ -382,6 +383,10 @@ def build_tasks(
                 )
         except ValueError as ex:
             raise SuiteError(f"task {cell.task!r} cannot be built: {ex}") from None
+        except SystemExit as ex:  # no Exception: it would end the run with its code, unsaid
+            raise SuiteError(
+                f"task {cell.task!r} cannot be built: it called sys.exit({ex.code!r})"
+            ) from None
         except Exception as ex:
             if cell.task in TASKS:  # twice's own task: a bug of ours, with its traceback
                 raise
@@ -506,14 +511,115 @@ def _failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> 
 
 @dataclass
 class Interrupts:
-    """Which signal stopped the run, if one did.
+    """Which signal stopped the run, if one did, and what a second one does.
 
-    SIGINT is left to inspect (asyncio's handler cancels the run, inspect marks unfinished
-    logs ``cancelled`` and returns); SIGTERM, which would otherwise kill the process without
-    a word, is turned into the same orderly stop and remembered, so the run exits 143.
+    The first SIGINT is left to inspect (asyncio's handler cancels the run, inspect marks
+    unfinished logs ``cancelled`` and returns); SIGTERM, which would otherwise kill the
+    process without a word, is turned into the same orderly stop and remembered, so the run
+    exits 143. An orderly stop still unwinds inspect's tasks and reads every log back, which
+    can take seconds, or never end if a task waits on what the stop cancelled; a second
+    Ctrl-C means "now". So while ``stop_now`` is set (by a run that has written its
+    "running" summary), a second SIGINT or SIGTERM calls it: the run's last words, then the
+    process exits at once.
     """
 
     signal: str | None = None
+    stop_now: Callable[[str], None] | None = None
+    """What a second stop signal does (it must not return); None: Python's default, a
+    ``KeyboardInterrupt`` wherever the program is."""
+    at_once: list[Callable[[], object]] = field(default_factory=list)
+    """Things to do before a stop at once (a model server to signal: it would outlive us)."""
+
+    def first(self, name: str) -> None:
+        """Record a stop signal, and arm the second (when a run asked for it)."""
+        self.signal = self.signal or name
+        if self.stop_now is not None:
+            self.arm()
+
+    def arm(self) -> None:
+        """From now on a SIGINT or SIGTERM stops at once (main thread only; a SIGINT a
+        shell made its background job ignore stays ignored)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def again(signum: int, frame: FrameType | None) -> None:
+            name = self.signal or signal.Signals(signum).name
+            if self.stop_now is None:
+                raise KeyboardInterrupt
+            self.stop_now(name)
+
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, again)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def stop_signals(state: Interrupts, stop_now: Callable[[str], None]) -> Iterator[None]:
+    """For the block (a run from its "running" summary to its last one): a first SIGINT or
+    SIGTERM is recorded in ``state`` and the run goes on to stop in order (inspect's eval,
+    in :func:`evaluate`, is cancelled); a second calls ``stop_now``. The handlers found are
+    put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals can only be handled in the main thread
+        return
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+    def on_first(signum: int, frame: FrameType | None) -> None:
+        if state.signal is not None and state.stop_now is not None:
+            state.stop_now(state.signal)  # the second, wherever the first was handled
+        state.first(signal.Signals(signum).name)
+
+    state.stop_now = stop_now
+    try:
+        for sig, handler in saved.items():
+            if handler is not signal.SIG_IGN:
+                signal.signal(sig, on_first)
+        yield
+    finally:
+        state.stop_now = None
+        state.at_once.clear()
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _sigint_to_the_eval(state: Interrupts) -> Iterator[None]:
+    """For the block (inspect's eval), the first SIGINT goes to asyncio's runner, which
+    cancels the eval in order, and is recorded in ``state`` (arming the second).
+
+    asyncio's runner takes SIGINT only when Python's default handler is in place, so that
+    is put back for the block; its handler is asked to record the signal first. (A runner
+    that finds another handler, or an event loop other than asyncio's, records nothing
+    here: the interrupt is then known from the cancelled logs, as before.)
+    """
+    import asyncio
+
+    if threading.current_thread() is not threading.main_thread() or not callable(
+        getattr(asyncio.Runner, "_on_sigint", None)
+    ):
+        yield  # another asyncio: its runner's handler as it is (the cancelled logs tell)
+        return
+    before = signal.getsignal(signal.SIGINT)
+    if before is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    original = asyncio.Runner._on_sigint  # type: ignore[attr-defined]
+
+    def on_sigint(runner: Any, signum: int, frame: FrameType | None, main_task: Any) -> None:
+        state.first("SIGINT")  # arms the second: the runner's own would raise into its tasks
+        original(runner, signum, frame, main_task)
+
+    asyncio.Runner._on_sigint = on_sigint  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        asyncio.Runner._on_sigint = original  # type: ignore[attr-defined]
+        if state.signal and state.stop_now is not None:
+            state.arm()
+        else:
+            signal.signal(signal.SIGINT, before)
 
 
 @contextmanager
@@ -1080,9 +1186,12 @@ def evaluate(
     own epoch count.
     """
     logs: list[EvalLog] = []
+    if state.signal:  # stopped before the eval began: nothing of it to run
+        return logs
     with (
         gc_for_trials(),
         _stop_on_sigterm(state),
+        _sigint_to_the_eval(state),
         no_results_table(settings.display),
         without_provider_sdk_state(run.planned),
         revision_resolved_once(),
@@ -1113,7 +1222,7 @@ def evaluate(
                     **settings.generate,
                 )
         except KeyboardInterrupt:
-            state.signal = state.signal or "SIGINT"
+            state.first("SIGINT")
     # Inspect answers Ctrl-C by cancelling the run, marking the unfinished logs "cancelled"
     # and returning as if done: those logs are how an interrupt is known.
     if any(log.status == "cancelled" for log in logs):
@@ -1288,6 +1397,8 @@ def run_suite(
         retry_attempts=retry_attempts, max_retries=max_retries, timeout=timeout,
     )  # fmt: skip
     log_dir = as_location(log_dir)
+    if isinstance(log_dir, Path):  # as inspect (through fsspec) and a shell read it
+        log_dir = log_dir.expanduser()
     planned = list(suite.cells())
     if shard is not None:
         log_dir = shard_dir(log_dir, shard)
@@ -1318,9 +1429,62 @@ def _run_locked(
     rerun_errored(earlier, planned)
     before = _finished_logs(earlier, planned)
     summary_path = join(log_dir, "summary.json")
-    write_running(summary_path, run, [cell_dict(c, names) for c in planned])
     state = LAST_INTERRUPT
     state.signal = None
+    final: list[Location] = []  # the last summary, once written: a stop at once keeps it
+
+    def stop_now(name: str) -> None:
+        if not final:
+            fields = incomplete_fields(planned, names, name)
+            with contextlib.suppress(Exception):  # leaving now matters more than this file
+                write_atomic(
+                    summary_path,
+                    lambda tmp: write_summary(
+                        pd.DataFrame(), tmp, run=run, **fields, stopped_at_once=True
+                    ),
+                )
+        exit_at_once(name, state, summary_path)
+
+    with stop_signals(state, stop_now):
+        write_running(summary_path, run, [cell_dict(c, names) for c in planned])
+        result = _evaluate_and_summarise(
+            suite, prepared, settings, state, run, names, before, shard, report, final
+        )
+    return result
+
+
+def exit_at_once(name: str, state: Interrupts, summary_path: Location) -> None:
+    """End the process now, after a second stop signal: say so on stderr, signal what would
+    outlive it (``state.at_once``), exit 130/143. Nothing is unwound: the logs written so far
+    stay (inspect writes each whole), the log directory's lock dies with the process."""
+    import sys
+
+    for thing in state.at_once:
+        with contextlib.suppress(Exception):
+            thing()
+    with contextlib.suppress(Exception):
+        sys.stderr.write(
+            f"\ntwice: interrupted by {name} again: stopped at once; {summary_path} is marked "
+            "incomplete, without counts; run the same command again to resume\n"
+        )
+        sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED.get(name, 130))
+
+
+def _evaluate_and_summarise(
+    suite: Suite,
+    prepared: PreparedRun,
+    settings: EvalSettings,
+    state: Interrupts,
+    run: dict[str, Any],
+    names: dict[str, str],
+    before: dict[Cell, tuple[str, Any]],
+    shard: Shard | None,
+    report: bool,
+    final: list[Location],
+) -> RunResult:
+    log_dir, planned = prepared.log_dir, prepared.planned
+    summary_path = join(log_dir, "summary.json")
     logs = evaluate(prepared, settings, state, epochs=suite.epochs, limit=suite.limit)
     # The trials' survivors make every full collection slow from here on; reading the logs
     # back allocates enough to trigger several (1.3 s of a worker's 1.5 s header reads).
@@ -1343,15 +1507,21 @@ def _run_locked(
         reused = sum(1 for cell, log in before.items() if after.get(cell) == log)
         if shard is not None:  # the --workers parent adds up its shards' (summary "reused")
             extra["reused"] = reused
-        write_atomic(summary_path, lambda tmp: write_summary(table, tmp, run=run, **extra))
+        write_run_file(
+            summary_path,
+            lambda tmp: write_summary(table, tmp, run=run, **extra),
+            summary_path, run, extra,
+        )  # fmt: skip
+        final.append(summary_path)
         report_path = None
         if report and not frame.empty:
             from twice.reports import write_report
 
-            report_path = write_atomic(
+            report_path = write_run_file(
                 join(log_dir, "report.html"),
                 lambda tmp: write_report(frame, tmp, run=run, status=extra),
-            )
+                summary_path, run, extra,
+            )  # fmt: skip
     # After an interrupt, the trials it cut short are recorded as errors: not crashes.
     failed = [] if state.signal else _failures(logs, table, frame)
     return RunResult(
@@ -1359,6 +1529,42 @@ def _run_locked(
         missing=missing, interrupted=state.signal, unreachable=prepared.unreachable(),
         reused=reused, trials=frame, uncounted=now.uncounted_cells() if now else [],
     )  # fmt: skip
+
+
+class RunOutputError(OSError):
+    """A file of the run's own (``summary.json``, ``report.html``) could not be written after
+    the trials ran (a full disk, ``ulimit -f``): the run fails (exit 1), its logs stay."""
+
+    def __init__(self, message: str, *, summary_written: bool) -> None:
+        super().__init__(message)
+        self.summary_written = summary_written
+        """Whether ``summary.json`` holds the run's counts (only the report failed)."""
+
+
+def write_run_file(
+    path: Location,
+    write: Callable[[Path], object],
+    summary_path: Location,
+    run: dict[str, Any],
+    fields: dict[str, Any],
+) -> Location:
+    """:func:`write_atomic`, with an ``OSError`` turned into :class:`RunOutputError`. When
+    ``summary.json`` itself fails, it is marked incomplete with no counts (a small file may
+    fit where the large one did not): left saying "running", it would claim a live run."""
+    try:
+        return write_atomic(path, write)
+    except OSError as ex:
+        why = f"cannot write {str(path)!r}: {ex.strerror or ex}"
+        if path != summary_path:
+            raise RunOutputError(why, summary_written=True) from None
+        marked = {**fields, "complete": False, "status": "incomplete", "error": why}
+        try:
+            write_atomic(
+                summary_path, lambda tmp: write_summary(pd.DataFrame(), tmp, run=run, **marked)
+            )
+        except OSError:
+            why += " (nor could it be marked incomplete)"
+        raise RunOutputError(why, summary_written=False) from None
 
 
 def run_metadata(

@@ -248,6 +248,8 @@ class Suite:
                     get_task(name)
                 except ValueError as ex:
                     raise SuiteError(str(ex)) from None
+                except SystemExit as ex:
+                    raise SuiteError(_exited("task", name, ex)) from None
             _check(m.faults, FAULTS, "fault")
             _check(m.protections, PROTECTIONS, "protection")
             for prompt in m.prompts:
@@ -349,7 +351,10 @@ class Suite:
         for cell in self.cells():
             try:
                 if cell.agent not in checked:
-                    _check_agent_name(cell.agent)
+                    try:
+                        _check_agent_name(cell.agent)
+                    except SystemExit as ex:
+                        raise SuiteError(_exited("agent", cell.agent, ex)) from None
                     checked.add(cell.agent)
                 if cell.agent != REACT:
                     check_agent_cell(cell.agent, cell.task, cell.fault, cell.protection)
@@ -362,6 +367,18 @@ class Suite:
                 "--mock applies to an agent under test (--agent path.py:function ...), not to "
                 f"twice's own loop {REACT!r}"
             )
+
+
+def _exited(kind: str, spec: str, ex: SystemExit) -> str:
+    """Why a file of the user's that ended the process as it was imported cannot be run: a
+    script's ``sys.exit()`` at import would otherwise end ``twice run`` with its code and no
+    word (a ``SystemExit`` is no ``Exception``)."""
+    where = spec.rpartition(":")[0] or spec
+    return (
+        f"{kind} file {where!r} (from {spec!r}) called sys.exit({ex.code!r}) as it was "
+        f"imported; a {kind} file defines the {kind}, it must not end the process (put script "
+        'code under `if __name__ == "__main__":`)'
+    )
 
 
 def _check_own_task_takes_agents(task: str, agent: str) -> None:
@@ -389,11 +406,35 @@ def _str_list(block: dict[str, Any], key: str, where: str) -> tuple[str, ...] | 
     if key not in block:
         return None
     value = block[key]
-    if isinstance(value, str):
-        value = [value]
+    # A bare string is refused, not taken as a list of one: every axis is a list, and the
+    # one spelling is what the file reads as everywhere else (flags replace it whole).
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise SuiteError(f"{where}: {key!r} must be a list of strings, got {value!r}")
+        got = _toml_type(value) + (f" {value!r}" if len(repr(value)) <= 80 else "")
+        raise SuiteError(
+            f"{where}: {key!r} must be a list of strings, e.g. {key} = [{_EXAMPLES[key]!r}], "
+            f"got {got}"
+        )
     return tuple(value)
+
+
+_EXAMPLES = {
+    "models": "stub/retry",
+    "agents": REACT,
+    "prompts": "baseline",
+    "tasks": "refund",
+    "faults": "lost_reply",
+    "protections": "bare",
+}
+
+
+def _toml_type(value: Any) -> str:
+    """A TOML value's type as the file spells it, with its article, for messages."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, list):
+        return "a list holding a non-string"
+    names = {str: "a string", int: "an integer", float: "a float", dict: "a table"}
+    return next((n for t, n in names.items() if isinstance(value, t)), type(value).__name__)
 
 
 def load_suite(path: str | Path) -> Suite:

@@ -53,6 +53,7 @@ from ._run import (
     run_metadata,
     without_cut_short,
     write_atomic,
+    write_run_file,
     write_running,
 )
 from ._shards import merged_run, run_workers
@@ -371,10 +372,11 @@ def _merge_workers(
         if report and not merged.frame.empty:
             from twice.reports import write_report
 
-            report_path = write_atomic(
+            report_path = write_run_file(  # a failure: one line, exit 1 (the summary stays)
                 join(log_dir, "report.html"),
                 lambda tmp: write_report(merged.frame, tmp, run=merged.run, status=merged.status),
-            )
+                summary_path, merged.run or {}, merged.status,
+            )  # fmt: skip
     assert merged.summary_path is not None  # the workers wrote shard directories
     # Each worker's summary says how many of its cells it found finished and left as they were.
     reused = sum(_count(s.get("reused")) for s in merged.logs.shard_summaries.values())

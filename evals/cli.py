@@ -60,10 +60,74 @@ class _LocationType(click.ParamType):  # type: ignore[type-arg]  # generic from 
                 param,
                 ctx,
             )
-        return text
+        problem = unusable_path(text)
+        if problem is not None:
+            self.fail(problem, param, ctx)
+        return home_expanded(text)
 
 
 LOCATION = _LocationType()
+
+
+def home_expanded(location: str) -> str:
+    """``location`` with a leading ``~`` or ``~user`` expanded, as a shell would have.
+
+    Inspect writes through fsspec, which expands it, so a quoted ``'~/run'`` (or one from a
+    CI variable) put inspect's files in ``$HOME/run`` and twice's in ``./~/run``: one rule
+    for every path written, the shell's. A URI is left as it is; ``./~`` stays literal.
+    """
+    from twice.reports import is_remote
+
+    if is_remote(location) or not location.startswith("~"):
+        return location
+    return os.path.expanduser(location)
+
+
+NAME_MAX = 255
+"""The longest file or directory name most local filesystems take (ext4, XFS, APFS, NTFS)."""
+
+
+def unusable_path(location: str) -> str | None:
+    """Why ``location`` cannot name a local file or directory twice writes, or None.
+
+    A control character (a newline from a pasted or quoted name) makes a directory no listing
+    shows plainly, and the logs' names carry it into every line that quotes them; a
+    component over :data:`NAME_MAX` bytes fails only when the first file is written, after
+    the suite has started.
+    """
+    from twice.reports import is_remote
+
+    bad = next((c for c in location if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        return (
+            f"{location!r} holds the control character {bad!r}; give a path or URI without "
+            "newlines, tabs or other control characters"
+        )
+    if is_remote(location):
+        return None
+    long = next(
+        (p for p in home_expanded(location).split(os.sep) if len(os.fsencode(p)) > NAME_MAX),
+        None,
+    )
+    if long is not None:
+        return (
+            f"{location[:60]!r}... has a component of {len(os.fsencode(long))} bytes; a file "
+            f"or directory name may have at most {NAME_MAX}"
+        )
+    return None
+
+
+WORKERS_PER_CPU = 8
+"""``--workers`` per usable CPU at most: a worker mostly waits on its model calls, so a few
+per CPU can pay; thousands of interpreters (0.2 GB each) only exhaust memory."""
+
+
+def max_workers() -> int:
+    """The most ``--workers`` this machine takes (a resume may still give the split its log
+    directory already has)."""
+    from ._shards import usable_cpus
+
+    return WORKERS_PER_CPU * usable_cpus()
 
 
 def _existing_split(log_dir: str) -> int | None:
@@ -91,6 +155,30 @@ def _split_conflict(log_dir: str, split: int, asked: int) -> str:
     )
 
 
+MODEL_ARG_LIMIT = 100_000
+"""The most a ``-M`` value may hold: items and string characters, counted as the logs would
+write them out (an alias repeats what it names each time)."""
+
+
+def _expanded_size(value: Any, budget: int) -> int:
+    """How big ``value`` is written out (each item 1, each string its length), counted up
+    to just over ``budget``: YAML aliases share one object, so a few hundred bytes of
+    anchors can stand for billions of items (or a cycle) that every log header copies."""
+    size = 0
+    stack = [value]
+    while stack and size <= budget:
+        item = stack.pop()
+        size += 1
+        if isinstance(item, str | bytes):
+            size += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set):
+            stack.extend(item)
+    return size
+
+
 def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
     import yaml
 
@@ -99,6 +187,13 @@ def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not key=value", param_hint="-M")
+        too_big = (
+            f"the value of {key!r} is larger than {MODEL_ARG_LIMIT:,} items and characters "
+            "written out (YAML aliases repeat what they name); a model argument is a setting: "
+            "give a smaller value"
+        )
+        if len(value) > MODEL_ARG_LIMIT:
+            raise click.BadParameter(too_big, param_hint="-M")
         try:
             args[key] = yaml.safe_load(value)  # same typing as inspect's -M
         except yaml.YAMLError as ex:
@@ -111,6 +206,8 @@ def _model_args(values: tuple[str, ...]) -> dict[str, Any]:
                 "value, e.g. -M 'key=\"text\"'",
                 param_hint="-M",
             ) from None
+        if _expanded_size(args[key], MODEL_ARG_LIMIT) > MODEL_ARG_LIMIT:
+            raise click.BadParameter(too_big, param_hint="-M")
     return args
 
 
@@ -369,7 +466,14 @@ def run(
     from twice.reports import LogReadError, StorageError
     from twice.tasks import scrub
 
-    from ._run import ERRORED_IN, LAST_INTERRUPT, default_log_dir, format_table, run_suite
+    from ._run import (
+        ERRORED_IN,
+        LAST_INTERRUPT,
+        RunOutputError,
+        default_log_dir,
+        format_table,
+        run_suite,
+    )
     from ._shards import default_workers, parse_shard, shard_cells, usable_cpus
     from ._workers import run_parallel
 
@@ -389,6 +493,7 @@ def run(
         )
     if until_decided is not None and log_dir and "://" in log_dir:
         raise click.UsageError(f"--until-decided needs a local --log-dir, not {log_dir!r}")
+    parsed_model_args = _model_args(model_arg)  # bad -M values before anything else
     try:
         gate = None
         if until_decided is not None:
@@ -425,6 +530,13 @@ def run(
             # A rerun resumes split as the run already in the directory (a cluster's, maybe,
             # split 20 ways), running no more shards at a time than this machine has CPUs.
             n_workers, at_once = split, min(split, usable_cpus())
+        if workers is not None and workers != split and workers > max_workers():
+            raise click.BadParameter(
+                f"{workers} is not in the range 1-{max_workers()}: at most "
+                f"{WORKERS_PER_CPU} per usable CPU ({usable_cpus()} here); each worker is a "
+                "Python process with inspect loaded, and more only queue for the same CPUs",
+                param_hint="--workers",
+            )
         asked = part.count if part else n_workers
         if split is not None and asked != split:
             raise SuiteError(_split_conflict(out, split, asked))
@@ -473,14 +585,14 @@ def run(
             ]
             args += [a for m in model_arg for a in ("-M", m)]
             result = run_parallel(
-                suite, out, args, n_workers, model_args=_model_args(model_arg),
+                suite, out, args, n_workers, model_args=parsed_model_args,
                 report=not no_report, at_once=at_once,
             )  # fmt: skip
         else:
             # twice run and --until-decided alike: the suite's model server around the run,
             # its generate settings and the same bounds on every model call.
             run_args: dict[str, Any] = {
-                "model_args": _model_args(model_arg),
+                "model_args": parsed_model_args,
                 "max_connections": max_connections,
                 "display": shown,
                 "report": not no_report,
@@ -502,6 +614,16 @@ def run(
                     _server_end(server, result.failed)
     except SuiteError as ex:
         raise click.UsageError(scrub(str(ex))) from None
+    except RunOutputError as ex:
+        fix = (
+            f"the logs and summary.json are written: make room (or raise the limit), then "
+            f"`twice report {out}`"
+            if ex.summary_written
+            else f"the logs are kept and summary.json says incomplete: make room (or raise "
+            f"the limit), then {rerun} to resume"
+        )
+        click.echo(f"error: {scrub(str(ex))}; {fix}", err=True)
+        sys.exit(1)
     except LogReadError as ex:
         # A log that vanished or changed while the run read its logs back: another process
         # writing into the same directory (object storage has no lock), not a twice bug.
@@ -616,6 +738,10 @@ def _local_server(options: Any) -> Iterator[Any]:
     try:
         with local_model_server(options) as server:
             click.echo(f"twice: local model server ready at {server.base_url}", err=True)
+            from ._run import LAST_INTERRUPT
+
+            # A run stopped at once (a second Ctrl-C) unwinds nothing: tell the server too.
+            LAST_INTERRUPT.at_once.append(server.proc.terminate if server.proc else lambda: None)
             yield server
     except LocalModelError as ex:
         click.echo(f"error: {ex}", err=True)
@@ -1021,14 +1147,49 @@ def serve(
         sys.exit(128 + stopped_by)
 
 
+class ReaderGone:
+    """Standard output that goes quietly to /dev/null once its reader has left.
+
+    ``twice gate ... | head -1`` or ``twice run | head``: the reader closes the pipe after
+    the lines it wanted, and the next write fails with ``BrokenPipeError`` (Python ignores
+    SIGPIPE), wherever it is: in click's last echo (exit 1 for a gate that passed) or in
+    inspect's progress display mid-run (the run ended there, its summary still "running").
+    What the command does does not depend on who reads its output, so it goes on and exits
+    with its own code; the output nobody reads is dropped, as the Python docs' "Note on
+    SIGPIPE" advises (stdout pointed at devnull). Every other error is raised as before.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            _discard_stdout()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _discard_stdout()
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()  # what it held, into /dev/null: nothing left at exit
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main() -> None:
     """Console-script entry point."""
     batch_gc()
     stop_with_parent()  # a --workers worker started as a fresh interpreter
+    if sys.stdout is not None:
+        sys.stdout = ReaderGone(sys.stdout)  # type: ignore[assignment]
     try:
         cli()
     except OSError as ex:
-        # (A reader that left, `| head -1`, is click's own: exit 1, no message.)
         if not _stdout_fails(ex):
             raise
         # A full disk or /dev/full behind `>`: one line, as any other write that fails.

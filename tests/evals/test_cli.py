@@ -88,3 +88,32 @@ def test_cli_run_prompt_file_named_by_stem(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["cells"][0]["prompt"] == "my_prompt"
     assert summary["run"]["prompts"]["my_prompt"]["text"].startswith("You are careful.")
+
+
+def test_a_log_dir_with_a_tilde_is_the_home_directory_for_twice_and_inspect_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: --log-dir '~/t1' (quoted, or from a suite file or CI variable) put
+    # the logs and summary in ./~/t1 and inspect's eval-set.json and logs.json in $HOME/t1;
+    # every rerun and gate then exited 2.
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    args = ["--model", "stub/retry", "--task", "refund", "--fault", "none", "--limit", "1"]
+    for _ in range(2):  # the rerun resumes the same directory
+        code, out = invoke("run", *args, "--log-dir", "~/t1", "--display", "none")
+        assert code == 0, out
+    run = home / "t1"
+    for name in ("summary.json", "eval-set.json", "logs.json", "report.html"):
+        assert (run / name).is_file(), name
+    assert len(list(run.glob("*.eval"))) == 1
+    gate = tmp_path / "gate.toml"
+    gate.write_text('[[rule]]\nmetric = "completion_rate"\nmin = 0.0\n')
+    code, out = invoke("gate", "~/t1", "--config", str(gate), "--junit", "~/junit.xml")
+    assert code == 0, out
+    code, out = invoke("report", "~/t1", "-o", "~/out/report.html", "--baseline", "~/t1")
+    assert code == 0, out
+    assert (home / "junit.xml").is_file() and (home / "out" / "report.html").is_file()
+    assert list(work.iterdir()) == []  # nothing under a directory literally named ~

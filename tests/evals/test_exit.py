@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +74,38 @@ def test_a_run_whose_progress_cannot_be_written_is_one_line_and_exit_2(tmp_path)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.endswith("error: cannot write to standard output: No space left on device\n")
+
+
+def _reader_gone(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``twice ARGS`` whose standard output has no reader (``| head -1`` once it has left)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "twice.evals.cli", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # every write to stdout now fails with EPIPE
+    stderr = proc.stderr.read()
+    return subprocess.CompletedProcess(args, proc.wait(timeout=300), "", stderr)
+
+
+def test_a_passing_gate_whose_reader_left_exits_0(stub_logs: Path, tmp_path: Path) -> None:
+    # The failing path: `twice gate ... | head -1` exited 1 on a passing gate (click's EPIPE).
+    gate = tmp_path / "gate.toml"
+    gate.write_text('[[rule]]\nmetric = "completion_rate"\nmin = 0.0\n')
+    done = _reader_gone(["gate", str(stub_logs), "--config", str(gate)])
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+def test_a_run_whose_reader_left_finishes_its_summary(tmp_path: Path) -> None:
+    # The failing path: `twice run --display plain | head -1` exited 1 with no message and
+    # left summary.json "running".
+    log_dir = tmp_path / "logs"
+    done = _reader_gone(
+        ["run", "--model", "stub/retry", "--task", "refund", "--fault", "none", "--limit", "1",
+         "--log-dir", str(log_dir), "--display", "plain"]
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["cells"][0]["trials"] == 1

@@ -28,6 +28,14 @@ def _one_line_exit_2(result: Any, expected: str) -> None:
     assert expected in " ".join(result.stderr.split()), result.stderr
 
 
+ALIAS_BOMB = (
+    f"[&a0 [{', '.join(['1'] * 9)}], "
+    + ", ".join(f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 7))
+    + "]"
+)  # no braces: the parametrized args are str.format-ed
+"""A YAML value of a few hundred bytes that stands for 9**7 items."""
+
+
 @pytest.fixture
 def files(tmp_path: Path) -> Path:
     """Bad files: a directory, a FIFO, binary bytes, TOML of the wrong shapes."""
@@ -41,6 +49,7 @@ def files(tmp_path: Path) -> Path:
         "epochs-bool.toml": "epochs = true\n[[matrix]]\nmodels = ['stub/retry']\n",
         "limit-bool.toml": "limit = false\n[[matrix]]\nmodels = ['stub/retry']\n",
         "limit-float.toml": "limit = 2.0\n[[matrix]]\nmodels = ['stub/retry']\n",
+        "models-string.toml": "[[matrix]]\nmodels = 'stub/retry'\n",
     }
     for name, text in toml.items():
         (tmp_path / name).write_text(text)
@@ -113,6 +122,21 @@ def files(tmp_path: Path) -> Path:
         (("--model", "openai/gpt-4o", "-M", "base_url=http://127.0.0.1:99999/v1"),
          "-M base_url='http://127.0.0.1:99999/v1' is not a usable URL (Port out of range"),
         (("--model", "openai/gpt-4o", "-M", "base_url=http:///v1"), "(it has no host)"),
+        # A directory name no listing shows plainly; or one too long to create, found as a
+        # traceback.
+        (("--log-dir", "{d}/a\nb"), "Invalid value for '--log-dir': '{d}/a\\nb' holds the "
+         "control character '\\n'; give a path or URI without newlines"),
+        (("--log-dir", "{d}/" + "x" * 256), "has a component of 256 bytes; a file or "
+         "directory name may have at most 255"),
+        # 9**7 items from a few hundred bytes of YAML aliases: 178 MB of logs.
+        (("--model", "stub/retry", "-M", "x=" + ALIAS_BOMB), "Invalid value for -M: the "
+         "value of 'x' is larger than 100,000 items and characters written out"),
+        (("--model", "stub/retry", "-M", "x=" + "y" * 100_001), "the value of 'x' is larger"),
+        # Accepted, and (with as many cells) as many interpreters started at once.
+        (("--workers", "5000"), "Invalid value for --workers: 5000 is not in the range 1-"),
+        # Taken as a list of one.
+        (("--config", "{d}/models-string.toml"), "'models' must be a list of strings, e.g. "
+         "models = ['stub/retry'], got a string 'stub/retry'"),
     ],
 )  # fmt: skip
 def test_bad_input_run_is_one_line_and_exit_2(
@@ -245,6 +269,8 @@ def test_bad_input_dataset_record_of_wrong_types(
         ("open('no_such_dataset.jsonl')", "FileNotFoundError: [Errno 2] No such file or"),
         ("raise RuntimeError('boom from my task')", "RuntimeError: boom from my task"),
         ("{}['contacts']", "KeyError: 'contacts'"),
+        # A SystemExit is no Exception: the run ended with its code, and no word.
+        ("import sys; sys.exit(3)", "it called sys.exit(3)"),
     ],
 )
 def test_bad_input_own_task_that_raises_as_it_is_built(
@@ -258,6 +284,18 @@ def test_bad_input_own_task_that_raises_as_it_is_built(
     )
     result = _run(twice, tmp_path / "logs", "--model", "stub/retry", "--task", f"{task}:mine")
     _one_line_exit_2(result, f"task '{task}:mine' cannot be built: {error}")
+
+
+def test_bad_input_own_task_file_that_exits_as_it_is_imported(twice: Twice, tmp_path: Path) -> None:
+    # The failing path: `sys.exit(3)` in a task file ended `twice run` with exit 3, no output.
+    task = tmp_path / "mine.py"
+    task.write_text("import sys\n\nsys.exit(3)\n")
+    result = _run(twice, tmp_path / "logs", "--model", "stub/retry", "--task", f"{task}:mine")
+    _one_line_exit_2(
+        result,
+        f"task file '{task}' (from '{task}:mine') called sys.exit(3) as it was imported; a "
+        "task file defines the task, it must not end the process",
+    )
 
 
 @pytest.mark.parametrize("workers", [None, "1", "2"])

@@ -113,7 +113,7 @@ def test_run_errors_check_model_args_lets_settings_through() -> None:
             "unknown key(s) fault; expected: models, agents, prompts, tasks, faults, protections",
         ),
         ("[[matrix]]\nmodels = ['stub/retry']\nfaults = ['lost']\n", "unknown fault 'lost'"),
-        ("[[matrix]]\nmodels = 'stub/retry'\nfaults = []\n", "has an empty 'faults' list"),
+        ("[[matrix]]\nmodels = ['stub/retry']\nfaults = []\n", "has an empty 'faults' list"),
         (
             "seed = 1\n[[matrix]]\nmodels = ['stub/retry']\n",
             "unknown key(s) seed; expected: agent_cmd, agent_timeout, description, epochs, "

@@ -183,6 +183,49 @@ def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
     ]
 
 
+SECOND_SIGNAL_BOUND_S = 3.0
+"""How long a run may take to end after a second Ctrl-C ("stops at once")."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.3, 0.8, 1.5, 2.5])
+def test_a_second_ctrl_c_stops_at_once_and_leaves_no_running_summary(
+    tmp_path: Path, delay: float
+) -> None:
+    # The failing path: the second SIGINT was raised into inspect's tasks as they stopped;
+    # the run then took seconds to end, or never did (idle in epoll_wait), its summary.json
+    # still "running".
+    log_dir = tmp_path / "logs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "twice.evals.cli", "run", "-M", "delay=1", "--workers", "1",
+         "--log-dir", str(log_dir), "--display", "none", "--no-report"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + DEADLINE_S
+    while not list(log_dir.glob("*.eval")):  # trials are running
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "the run never started its trials"
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    second = time.monotonic()
+    try:
+        out = proc.communicate(timeout=DEADLINE_S)[0]
+    finally:
+        proc.kill()
+    took = time.monotonic() - second
+    assert proc.returncode == 130, out
+    assert took < SECOND_SIGNAL_BOUND_S, f"ended {took:.1f} s after the second Ctrl-C:\n{out}"
+    assert "Traceback" not in out
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["status"] == "incomplete" and summary["complete"] is False, summary
+    assert summary["interrupted"] == "SIGINT"
+    with lock_log_dir(log_dir):  # free for the rerun that resumes it
+        pass
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["one-process", "workers", "until-decided"])
 def test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplicated(
@@ -349,6 +392,65 @@ def test_reliability_run_whose_report_write_fails_keeps_the_old_report(
         run_suite(_suite(), log_dir)
     assert (log_dir / "report.html").read_bytes() == old
     assert not [p for p in log_dir.iterdir() if p.suffix == ".tmp"]
+
+
+def test_a_run_whose_summary_cannot_be_written_says_so_in_one_line_and_exits_1(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: the OSError of the last summary write was a traceback, and the
+    # summary.json left behind said "running".
+    from twice.evals import _run
+
+    real = _run.write_summary
+
+    def full_disk(table: Any, path: Any, **extra: Any) -> Any:
+        if not table.empty:  # the summary with the counts: a large file on a full disk
+            raise OSError(28, "No space left on device")
+        return real(table, path, **extra)
+
+    monkeypatch.setattr(_run, "write_summary", full_disk)
+    log_dir = tmp_path / "logs"
+    result = twice(
+        "run", "--model", "stub/retry", "--task", "refund", "--fault", "none", "--limit", "1",
+        "--log-dir", log_dir, "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[-1] == (
+        f"error: cannot write '{log_dir / 'summary.json'}': No space left on device; the logs "
+        "are kept and summary.json says incomplete: make room (or raise the limit), then "
+        "rerun the same command to resume"
+    )
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["status"] == "incomplete" and "No space left" in summary["error"]
+    assert list(log_dir.glob("*.eval"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_run_over_the_file_size_limit_is_one_line_and_exit_1(
+    tmp_path: Path, workers: str
+) -> None:
+    # The failing path: `ulimit -f` hit as the report was written: a traceback, exit 1.
+    import resource
+
+    def small_files() -> None:  # the logs (13 KB) fit, the report (over 28 KB) does not
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    log_dir = tmp_path / "logs"
+    done = subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "run", "--model", "stub/retry", "--task",
+         "refund", "--fault", "none", "--fault", "lost_reply", "--limit", "1", "--log-dir",
+         str(log_dir), "--display", "none", "--workers", workers],
+        capture_output=True, text=True, timeout=DEADLINE_S, preexec_fn=small_files,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"error: cannot write '{log_dir / 'report.html'}': File too large; the logs and "
+        f"summary.json are written: make room (or raise the limit), then `twice report "
+        f"{log_dir}`"
+    )
+    assert json.loads((log_dir / "summary.json").read_text())["status"] == "complete"
 
 
 # -- prompts -------------------------------------------------------------------------------

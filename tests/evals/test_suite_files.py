@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from twice import evals
-from twice.evals import load_suite
+from twice.evals import SuiteError, load_suite
+from twice.evals._suite import AXES
 
 SUITES = sorted(p for p in Path(evals.__file__).parent.glob("*.toml") if p.name != "gate.toml")
 
@@ -87,3 +89,18 @@ def test_one_agent_file_under_two_spellings_is_one_agent(
         mocks={"payments": "https://api.example.com"}, protections=[], epochs=None, limit=1,
     )  # fmt: skip
     assert [c.agent for c in suite.cells()] == ["docs/examples/my_agent.py:agent"]
+
+
+@pytest.mark.parametrize("axis", AXES)
+@pytest.mark.parametrize(("value", "shown"), [('"x"', "a string 'x'"), ("3", "an integer 3")])
+def test_an_axis_given_as_anything_but_a_list_of_strings_is_refused(
+    tmp_path: Path, axis: str, value: str, shown: str
+) -> None:
+    # The failing path: `models = "x"` was taken as a list of one.
+    path = tmp_path / "suite.toml"
+    models = "" if axis == "models" else "models = ['stub/retry']\n"
+    path.write_text(f"[[matrix]]\n{models}{axis} = {value}\n")
+    with pytest.raises(SuiteError, match=re.escape(f"{axis!r} must be a list of strings, e.g.")):
+        load_suite(path)
+    with pytest.raises(SuiteError, match=re.escape(f"got {shown}") + "$"):
+        load_suite(path)
