@@ -431,16 +431,17 @@ def test_gate_cli_shipped_gate_passes_verify_and_fails_retry(twice: Twice, tmp_p
         for c in ET.parse(junit).getroot().iter("testcase")
         if c.find("failure") is not None
     }
-    # DESIGN.md's reference results: blind retries duplicate after a lost reply; after a
-    # timeout before commit the retry is what completes the job (one refund).
+    # The reference results: blind retries duplicate after a lost reply and after a reset
+    # after the commit; after a timeout before commit the retry is what completes the job.
     assert failed == {
         (
             "twice.rule.no duplicates after an unknown outcome",
-            "stub/retry / baseline / refund / lost_reply / bare",
+            f"stub/retry / baseline / refund / {fault} / bare",
         )
+        for fault in ("lost_reply", "reset_after_commit")
     }
     # Both controls refund the amount asked for: the wrong-values rule passes for each.
-    assert "gate FAILED: 11 passed, 1 failed, 0 skipped" in result.stdout
+    assert "gate FAILED: 12 passed, 2 failed, 0 skipped" in result.stdout
     assert result.stdout.count("PASS  rule 'no wrong values without faults'") == 2
 
 
