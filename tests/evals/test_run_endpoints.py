@@ -4,10 +4,14 @@ never written anywhere."""
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -228,7 +232,6 @@ def test_a_key_inside_longer_model_args_reaches_the_provider_and_no_file(
     # it (a gateway's key in the base_url path or fragment, an organization built from it)
     # went to inspect as it was, which wrote it into header.json, _journal/start.json,
     # logs.json, eval-set.json and its trace file.
-    from inspect_ai._util.trace import inspect_trace_file
     from inspect_ai.log import read_eval_log
 
     monkeypatch.setenv("GW_API_KEY", GATEWAY_KEY)
@@ -250,10 +253,6 @@ def test_a_key_inside_longer_model_args_reaches_the_provider_and_no_file(
     assert {"logs.json", "eval-set.json", "summary.json", "report.html"} <= names
     assert find_secret(log_dir, GATEWAY_KEY) == []
     assert GATEWAY_KEY not in result.output
-    # Inspect's trace file (this process's) logged each request's URL: scrubbed too.
-    trace = inspect_trace_file().read_text(encoding="utf-8")
-    assert f"/{REDACTED}/v1/chat/completions" in trace
-    assert GATEWAY_KEY not in trace
     (log,) = log_dir.glob("*.eval")
     header = read_eval_log(str(log), header_only=True).eval
     assert header.model_args["organization"] == f"{REDACTED}-suffix"
@@ -267,6 +266,32 @@ def test_a_key_inside_longer_model_args_reaches_the_provider_and_no_file(
     )  # fmt: skip
     assert again.exit_code == 0, again.output
     assert len(REQUESTS) == 1 and list(log_dir.glob("*.eval")) == [log]
+
+
+def test_inspects_trace_file_has_a_key_inside_a_url_scrubbed(
+    endpoint: Callable[[str], str], tmp_path: Path
+) -> None:
+    # Inspect logs each request's URL to a trace file of the process's own, in its data
+    # directory, which keeps only the ten newest: a process of its own, with a data
+    # directory of its own, so no other inspect process rotates the file away.
+    data = tmp_path / "data"
+    env = {**os.environ, "GW_API_KEY": GATEWAY_KEY, "XDG_DATA_HOME": str(data)}
+    url = endpoint("ok").removesuffix("/v1") + f"/{GATEWAY_KEY}/v1#{GATEWAY_KEY}"
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("twice")), "run", "--model",
+         "openai-api/gw/probe-model", "-M", f"base_url={url}", "--task", "refund",
+         "--fault", "none", "--limit", "1", "--log-dir", str(tmp_path / "logs"),
+         "--display", "none", "--max-retries", "0", "--no-report"],
+        env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert REQUESTS and REQUESTS[0] == f"/{GATEWAY_KEY}/v1/chat/completions"
+    (path,) = data.rglob("trace-*.log*")
+    trace = (
+        gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    ).decode("utf-8")
+    assert f"/{REDACTED}/v1/chat/completions" in trace
+    assert GATEWAY_KEY not in trace
 
 
 def test_a_model_name_holding_a_key_is_refused_naming_the_variable(
