@@ -641,6 +641,8 @@ def run(
         name = LAST_INTERRUPT.signal or "SIGINT"
         click.echo(f"twice: interrupted by {name}; {rerun} to resume", err=True)
         sys.exit(EXIT_INTERRUPTED.get(name, 130))
+    if result.interrupted:
+        _another_signal_exits(result.exit_code)
     if gate is None:  # a sequential run printed its table and decisions already
         if result.reused:
             ran = mine - result.reused
@@ -1179,6 +1181,26 @@ class ReaderGone:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _another_signal_exits(code: int) -> None:
+    """After a run stopped for a signal and wrote its summary, only printing and the
+    interpreter's exit are left: a second Ctrl-C there ends the process at once with the
+    run's own code. Python's handler would raise KeyboardInterrupt into the exit instead, and
+    the process would die by SIGINT (a shell reads 130 either way; a supervisor reading the
+    exit status does not)."""
+    import signal
+
+    def now(signum: int, frame: object) -> None:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, now)
 
 
 def main() -> None:
