@@ -755,6 +755,11 @@ def report_data(
         "palette": PALETTE,
     }
     data["takeaway"] = _takeaway(data["headline"])
+    # The headline table is already wide: its wrong-values column shows only when some model
+    # committed wrong values (as twice run's table does); the breakdowns always show it.
+    measured = [m["wrong"]["rate"] for m in data["headline"] if not _nan(m["wrong"]["rate"])]
+    data["headline_wrong"] = any(rate > 0 for rate in measured)
+    data["headline_no_wrong"] = bool(measured) and not data["headline_wrong"]
     return data
 
 

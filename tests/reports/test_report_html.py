@@ -459,3 +459,20 @@ def test_trial_detail_shows_what_an_agent_command_wrote_as_text(tmp_path: Path) 
     assert "(last 64 KiB) · 200,000 bytes written" in page
     assert '<pre class="output">agent: the refund timed out, retrying once\n' in page
     assert "x" * 3000 in page  # shown whole, not clipped as other texts are
+
+
+def test_report_headline_shows_wrong_values_only_when_some_model_committed_them(
+    refund_frame: pd.DataFrame, tmp_path: Path
+) -> None:
+    # The stubs refund the amount asked for: the headline says so in a line, not a column.
+    page = write_report(refund_frame, tmp_path / "clean.html").read_text()
+    headline = page.split('<section id="headline">')[1].split("</section>")[0]
+    assert "<th>wrong values</th>" not in headline
+    assert "No effect carried values other than the ones asked for" in headline
+    # One trial refunds another amount: its model's wrong-values rate is in the headline.
+    one = refund_frame.copy()
+    one.loc[one.index[0], ["wrong", "wrong_effects"]] = 1.0
+    page = write_report(one, tmp_path / "wrong.html").read_text()
+    headline = page.split('<section id="headline">')[1].split("</section>")[0]
+    assert "<th>wrong values</th>" in headline
+    assert "No effect carried values" not in headline
