@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 from twice.tasks.agents import REACT
 
-from ._suite import Matrix, Suite
+from .suite import Matrix, Suite
 
 _AXES = ("model", "prompt", "task", "fault", "protection")
 
@@ -271,7 +271,7 @@ def eval_rates(
         RuntimeError: when an eval errored or a trial crashed (unless ``allow_errors``):
             crashed trials are never dropped silently.
     """
-    from ._run import run_suite  # imports inspect's eval machinery: only when running
+    from .run import run_suite
 
     suite = Suite(
         (

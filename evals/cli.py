@@ -25,10 +25,8 @@ from typing import Any
 import click
 from twice.reports import MAX_SHARDS
 
-from ._hang import DEFAULT_HANG_SECONDS
-from ._run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, GC_THRESHOLDS
-from ._shards import stop_with_parent
-from ._suite import DEFAULT_OUTAGE_WINDOW, SuiteError, suite_from_flags
+from .run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, batch_gc
+from .suite import DEFAULT_HANG_SECONDS, DEFAULT_OUTAGE_WINDOW, SuiteError, suite_from_flags
 
 
 class _LocationType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.5 on
@@ -125,7 +123,7 @@ per CPU can pay; thousands of interpreters (0.2 GB each) only exhaust memory."""
 def max_workers() -> int:
     """The most ``--workers`` this machine takes (a resume may still give the split its log
     directory already has)."""
-    from ._shards import usable_cpus
+    from .scale import usable_cpus
 
     return WORKERS_PER_CPU * usable_cpus()
 
@@ -215,8 +213,7 @@ def _one_agent_cmd(commands: tuple[str, ...]) -> str | None:
     """The one ``--agent-cmd`` given (click keeps only the last of a repeated option, so a
     second command would silently never run)."""
     if len(commands) > 1:
-        from twice.tasks import scrub, secret_values
-        from twice.tasks._redact import remember_command_secrets
+        from twice.tasks import remember_command_secrets, scrub, secret_values
 
         for command in commands:
             remember_command_secrets(command)
@@ -466,7 +463,7 @@ def run(
     from twice.reports import LogReadError, StorageError
     from twice.tasks import scrub
 
-    from ._run import (
+    from .run import (
         ERRORED_IN,
         LAST_INTERRUPT,
         RunOutputError,
@@ -474,8 +471,8 @@ def run(
         format_table,
         run_suite,
     )
-    from ._shards import default_workers, parse_shard, shard_cells, usable_cpus
-    from ._workers import run_parallel
+    from .scale import WorkerPlan, default_workers, run_parallel, usable_cpus
+    from .suite import parse_shard, shard_cells
 
     rerun = "rerun the same command"
     if until_decided is None and (batch is not None or max_trials is not None):
@@ -497,7 +494,7 @@ def run(
     try:
         gate = None
         if until_decided is not None:
-            from ._until import load_decision_gate
+            from .run import load_decision_gate
 
             gate = load_decision_gate(until_decided)  # a bad gate file before the suite
         suite = suite_from_flags(
@@ -557,37 +554,15 @@ def run(
             shown_cells = f"{mine} of {n_cells}" if part else f"{n_cells}"
             click.echo(f"twice: running {shown_cells} cell(s){where}, logs in {out}", err=True)
         if n_workers > 1:
-            # Each worker rebuilds the same suite from the same flags and runs its share.
-            args = [
-                f"--{flag}={value}"
-                for flag, values in (
-                    ("model", models),
-                    ("prompt", prompts),
-                    ("task", tasks),
-                    ("fault", faults),
-                    ("protection", protections),
-                    ("agent", agents),
-                    ("mock", mocks),
-                    ("config", (config,) if config else ()),
-                    ("epochs", (epochs,) if epochs else ()),
-                    ("limit", (limit,) if limit else ()),
-                    ("max-connections", (max_connections,) if max_connections else ()),
-                    # a worker's stdout is discarded: only "log" (to stderr, whose tail
-                    # shows when a worker fails) is worth a worker's time
-                    ("display", ("log" if shown == "log" else "none",)),
-                    ("timeout", (timeout,)),
-                    ("max-retries", (max_retries,)),
-                    ("outage-window", (outage_window,) if outage_window else ()),
-                    ("agent-cmd", (agent_cmd,) if agent_cmd else ()),
-                    ("hang-seconds", (hang_seconds,) if hang_seconds is not None else ()),
-                )
-                for value in values
-            ]
-            args += [a for m in model_arg for a in ("-M", m)]
-            result = run_parallel(
-                suite, out, args, n_workers, model_args=parsed_model_args,
-                report=not no_report, at_once=at_once,
+            # Each worker is given the parsed suite and settings, and runs its share.
+            plan = WorkerPlan(
+                suite, out, model_args=parsed_model_args, max_connections=max_connections,
+                # a worker's stdout is discarded: only "log" (to stderr, whose tail shows
+                # when a worker fails) is worth a worker's time
+                display="log" if shown == "log" else "none",
+                timeout=timeout, max_retries=max_retries,
             )  # fmt: skip
+            result = run_parallel(plan, n_workers, report=not no_report, at_once=at_once)
         else:
             # twice run and --until-decided alike: the suite's model server around the run,
             # its generate settings and the same bounds on every model call.
@@ -602,7 +577,7 @@ def run(
             }
             with _local_server(local) as server:
                 if gate is not None and until_decided is not None:
-                    from ._until import run_sequential_cli
+                    from .run import run_sequential_cli
 
                     result = run_sequential_cli(
                         suite, gate, until_decided, Path(out), batch=batch,
@@ -732,13 +707,13 @@ def _local_server(options: Any) -> Iterator[Any]:
     if options is None:
         yield None
         return
-    from ._local import LocalModelError, local_model_server
+    from .local_model import LocalModelError, local_model_server
 
     click.echo(f"twice: starting the local model server ({options.name})", err=True)
     try:
         with local_model_server(options) as server:
             click.echo(f"twice: local model server ready at {server.base_url}", err=True)
-            from ._run import LAST_INTERRUPT
+            from .run import LAST_INTERRUPT
 
             # A run stopped at once (a second Ctrl-C) unwinds nothing: tell the server too.
             LAST_INTERRUPT.at_once.append(server.proc.terminate if server.proc else lambda: None)
@@ -776,7 +751,7 @@ def local_model() -> None:
 )
 def local_model_install(home: Path | None) -> None:
     """Install node-llama-cpp and the model weights (hash-checked; registries only)."""
-    from ._local import LocalModelError, install
+    from .local_model import LocalModelError, install
 
     try:
         path = install(home, say=lambda m: click.echo(f"twice: {m}", err=True))
@@ -790,7 +765,7 @@ def local_model_install(home: Path | None) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
 def local_model_serve(threads: int) -> None:
     """Serve the installed model until interrupted (for ``inspect eval`` by hand)."""
-    from ._local import MODEL_STRING, LocalModelError, LocalModelServer, ServerOptions
+    from .local_model import MODEL_STRING, LocalModelError, LocalModelServer, ServerOptions
 
     server = LocalModelServer(ServerOptions(threads=threads))
     try:
@@ -852,7 +827,7 @@ def _trials(log_dir: str, what: str, *, write: bool = True) -> tuple[Any, Any]:
     """
     from twice.reports import LogReadError, StorageError
 
-    from ._workers import mark_unmerged, merge
+    from .scale import mark_unmerged, merge
 
     try:
         merged = merge(log_dir, write=write)
@@ -928,7 +903,7 @@ def gate(
     """
     from twice.reports import is_remote
 
-    from ._gate import GateError, evaluate_gate, format_gate, load_gate, write_junit
+    from .gate import GateError, evaluate_gate, format_gate, load_gate, write_junit
 
     if junit is not None and not is_remote(junit):
         _writable_output(junit, "--junit")
@@ -964,7 +939,7 @@ def gate(
             err=True,
         )
         sys.exit(2)
-    from ._until import sequential_record
+    from .run import sequential_record
 
     sequential = sequential_record(log_dir, logs)
     result = evaluate_gate(frame, cfg, baseline=base_frame, sequential=sequential)
@@ -1009,8 +984,8 @@ def report(log_dir: str, output: str | None, baseline_dir: str | None) -> None:
     """Write the HTML report for LOG_DIR (replaces the file only once it is rendered)."""
     from twice.reports import is_remote, join, write_report
 
-    from ._run import write_atomic
-    from ._workers import read_run
+    from .run import write_atomic
+    from .scale import read_run
 
     logs, frame = _trials(log_dir, "LOG_DIR")
     _say_uncounted(log_dir, logs.uncounted_cells(), "its last run did not plan")
@@ -1072,7 +1047,7 @@ def _run_status(log_dir: str, logs: Any) -> dict[str, Any]:
 )
 def trials(rates: tuple[float, ...], confidence: float) -> None:
     """How many trials a bound like "duplication ≤ 1% at 95%" needs (Wilson upper bound)."""
-    from ._power import DEFAULT_RATES, trials_table
+    from .gate import DEFAULT_RATES, trials_table
 
     try:
         table = trials_table(rates or DEFAULT_RATES, confidence)
@@ -1131,8 +1106,8 @@ def serve(
     "task" is a built-in task or one given with --task. A lost reply is held open until the
     client times out (at most hang_seconds); reset_after_commit closes the connection at once.
     """
-    from ._serve import ServeError
-    from ._serve import serve as run_server
+    from .serve import ServeError
+    from .serve import serve as run_server
 
     try:
         stopped_by = run_server(
@@ -1184,7 +1159,6 @@ class ReaderGone:
 def main() -> None:
     """Console-script entry point."""
     batch_gc()
-    stop_with_parent()  # a --workers worker started as a fresh interpreter
     if sys.stdout is not None:
         sys.stdout = ReaderGone(sys.stdout)  # type: ignore[assignment]
     try:
@@ -1257,23 +1231,6 @@ def release_worker_threads() -> None:
         if isinstance(thread, WorkerThread) and thread.is_alive():
             with contextlib.suppress(Exception):  # a full queue: the thread is mid-call
                 thread.queue.put_nowait(None)
-
-
-def batch_gc() -> None:
-    """Keep the trials' garbage-collector thresholds for the whole life of this process.
-
-    A twice command is one batch job that ends when its work is written. ``run_suite`` and the
-    report collect less often while they work (``gc_for_trials``) and put Python's defaults
-    back when they finish, as a library must; the first allocation after that starts a full
-    collection over everything the trials left alive: 0.5-0.6 s on the reference machine,
-    twice per run (after the eval set and after the summary), on the critical path of every
-    ``twice run`` and of each ``--workers`` worker. The process is about to exit; it need not
-    pay for a tidy heap. The console script and each forked worker call this; code that calls
-    twice as a library keeps its own thresholds. ``twice serve``, the one long-lived command,
-    runs under them too: its trials allocate the same short-lived objects, and the oldest
-    generation is still collected, only less often.
-    """
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from twice.mocks import (
     keep_stub_config,
 )
 
+from ._context import TrialContexts
 from ._dataset import ASSERTIONS_IGNORED
 from ._prompts import Prompt, is_builtin_prompt, load_prompt
 from ._protections import get_protection
@@ -37,9 +38,6 @@ ServicesFactory = Callable[[dict[str, Any]], list[Service]]
 """Builds a trial's services from the sample's ``state`` (fresh objects every call)."""
 ToolsFactory = Callable[[TrialContext], list[Tool]]
 """Builds a trial's tools bound to its context."""
-TrialContexts = dict[tuple[str | int, int], TrialContext]
-"""The live trial contexts of one task, by ``(sample id, epoch)``: how the agent loop finds
-the context whose run it restarts."""
 
 MAX_RESTARTS = 3
 

@@ -37,9 +37,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import respx
-from twice.mocks import Services
-from twice.mocks import _own_transport as own_transport
-from twice.mocks._own_transport import through_own_transport
+from twice.mocks import Services, start_own_transport, stop_own_transport, through_own_transport
 
 from ._context import BRIDGE_MODEL, AgentError, AgentLimitError
 
@@ -377,7 +375,7 @@ def _start_mock(trial: _Trial) -> None:
             return
         mock = respx.mock(using="httpx", assert_all_called=False, assert_all_mocked=False)
         mock.route(name="twice-agent-services").mock(side_effect=_side_effect)
-        own_transport.start()
+        start_own_transport()
         mock.start()
         _mock, _mock_pid = mock, os.getpid()
         _open_child_pipe()
@@ -391,7 +389,7 @@ def _stop_when_done(this_thread: threading.Thread | None = None) -> None:
         if _live or _mock is None or _outlived(this_thread):
             return
         _mock.stop()
-        own_transport.stop()
+        stop_own_transport()
         _mock = None
 
 

@@ -65,7 +65,7 @@ def test_gate_cli_junit_that_cannot_be_written_is_one_line_exit_2(
 ) -> None:
     # The failing path: a path that passes the up-front check and fails at the write (a full
     # disk, a file-size limit, /sys as root) ended in a traceback and exit 1 after "passed".
-    import twice.evals._gate as gate_module
+    import twice.evals.gate._gate as gate_module
 
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")

@@ -220,7 +220,7 @@ def test_finished_cells_read_each_log_header_once(
 ) -> None:
     # A run reads its directory at its start and at its end; each read used to open every
     # header twice (read_log_dir, then again for the cell's twice record): on S3, a GET each.
-    import twice.evals._run as run_module
+    import twice.evals.run._run as run_module
     import twice.reports._logs as logs_module
 
     log_dir = tmp_path / "logs"
@@ -255,19 +255,19 @@ def test_an_incomplete_run_says_how_to_resume_it(
     # over; and a shard's count of unfinished cells was given out of the whole suite's.
     import pandas as pd
     from click.testing import CliRunner
-    from twice.evals import _run
+    from twice.evals import RunResult, run
     from twice.evals.cli import cli
 
     monkeypatch.chdir(tmp_path)
 
-    def stopped(suite: object, log_dir: object, **kwargs: object) -> _run.RunResult:
+    def stopped(suite: object, log_dir: object, **kwargs: object) -> RunResult:
         planned = list(suite.cells())  # type: ignore[attr-defined]
-        return _run.RunResult(
+        return RunResult(
             log_dir, [], pd.DataFrame(), tmp_path / "summary.json", None, [],
             missing=planned[:1], interrupted="SIGTERM",
         )  # fmt: skip
 
-    monkeypatch.setattr(_run, "run_suite", stopped)
+    monkeypatch.setattr(run, "run_suite", stopped)
     args = ["run", "--model", "stub/retry", "--task", "refund", "--fault", "none",
             "--fault", "lost_reply", "--protection", "bare", "--display", "none"]  # fmt: skip
     if shard:

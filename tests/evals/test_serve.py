@@ -18,8 +18,9 @@ import httpx
 import pytest
 import requests
 import stripe
-from twice.evals._hang import DEFAULT_HANG_SECONDS
-from twice.evals._serve import (
+from twice.evals.serve._log import RequestLog
+from twice.evals.serve._mcp import tool_annotations
+from twice.evals.serve._server import (
     MAX_SERVICE_BODY,
     ControlError,
     ServeError,
@@ -27,8 +28,7 @@ from twice.evals._serve import (
     parse_trial_config,
     running_server,
 )
-from twice.evals._serve_log import RequestLog
-from twice.evals._serve_mcp import tool_annotations
+from twice.evals.suite._hang import DEFAULT_HANG_SECONDS
 from twice.mocks import UNKNOWN_OUTCOME
 from twice.tasks import ToolSpec
 

@@ -46,6 +46,7 @@ from twice.reports import (
     LogDir,
     LogEntry,
     LogReadError,
+    LogRecords,
     Shard,
     as_location,
     cells,
@@ -67,16 +68,32 @@ from twice.reports import (
     write_summary,
     write_text,
 )
-from twice.tasks import TASKS, Prompt, get_task, load_prompt, scrub, secret_values
-from twice.tasks._redact import CREDENTIAL_ARG
-from twice.tasks._spec import file_digest
-from twice.tasks._trial import twice_metadata
+from twice.tasks import (
+    CREDENTIAL_ARG,
+    TASKS,
+    Prompt,
+    file_digest,
+    get_task,
+    load_prompt,
+    scrub,
+    secret_values,
+    twice_metadata,
+)
 from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit, take_late_requests
 
+from ..gate import cell_label
+from ..local_model import environ
+from ..locks import lock_log_dir
+from ..suite import (
+    DEFAULT_OUTAGE_WINDOW,
+    Cell,
+    Suite,
+    SuiteError,
+    shard_cells,
+    shard_dir,
+    suite_digest,
+)
 from ._endpoint import EndpointState, guard_model
-from ._gate import cell_label
-from ._local import environ
-from ._lock import lock_log_dir
 from ._secrets import (
     KEY_ENV_HINT,
     check_model_args,
@@ -85,14 +102,6 @@ from ._secrets import (
     scrub_model_record,
     scrubbed_log_records,
 )
-from ._shards import (
-    RECORDS_ENV,
-    save_records,
-    shard_cells,
-    shard_dir,
-    suite_digest,
-)
-from ._suite import DEFAULT_OUTAGE_WINDOW, Cell, Suite, SuiteError
 
 DEFAULT_TIMEOUT = 300
 """Seconds one attempt of a model call may take (``--timeout``)."""
@@ -169,6 +178,23 @@ def eval_options(display: str | None) -> dict[str, Any]:
 
 GC_THRESHOLDS = (50_000, 20, 20)
 """Garbage-collector thresholds for a suite run (Python's defaults are 700, 10, 10)."""
+
+
+def batch_gc() -> None:
+    """Keep the trials' garbage-collector thresholds for the whole life of this process.
+
+    A twice command is one batch job that ends when its work is written. ``run_suite`` and the
+    report collect less often while they work (``gc_for_trials``) and put Python's defaults
+    back when they finish, as a library must; the first allocation after that starts a full
+    collection over everything the trials left alive: 0.5-0.6 s on the reference machine,
+    twice per run (after the eval set and after the summary), on the critical path of every
+    ``twice run`` and of each ``--workers`` worker. The process is about to exit; it need not
+    pay for a tidy heap. The console script and each worker call this; code that calls
+    twice as a library keeps its own thresholds. ``twice serve``, the one long-lived command,
+    runs under them too: its trials allocate the same short-lived objects, and the oldest
+    generation is still collected, only less often.
+    """
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @contextmanager
@@ -365,7 +391,7 @@ def build_tasks(
             version += agent_version(cell.agent)
         try:
             if suite.agent_cmd is not None and server is not None:
-                from ._serve_eval import command_agent, served_task
+                from ..serve import command_agent, served_task
 
                 task = served_task(
                     cell.task,
@@ -474,7 +500,7 @@ def _readable(error: str) -> str:
     return f"{name} on every attempt (the call kept failing for longer than --outage-window)"
 
 
-def _failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
+def run_failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
     """One line per failed eval, and per cell with errored trials (inspect sample errors,
     :func:`twice.reports.crashed`, left out of the rates) with its first error, so the
     terminal says why and not only where."""
@@ -718,7 +744,7 @@ def refuse_runs_inside(log_dir: Location) -> None:
             )
 
 
-def _prepare_log_dir(log_dir: Location) -> None:
+def prepare_log_dir(log_dir: Location) -> None:
     try:
         make_dirs(log_dir)
     except OSError as ex:
@@ -1046,8 +1072,7 @@ def prepared_run(
         if suite.agent_cmd is not None:
             # The external agent's trials live in a twice serve of this run (in memory: the
             # inspect logs are the run's record).
-            from ._serve import ServeError, running_server
-            from ._serve_eval import URL_ENV
+            from ..serve import URL_ENV, ServeError, running_server
 
             try:  # the server hosts the tasks of your own among the cells' tasks
                 url = stack.enter_context(
@@ -1065,7 +1090,7 @@ def prepared_run(
         if check is not None:
             check(tasks)
         _check_memory(tasks, suite)
-        _prepare_log_dir(log_dir)
+        prepare_log_dir(log_dir)
         try:  # a lease in object storage (renewed by a thread while the run lives)
             stack.enter_context(lock_log_dir(log_dir))
         except OSError as ex:
@@ -1231,16 +1256,18 @@ def evaluate(
 
 
 def ran_trials(
-    files: list[Location], interrupted: bool, save_records_to: str | None = None
+    files: list[Location],
+    interrupted: bool,
+    keep_records: Callable[[LogRecords], object] | None = None,
 ) -> pd.DataFrame:
     """The trials of ``files`` (empty frame for none); after an interrupt, without the trials
     it cut short: they are logged as errors but did not run (the rerun runs them), so they
-    are not counted as crashes either. With ``save_records_to`` (a ``--workers`` worker),
-    what was read of the logs is also left there for the parent's merge."""
+    are not counted as crashes either. ``keep_records`` (a ``--workers`` worker's) is
+    given what was read of the logs, for the parent's merge."""
     with gc_for_trials():
         records = log_records(files)
-        if save_records_to:
-            save_records(save_records_to, records)
+        if keep_records is not None:
+            keep_records(records)
         frame = frame_of(files, records) if files else pd.DataFrame()
     return without_cut_short(frame) if interrupted else frame
 
@@ -1372,6 +1399,7 @@ def run_suite(
     timeout: int = DEFAULT_TIMEOUT,
     generate_config: dict[str, Any] | None = None,
     shard: Shard | None = None,
+    keep_records: Callable[[LogRecords], object] | None = None,
 ) -> RunResult:
     """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
 
@@ -1384,7 +1412,8 @@ def run_suite(
     set, win over the arguments of those names. ``log_dir`` may be an fsspec URI
     (``s3://bucket/run``; there the lock is a lease: :func:`lock_log_dir`). With ``shard``,
     only the cells dealt to it run, into ``log_dir/shard-i-of-n/`` (which is then the
-    result's ``log_dir``).
+    result's ``log_dir``). ``keep_records`` is given what the run read of its logs (a
+    ``--workers`` worker hands it to the parent, which merges from it).
 
     Raises:
         SuiteError: for a model that cannot be loaded, credential model args, a log
@@ -1404,7 +1433,10 @@ def run_suite(
         log_dir = shard_dir(log_dir, shard)
         planned = shard_cells(planned, shard)
     with prepared_run(suite, log_dir, settings, model_args=model_args, planned=planned) as run:
-        return _run_locked(suite, run, settings, model_args=model_args, report=report, shard=shard)
+        return _run_locked(
+            suite, run, settings, model_args=model_args, report=report, shard=shard,
+            keep_records=keep_records,
+        )  # fmt: skip
 
 
 def _run_locked(
@@ -1415,6 +1447,7 @@ def _run_locked(
     model_args: dict[str, Any] | None,
     report: bool,
     shard: Shard | None = None,
+    keep_records: Callable[[LogRecords], object] | None = None,
 ) -> RunResult:
     log_dir, planned = prepared.log_dir, prepared.planned
     run = run_metadata(suite, model_args, None if shard is None else planned)
@@ -1448,8 +1481,9 @@ def _run_locked(
     with stop_signals(state, stop_now):
         write_running(summary_path, run, [cell_dict(c, names) for c in planned])
         result = _evaluate_and_summarise(
-            suite, prepared, settings, state, run, names, before, shard, report, final
-        )
+            suite, prepared, settings, state, run, names, before, shard, report, final,
+            keep_records,
+        )  # fmt: skip
     return result
 
 
@@ -1482,6 +1516,7 @@ def _evaluate_and_summarise(
     shard: Shard | None,
     report: bool,
     final: list[Location],
+    keep_records: Callable[[LogRecords], object] | None = None,
 ) -> RunResult:
     log_dir, planned = prepared.log_dir, prepared.planned
     summary_path = join(log_dir, "summary.json")
@@ -1493,8 +1528,7 @@ def _evaluate_and_summarise(
         finished, files, cancelled = finished_in(now, planned)
         if cancelled:  # a cancelled log on disk: interrupted, whatever eval_set returned
             state.signal = state.signal or "SIGINT"
-        hand_off = os.environ.get(RECORDS_ENV) if shard is not None else None
-        frame = ran_trials(files, False, hand_off)
+        frame = ran_trials(files, False, keep_records)
         cut_short = cut_short_cells(frame) if state.signal else []
         frame = without_cut_short(frame) if state.signal else frame
         table = cells(frame) if not frame.empty else pd.DataFrame()
@@ -1523,7 +1557,7 @@ def _evaluate_and_summarise(
                 summary_path, run, extra,
             )  # fmt: skip
     # After an interrupt, the trials it cut short are recorded as errors: not crashes.
-    failed = [] if state.signal else _failures(logs, table, frame)
+    failed = [] if state.signal else run_failures(logs, table, frame)
     return RunResult(
         log_dir, logs, table, summary_path, report_path, failed,
         missing=missing, interrupted=state.signal, unreachable=prepared.unreachable(),
