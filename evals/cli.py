@@ -25,6 +25,7 @@ from typing import Any
 import click
 from twice.reports import MAX_SHARDS
 
+from ._inspect_compat import init_dotenv
 from .run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, batch_gc
 from .suite import DEFAULT_HANG_SECONDS, DEFAULT_OUTAGE_WINDOW, SuiteError, suite_from_flags
 
@@ -281,8 +282,6 @@ def cli() -> None:
     """twice: catch AI agents doing a mutating action twice."""
     # As `inspect` does: a .env file from the working directory up supplies keys and base
     # URLs, before models are built, keys checked or scrubbing values read.
-    from inspect_ai._util.dotenv import init_dotenv
-
     init_dotenv()
 
 

@@ -4,9 +4,9 @@ import inspect
 from collections.abc import Callable
 
 from inspect_ai import Task
-from inspect_ai._util.registry import is_registry_object
 
 from ._dataset import Record, load_dataset, load_records
+from ._inspect_compat import is_registry_object
 from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt, read_regular_file
 from ._protections import PROTECTIONS, Protection, get_protection
 from ._redact import (

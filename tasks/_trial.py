@@ -29,6 +29,7 @@ from twice.mocks import (
 
 from ._context import TrialContexts
 from ._dataset import ASSERTIONS_IGNORED
+from ._inspect_compat import store_events_suspended
 from ._prompts import Prompt, is_builtin_prompt, load_prompt
 from ._protections import get_protection
 from ._toolkit import ActionLog, RunCrashed, TrialContext, bind_tools
@@ -224,11 +225,8 @@ def ledger_changes_once() -> None:
     sample's final store.
     If a later inspect moves the switch, spans track as before.
     """
-    try:  # not public API (inspect_swarm uses it the same way); the variable is per task
-        from inspect_ai.util._store import _store_events_suspended
-    except ImportError:
-        return
-    _store_events_suspended.set(True)
+    if store_events_suspended is not None:  # the variable is per task
+        store_events_suspended.set(True)
 
 
 @solver

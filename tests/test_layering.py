@@ -256,6 +256,16 @@ def inspect_private_names(source: str) -> list[str]:
     return found
 
 
+def test_layering_inspect_private_names_only_in_the_compat_modules() -> None:
+    bad = {
+        str(path.relative_to(ROOT)): names
+        for path in library_modules().values()
+        if path.name != INSPECT_COMPAT
+        and (names := inspect_private_names(path.read_text(encoding="utf-8")))
+    }
+    assert not bad, f"use inspect_ai's private names only in {INSPECT_COMPAT}: {bad}"
+
+
 def test_layering_inspect_private_check_catches_each_form() -> None:
     source = (
         "from inspect_ai._util.registry import registry_info\n"

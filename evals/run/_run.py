@@ -17,7 +17,6 @@ import datetime as dt
 import functools
 import gc
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -81,6 +80,8 @@ from twice.tasks import (
 )
 from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit, take_late_requests
 
+from .._inspect_compat import assistant_internal, model_api_names, rich_display
+from .._inspect_compat import task_log as inspect_task_log
 from ..gate import cell_label
 from ..local_model import environ
 from ..locks import lock_log_dir
@@ -226,10 +227,7 @@ def no_results_table(display: str | None) -> Iterator[None]:
     The table is what a quiet console would discard anyway, so nothing visible changes. If a
     later inspect moves the function, this does nothing.
     """
-    try:
-        module = importlib.import_module("inspect_ai._display.rich.display")
-    except ImportError:
-        module = None
+    module = rich_display()
     original = getattr(module, "tasks_results", None)
     if display != "none" or module is None or original is None:
         yield
@@ -250,11 +248,8 @@ def default_log_dir() -> Path:
 
 def _providers() -> list[str]:
     """Registered inspect model providers, for error messages (best effort: empty if unknown)."""
-    try:  # inspect has no public listing of model APIs; the registry is private
-        from inspect_ai._util.registry import registry_find, registry_info
-
-        objs = registry_find(lambda info: info.type == "modelapi")
-        return sorted({registry_info(o).name.split("/")[-1] for o in objs})
+    try:
+        return model_api_names()
     except Exception:
         return []
 
@@ -1150,8 +1145,7 @@ def without_provider_sdk_state(cells: list[Cell]) -> Iterator[None]:
     module flags; they are cleared for the block and restored after. An inspect without them
     is left as it is.
     """
-    from inspect_ai.model import _assistant_internal as internal
-
+    internal = assistant_internal()
     flags = ("_HAS_OPENAI", "_HAS_ANTHROPIC")
     if needs_provider_sdk_state(cells) or not all(
         isinstance(getattr(internal, f, None), bool) for f in flags
@@ -1182,17 +1176,16 @@ def revision_resolved_once() -> Iterator[None]:
     directory inside the repository no longer turns "dirty" halfway through a run). An
     inspect without the hook is left as it is.
     """
-    from inspect_ai._eval.task import log as task_log
-
+    task_log = inspect_task_log()
     original = getattr(task_log, "resolve_revision", None)
     if not callable(original):
         yield
         return
-    task_log.resolve_revision = functools.cache(original)
+    setattr(task_log, "resolve_revision", functools.cache(original))  # noqa: B010
     try:
         yield
     finally:
-        task_log.resolve_revision = original
+        setattr(task_log, "resolve_revision", original)  # noqa: B010
 
 
 def evaluate(

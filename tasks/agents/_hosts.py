@@ -39,6 +39,7 @@ import httpx
 import respx
 from twice.mocks import Services, start_own_transport, stop_own_transport, through_own_transport
 
+from .._inspect_compat import init_bridge_request_patch
 from ._context import BRIDGE_MODEL, AgentError, AgentLimitError
 
 MODEL_PATHS = ("/chat/completions", "/responses", "/v1/messages")
@@ -570,8 +571,6 @@ def _guard_model_clients() -> None:
     global _guarded
     if _guarded:
         return
-    from inspect_ai.agent._bridge.bridge import init_bridge_request_patch
-
     # inspect patches AsyncAPIClient.request on first use; patch on top of it so a request
     # twice refuses never reaches the bridge (or the network).
     init_bridge_request_patch()
