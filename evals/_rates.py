@@ -38,7 +38,7 @@ def _plain(value: Any) -> Any:
 class CellRates:
     """The rates of one cell (model, prompt, task, fault, protection, and the agent).
 
-    The named attributes are DESIGN.md's summary.json keys; ``row`` holds every column
+    The named attributes are summary.json's keys (docs/architecture.md); ``row`` holds every column
     ``reports.cells`` produced (``cell["divergence_rate"]`` reads any of them). ``frame``
     holds the cell's trials (one row per trial, the columns of ``reports.trials_frame``).
 

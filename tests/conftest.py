@@ -181,7 +181,7 @@ REFERENCE_SUITE = Suite(
     limit=4,
     source="tests/conftest.py",
 )
-"""The DESIGN.md reference cells, four samples each."""
+"""The README's reference cells, four samples each."""
 
 
 @pytest.fixture(scope="session")

@@ -148,7 +148,8 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        """DESIGN.md's ``twice run`` exit code: 0 all ran, 1 failed, 130/143 interrupted."""
+        """The ``twice run`` exit code (docs/architecture.md): 0 all ran, 1 failed, 130/143
+        interrupted."""
         if self.interrupted:
             return EXIT_INTERRUPTED.get(self.interrupted, 130)
         return 0 if self.ok else 1

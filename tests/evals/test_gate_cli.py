@@ -431,7 +431,7 @@ def test_gate_cli_shipped_gate_passes_verify_and_fails_retry(twice: Twice, tmp_p
         for c in ET.parse(junit).getroot().iter("testcase")
         if c.find("failure") is not None
     }
-    # DESIGN.md's reference results: blind retries duplicate after a lost reply; after a
+    # The README's reference results: blind retries duplicate after a lost reply; after a
     # timeout before commit the retry is what completes the job (one refund).
     assert failed == {
         (

@@ -861,7 +861,7 @@ def test_stripe_sdk_sees_stripe_errors(
         stripe.Refund.create(payment_intent="order_9999", amount=499)
     assert missing.value.http_status == 404
     stripe.Refund.create(payment_intent="order_1042", amount=499, idempotency_key="one")
-    # twice answers a reused key with other parameters 422 (the IETF draft, DESIGN.md);
+    # twice answers a reused key with other parameters 422 (the IETF idempotency-key draft);
     # Stripe itself says 400, so the SDK raises its generic APIError with the message.
     with pytest.raises(stripe.APIError, match="Keys for idempotent requests") as reused:
         stripe.Refund.create(payment_intent="order_1042", amount=500, idempotency_key="one")
