@@ -356,7 +356,7 @@ def cli() -> None:
     f"{DEFAULT_OUTAGE_WINDOW}.",
 )
 @click.option("--no-report", is_flag=True, help="Skip report.html.")
-# -- agents under test (issue 12) ----------------------------------------------------------
+# -- agents under test --------------------------------------------------------------------
 @click.option(
     "--agent",
     "agents",

@@ -1,4 +1,4 @@
-"""The speed fixes of issue 7 keep behaviour: caches hit only when they should, settings are
+"""The speed-ups keep behaviour: caches hit only when they should, settings are
 restored, the fault schedule still counts, chunked log reading drops the same repeats.
 
 No test here is timed; the timings are in bench/ and docs/BENCHMARKS.md.

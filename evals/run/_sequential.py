@@ -415,7 +415,7 @@ class _Rounds:
 
         The one place the cap applies: a resumed run replays its finished rounds and comes
         here as an uninterrupted run did after its last one (a rerun of a run that stopped at
-        the cap runs nothing more; it used to run one more round each time)."""
+        the cap runs nothing more, not one more round each time)."""
         if (st.epochs + st.epochs_per_round) * st.samples > self.max_trials:
             st.status = "undecided"
             st.stopped_round = st.rounds

@@ -526,8 +526,8 @@ _requests_guarded = False
 def _guard_requests() -> None:
     """Refuse a ``requests`` call to a trial's host (once per process, if it is installed).
 
-    twice serves ``httpx`` only: a tool that used ``requests`` for a ``--mock`` production URL
-    sent its refund to production, uncounted. Now it is refused, and its trial errors."""
+    twice serves ``httpx`` only: a tool that uses ``requests`` for a ``--mock`` production URL
+    would send its refund to production, uncounted. So it is refused, and its trial errors."""
     global _requests_guarded
     if _requests_guarded:
         return

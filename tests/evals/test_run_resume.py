@@ -187,9 +187,8 @@ def test_resume_prompt_file_is_named_by_stem_and_recorded(
 
 
 def test_resume_trials_frame_counts_what_summary_counts(tmp_path: Path) -> None:
-    # Issue 11's repro: a directory run with stub/retry, then again with stub/verify. The
-    # frame used to read both runs' logs (2 + 2 trials) where summary.json and the gate
-    # counted the last run's 2.
+    # A directory run with stub/retry, then again with stub/verify: the frame must count the
+    # last run's 2 trials, as summary.json and the gate do, not both runs' logs (2 + 2).
     from twice.reports import cells, trials_frame
 
     log_dir = tmp_path / "logs"
@@ -218,8 +217,8 @@ def test_resume_trials_frame_counts_what_summary_counts(tmp_path: Path) -> None:
 def test_finished_cells_read_each_log_header_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A run reads its directory at its start and at its end; each read used to open every
-    # header twice (read_log_dir, then again for the cell's twice record): on S3, a GET each.
+    # A run reads its directory at its start and at its end; each read opens every header
+    # once, not again for the cell's twice record (on S3, a GET each).
     import twice.evals.run._run as run_module
     import twice.reports._logs as logs_module
 

@@ -480,9 +480,9 @@ def test_a_shard_dealt_no_cells_forgets_the_cells_it_ran_before(
 def test_a_rerun_is_split_as_the_run_already_in_its_directory(
     twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A one-process run into a directory of shards used to run every cell, then find none of
-    # its logs (logs beside shard directories do not count) and exit 1, forever; a different
-    # shard count re-ran everything, then could not merge.
+    # The failing path: a one-process run into a directory of shards runs every cell, then
+    # finds none of its logs (logs beside shard directories do not count) and exits 1,
+    # forever; a different shard count re-runs everything, then cannot merge.
     from twice.evals import scale
 
     sharded, single = tmp_path / "sharded", tmp_path / "single"
@@ -735,8 +735,8 @@ print(json.dumps([w.returncode for w in exits]))
 @pytest.mark.skipif(sys.platform != "linux", reason="workers are forks on Linux only")
 def test_a_signal_to_a_worker_before_it_has_its_handlers_stops_it(tmp_path: Path) -> None:
     # The fork copies the parent's handler, which passes signals on to the workers: run in a
-    # worker before its own handlers were back, it swallowed the signal (the worker ran its
-    # whole shard) or failed on its siblings. Now the signal waits for the worker's handler.
+    # worker before its own handlers are back, it would swallow the signal (the worker would
+    # run its whole shard) or fail on its siblings. So the signal waits for the worker's.
     assert _script_result(EARLY_SIGNAL, tmp_path) == [-signal.SIGTERM]
     assert not list(tmp_path.glob("shard-1-of-1/*.eval")), "the signalled worker ran its shard"
 
@@ -764,8 +764,8 @@ run_workers(WorkerPlan(suite, Path(sys.argv[1])), 1)
 
 @pytest.mark.skipif(sys.platform != "linux", reason="workers are forks on Linux only")
 def test_a_third_signal_kills_the_workers_at_once(tmp_path: Path) -> None:
-    # After the second signal the run gives its workers 30 s; a third one used to abort that
-    # wait and leave a worker that ignores signals running on its own.
+    # After the second signal the run gives its workers 30 s; a third one ends that wait,
+    # and must not leave a worker that ignores signals running on its own.
     env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
     proc = subprocess.Popen(
         [sys.executable, "-c", DEAF_WORKER, str(tmp_path)],
@@ -877,9 +877,9 @@ def _processes_of(log_dir: Path) -> list[int]:
 def test_a_workers_run_stopped_by_a_signal_stops_its_workers_and_marks_its_summary(
     tmp_path: Path, sig: signal.Signals, whole_group: bool, code: int
 ) -> None:
-    # SIGTERM to the parent alone (Kubernetes, `timeout`, a CI runner) used to kill it at once
-    # and leave both workers running into the log directory, with no summary; Ctrl-C gave
-    # each worker two SIGINTs, which cut its orderly stop short.
+    # SIGTERM to the parent alone (Kubernetes, `timeout`, a CI runner) must not kill it at once
+    # and leave both workers running into the log directory, with no summary; nor may Ctrl-C
+    # give each worker two SIGINTs, which would cut its orderly stop short.
     log_dir = tmp_path / "logs"
     cmd = [sys.executable, "-m", "twice.evals.cli", *STOPPABLE, "--log-dir", str(log_dir)]
     env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
@@ -934,8 +934,8 @@ def test_workers_of_a_run_killed_outright_stop_as_if_sent_sigterm(
     tmp_path: Path, fork: str
 ) -> None:
     # SIGKILL (or the OOM killer) gives the run no chance to pass anything on: the kernel
-    # sends each worker SIGTERM instead, so none keeps running into the directory. Workers
-    # started as fresh interpreters used to finish their shards as orphans.
+    # sends each worker SIGTERM instead, so none keeps running into the directory, a fresh
+    # interpreter's as well as a fork's.
     log_dir = tmp_path / "logs"
     temp = tmp_path / "tmp"  # the run's own temporary directory, to see what it leaves there
     temp.mkdir()
