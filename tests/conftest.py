@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from twice.evals.run._run import RunResult, run_suite
+from twice.evals import RunResult, run_suite
 from twice.evals.suite._suite import Matrix, Suite
 from twice.mocks import SOURCE_HEADER, Ledger, PaymentsService, Services, get_fault
 

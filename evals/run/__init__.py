@@ -1,16 +1,15 @@
 """One run in one process: the suite's cells as inspect tasks, one ``eval_set`` (or rounds of
 them until a gate is decided), and the summary of what the logs hold."""
 
+from ._memory import memory_limit
 from ._run import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
     ERRORED_IN,
     EXIT_INTERRUPTED,
-    GC_THRESHOLDS,
     LAST_INTERRUPT,
     RunOutputError,
     RunResult,
-    batch_gc,
     build_tasks,
     cell_dict,
     cut_short_cells,
@@ -18,7 +17,6 @@ from ._run import (
     errored_trials,
     finished_in,
     format_table,
-    gc_for_trials,
     incomplete_fields,
     left_fields,
     prepare_log_dir,
@@ -42,6 +40,13 @@ from ._sequential import (
     run_until_decided,
     sequential_record,
 )
+from ._speedups import (
+    GC_THRESHOLDS,
+    batch_gc,
+    eval_options,
+    gc_for_trials,
+    no_results_table,
+)
 
 __all__ = [
     "DEFAULT_MAX_RETRIES",
@@ -60,12 +65,15 @@ __all__ = [
     "cut_short_cells",
     "default_log_dir",
     "errored_trials",
+    "eval_options",
     "finished_in",
     "format_table",
     "gc_for_trials",
     "incomplete_fields",
     "left_fields",
     "load_decision_gate",
+    "memory_limit",
+    "no_results_table",
     "prepare_log_dir",
     "prompt_names",
     "refuse_runs_inside",

@@ -193,7 +193,7 @@ def test_only_trials_with_an_error_keep_a_run_incomplete() -> None:
     # trials with one (rerun_errored), so counting the other kind kept "complete": false
     # for ever, with a report saying a rerun would finish it.
     import pandas as pd
-    from twice.evals.run._run import errored_trials
+    from twice.evals.run import errored_trials
 
     frame = pd.DataFrame({"error": ["", "RuntimeError: boom", ""], "completed": [1.0, None, None]})
     assert errored_trials(frame) == 1

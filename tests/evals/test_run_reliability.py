@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from twice.evals import run_suite, suite_from_flags
 from twice.evals.locks._lock import LOCK_NAME, LogDirLockedError, lock_log_dir
-from twice.evals.run._run import write_atomic
+from twice.evals.run import write_atomic
 from twice.tasks import load_prompt
 
 Twice = Callable[..., Any]
