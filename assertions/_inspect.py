@@ -90,7 +90,7 @@ def rates() -> Metric:
 
 @scorer(metrics=[rates()])
 def side_effects(end_state: EndStateCheck | None = None) -> Scorer:
-    """Score a trial from its ledger: every per-trial metric of DESIGN.md.
+    """Score a trial from its ledger: every per-trial metric the README defines.
 
     The sample's ``metadata["intents"]`` lists what should happen (see :class:`Intent`); the
     end-state check gets the whole metadata, with what a twice task held back from the log

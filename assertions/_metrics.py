@@ -1,4 +1,5 @@
-"""Per-trial metrics of DESIGN.md, computed from the ledger and the sample's intents.
+"""Per-trial metrics (the README's "What it measures"), computed from the ledger and the
+sample's intents.
 
 Nothing here reads the transcript: what the agent said it did is not evidence.
 """

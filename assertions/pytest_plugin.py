@@ -43,9 +43,18 @@ import pytest
 import respx
 import respx.mocks
 from respx.models import PassThrough
-from twice.mocks import Fault, Ledger, NoFault, PaymentsService, Service, Services, get_fault
-from twice.mocks import _own_transport as own_transport
-from twice.mocks._own_transport import through_own_transport
+from twice.mocks import (
+    Fault,
+    Ledger,
+    NoFault,
+    PaymentsService,
+    Service,
+    Services,
+    get_fault,
+    start_own_transport,
+    stop_own_transport,
+    through_own_transport,
+)
 
 from ._checks import Assertion, assert_side_effects
 from ._verdict import Verdict
@@ -257,7 +266,7 @@ class TwiceMock:
     def start(self) -> None:
         """Start intercepting httpx."""
         if not self._own_started:
-            own_transport.start()
+            start_own_transport()
             self._own_started = True
         self.router.start()
 
@@ -265,7 +274,7 @@ class TwiceMock:
         """Stop intercepting httpx (the recorded calls are kept for the teardown check)."""
         self.router.stop(clear=False, reset=False, quiet=True)
         if self._own_started:
-            own_transport.stop()
+            stop_own_transport()
             self._own_started = False
 
     def __enter__(self) -> TwiceMock:

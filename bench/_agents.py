@@ -14,7 +14,7 @@ from typing import Any
 from _common import Paired, paired
 from _trials import _runner, scratch_dir
 from inspect_ai.model import get_model
-from twice.evals._run import gc_for_trials
+from twice.evals.run import gc_for_trials
 from twice.tasks import refund
 from twice.tasks.agents import BUILTIN_AGENTS
 

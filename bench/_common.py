@@ -93,8 +93,8 @@ class Paired:
         return ratios[k - 1], ratios[len(ratios) - k]
 
     def total_ratio(self, clock: str = "cpu") -> float:
-        """Total subject seconds over total baseline seconds on ``clock`` (the figure before
-        the seventh round of issue 14; printed beside the median)."""
+        """Total subject seconds over total baseline seconds on ``clock`` (a sum, which one slow
+        round can dominate; printed beside the median)."""
         base = sum(float(getattr(b, clock)) for b in self.baseline)
         subject = sum(float(getattr(s, clock)) for s in self.subject)
         return subject / base

@@ -26,7 +26,7 @@ import shortuuid
 from inspect_ai import eval
 from inspect_ai.log import read_eval_log, write_eval_log
 from inspect_ai.model import get_model
-from twice.evals._run import eval_options
+from twice.evals.run import eval_options
 from twice.mocks import FAULTS, STUB_MODELS
 from twice.tasks import PROTECTIONS, builtin_prompts, refund
 

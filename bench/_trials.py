@@ -41,7 +41,7 @@ from inspect_ai.model import (
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
 from inspect_ai.solver import TaskState, generate, system_message, use_tools
 from inspect_ai.tool import Tool, ToolChoice, ToolInfo, tool
-from twice.evals._run import eval_options, gc_for_trials, no_results_table
+from twice.evals.run import eval_options, gc_for_trials, no_results_table
 from twice.reports import read_log_dir
 from twice.tasks import load_prompt, load_records, refund
 from twice.tasks.refund.refund import DATASET

@@ -47,7 +47,7 @@ def _child(variant: str, evals: int, work: Path, epochs: int = 1) -> None:
     cachegrind)."""
     sys.path.insert(0, str(HERE))
     import _trials
-    from twice.evals._run import gc_for_trials, no_results_table
+    from twice.evals.run import gc_for_trials, no_results_table
 
     with (
         _trials.scratch_dir(work, f"instr-{variant}") as logs,

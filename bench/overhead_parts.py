@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import _trials  # bench/ is the script's directory, so on sys.path
-from twice.evals._run import gc_for_trials, no_results_table
+from twice.evals.run import gc_for_trials, no_results_table
 
 PARTS = (
     ("inspect_ai._eval.task.run", "log_sample", "condense and write the sample"),

@@ -1,6 +1,12 @@
-"""The twice CLI, the suite matrix, the release gate, and ``twice serve``."""
+"""The twice CLI, the suite matrix, the release gate, and ``twice serve``.
 
-from ._gate import (
+A facade over sub-packages with one job each (``docs/architecture.md`` draws them): ``suite``
+(what to run), ``run`` (one process), ``scale`` (``--workers``), ``gate``, ``serve`` and
+``local_model``.
+"""
+
+from ._rates import CellRates, EvalRates, eval_rates
+from .gate import (
     BaselinePolicy,
     Check,
     GateConfig,
@@ -12,33 +18,39 @@ from ._gate import (
     junit_xml,
     load_gate,
     parse_gate,
+    trials_needed,
+    trials_table,
     write_junit,
 )
-from ._local import (
+from .local_model import (
     LocalModelError,
     LocalModelServer,
     ServerOptions,
     local_model_server,
     model_home,
 )
-from ._local import install as install_local_model
-from ._power import trials_needed, trials_table
-from ._rates import CellRates, EvalRates, eval_rates
-from ._run import RunResult, build_tasks, run_metadata, run_suite
-from ._secrets import check_model_args
-from ._serve import (
+from .local_model import install as install_local_model
+from .run import (
+    CellState,
+    RunResult,
+    build_tasks,
+    check_model_args,
+    run_metadata,
+    run_suite,
+    run_until_decided,
+)
+from .serve import (
     ControlError,
+    RequestLog,
     ServeError,
     TrialConfig,
     TwiceServer,
     parse_trial_config,
     running_server,
     serve,
+    served_task,
 )
-from ._serve_eval import served_task
-from ._serve_log import RequestLog
-from ._suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
-from ._until import CellState, run_until_decided
+from .suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
 
 __all__ = [
     "BaselinePolicy",

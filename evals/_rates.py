@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 from twice.tasks.agents import REACT
 
-from ._suite import Matrix, Suite
+from .suite import Matrix, Suite
 
 _AXES = ("model", "prompt", "task", "fault", "protection")
 
@@ -38,7 +38,7 @@ def _plain(value: Any) -> Any:
 class CellRates:
     """The rates of one cell (model, prompt, task, fault, protection, and the agent).
 
-    The named attributes are DESIGN.md's summary.json keys; ``row`` holds every column
+    The named attributes are summary.json's keys (docs/architecture.md); ``row`` holds every column
     ``reports.cells`` produced (``cell["divergence_rate"]`` reads any of them). ``frame``
     holds the cell's trials (one row per trial, the columns of ``reports.trials_frame``).
 
@@ -271,7 +271,7 @@ def eval_rates(
         RuntimeError: when an eval errored or a trial crashed (unless ``allow_errors``):
             crashed trials are never dropped silently.
     """
-    from ._run import run_suite  # imports inspect's eval machinery: only when running
+    from .run import run_suite
 
     suite = Suite(
         (

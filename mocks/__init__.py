@@ -37,6 +37,9 @@ from ._ledger import (
     outcome_of,
 )
 from ._live import forget_held_metadata, keep_held_metadata, trial_metadata
+from ._own_transport import start as start_own_transport
+from ._own_transport import stop as stop_own_transport
+from ._own_transport import through_own_transport
 from ._service import (
     BACKOFF_HEADER,
     CALL_HEADER,
@@ -134,5 +137,8 @@ __all__ = [
     "outcome_of",
     "raise_if_stub_could_not_play",
     "services_from_state",
+    "start_own_transport",
+    "stop_own_transport",
+    "through_own_transport",
     "trial_metadata",
 ]

@@ -61,12 +61,8 @@ from inspect_ai.model import (
 from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
 from inspect_ai.util import store
 
+from ._inspect_compat import sample_state as _sample_state
 from ._live import TrialScoped
-
-try:  # not public API: the running sample's TaskState, by which a stub finds its trial
-    from inspect_ai.solver._task_state import sample_state as _sample_state
-except ImportError:  # pragma: no cover - a later inspect; the setup uses the store instead
-    _sample_state = None  # type: ignore[assignment]
 
 STUB_STORE_KEY = "twice:stub"
 """Store key of what stubs read (``{"plan", "prompt", "seed"}``) when it cannot be kept beside

@@ -165,7 +165,7 @@ def summary(table: pd.DataFrame, **extra: Any) -> dict[str, Any]:
 
 
 def write_summary(table: pd.DataFrame, path: Location, **extra: Any) -> Location:
-    """Write ``summary.json`` (DESIGN.md's contract; NaN rates become null).
+    """Write ``summary.json`` (the contract in docs/architecture.md; NaN rates become null).
 
     ``path`` may be an fsspec URI (``s3://bucket/run/summary.json``).
     """

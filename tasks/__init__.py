@@ -4,20 +4,23 @@ import inspect
 from collections.abc import Callable
 
 from inspect_ai import Task
-from inspect_ai._util.registry import is_registry_object
 
 from ._dataset import Record, load_dataset, load_records
-from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt
+from ._inspect_compat import is_registry_object
+from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt, read_regular_file
 from ._protections import PROTECTIONS, Protection, get_protection
 from ._redact import (
+    CREDENTIAL_ARG,
     REDACTED,
     SECRET_ENV,
+    remember_command_secrets,
     remember_secrets,
     scrub,
     scrub_value,
     secret_values,
     secrets_in,
 )
+from ._spec import file_digest, normal_spec
 from ._spec import is_spec as _is_spec
 from ._spec import load_function as _load_function
 from ._toolkit import (
@@ -49,7 +52,11 @@ from ._trial import (
     resumable_generate,
     stub_setup,
     trial_setup,
+    twice_metadata,
     twice_task,
+)
+from ._trial import (
+    TASK_PARTS as _TASK_PARTS,
 )
 from .archive_record import archive_record
 from .create_ticket import create_ticket
@@ -120,13 +127,11 @@ def task_parts(name: str) -> TaskParts:
         ValueError: naming the bad value and the accepted ones, or a task of your own that
             cannot be loaded or was not built with :func:`twice_task`.
     """
-    from ._trial import TASK_PARTS, twice_metadata
-
     if name not in _PARTS:
         built = get_task(name)(fault="none", protection="bare", prompt="baseline")
         # twice_task registers its parts under the name it was given, just now: read them at
         # once (a task of your own may share a built-in's name; its spec tells them apart).
-        parts = TASK_PARTS.get(built.name)
+        parts = _TASK_PARTS.get(built.name)
         if parts is None or twice_metadata(built) is None:
             raise ValueError(
                 f"task {name!r} was not built with twice.tasks.twice_task: it has no mock "
@@ -143,6 +148,7 @@ __all__ = [
     "ACTION_LOG_STORE_KEY",
     "AGENT_FAULTS_REFUSED",
     "COMPENSATIONS_STORE_KEY",
+    "CREDENTIAL_ARG",
     "IDEMPOTENCY_CLASSES",
     "PROMPTS_DIR",
     "PROTECTIONS",
@@ -170,6 +176,7 @@ __all__ = [
     "builtin_prompts",
     "check_agent_cell",
     "create_ticket",
+    "file_digest",
     "get_protection",
     "get_task",
     "hold_metadata",
@@ -178,10 +185,13 @@ __all__ = [
     "load_records",
     "make_tool",
     "mutate",
+    "normal_spec",
     "place_order",
     "prompt_metadata",
     "read",
+    "read_regular_file",
     "refund",
+    "remember_command_secrets",
     "remember_secrets",
     "resumable_generate",
     "scrub",
@@ -193,5 +203,6 @@ __all__ = [
     "task_parts",
     "travel_booking",
     "trial_setup",
+    "twice_metadata",
     "twice_task",
 ]

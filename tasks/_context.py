@@ -185,3 +185,8 @@ class TrialContext:
             store().set(ACTION_LOG_STORE_KEY, self.action_log.to_list())
         if self.compensations:
             store().set(COMPENSATIONS_STORE_KEY, [asdict(u) for u in self.compensations])
+
+
+TrialContexts = dict[tuple[str | int, int], TrialContext]
+"""The live trial contexts of one task, by ``(sample id, epoch)``: how the agent loop finds
+the context whose run it restarts."""

@@ -13,7 +13,6 @@ from typing import Any
 
 # inspect's own registry calls (what its @tool decorator does): its public ToolDef.as_tool()
 # always attaches a per-object description, which is what bind_tools avoids.
-from inspect_ai._util.registry import registry_info, set_registry_info, set_registry_params
 from inspect_ai.tool import Tool, ToolDef, ToolError, ToolParams
 
 from ._context import TrialContext
@@ -25,6 +24,7 @@ from ._declare import (
     IdempotencyClass,
     ToolSpec,
 )
+from ._inspect_compat import registry_info, set_registry_info, set_registry_params
 from ._interfaces import shape_key
 
 

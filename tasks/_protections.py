@@ -1,4 +1,4 @@
-"""Protections: what the tool layer does about retries (DESIGN.md, "Protections")."""
+"""Protections: what the tool layer does about retries (the README's "Protections")."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import httpx
 from inspect_ai.tool import ToolError
@@ -48,11 +48,10 @@ from twice.mocks import (
     UNKNOWN_OUTCOME,
 )
 
-from ._action_log import ActionRecord
-from ._declare import CURRENT_CALL, IDEMPOTENCY_CLASSES, CallFrame, ToolSpec
+from ._action_log import ActionLog, ActionRecord
+from ._declare import CURRENT_CALL, IDEMPOTENCY_CLASSES, CallFrame, ToolSpec, Undo
 
 if TYPE_CHECKING:
-    from ._context import TrialContext
     from ._protections import Protection
 
 MAX_IN_FLIGHT_POLLS = 5
@@ -60,6 +59,32 @@ BASE_BACKOFF = 0.5
 
 Lookup = Callable[[], Awaitable[dict[str, Any] | None]]
 """Finds an existing effect (by the client reference) for the ``lookup`` protection."""
+
+
+class TrialState(Protocol):
+    """What the send path reads and updates of a trial (``TrialContext`` is one).
+
+    A protocol, so that the per-trial context can hand out service handles that call this
+    module without the two modules importing each other.
+    """
+
+    protection: Protection
+    run_id: str
+    calls: int
+    restarts: int
+    intents_seen: set[str]
+    dispatched: list[tuple[int, str]]
+    resume_pending: set[str]
+    action_log: ActionLog | None
+    client: httpx.AsyncClient
+
+    def register_undo(self, spec: ToolSpec | None, body: dict[str, Any]) -> Undo | None:
+        """Register the undo of a committed ``compensable`` call."""
+        ...
+
+    def restart(self, calls: int) -> None:
+        """Restart the run from the checkpoint taken after ``calls`` mutating calls."""
+        ...
 
 
 class RunCrashed(Exception):
@@ -70,7 +95,7 @@ class RunCrashed(Exception):
     restart logic, and the sample fails with this message.
     """
 
-    def __init__(self, ctx: TrialContext, call: int, route: str) -> None:
+    def __init__(self, ctx: TrialState, call: int, route: str) -> None:
         super().__init__(
             f"the agent run crashed right after call {call} ({route}) committed "
             "(crash_after_commit); only twice's resumable agent loop can restart it"
@@ -228,7 +253,7 @@ def _intent_id(route: str, identity: dict[str, Any]) -> str:
     return route + ":" + json.dumps(identity, sort_keys=True, default=str)
 
 
-def _open(ctx: TrialContext, call: _Call) -> None:
+def _open(ctx: TrialState, call: _Call) -> None:
     """Number the call, name its retry source, pick its policy and make its key."""
     call.policy = _policy(ctx.protection, call.spec, call.route)
     ctx.calls += 1
@@ -250,7 +275,7 @@ def _open(ctx: TrialContext, call: _Call) -> None:
 # -- stage 2: the action log ---------------------------------------------------------------
 
 
-def _consult_log(ctx: TrialContext, call: _Call) -> Mutation | None:
+def _consult_log(ctx: TrialState, call: _Call) -> Mutation | None:
     """A result the action log holds for this intent (nothing is sent), else None; records
     the call as dispatched."""
     if ctx.action_log is None:
@@ -289,7 +314,7 @@ def _server_message(response: httpx.Response) -> str:
 
 
 async def _attempt(
-    ctx: TrialContext, call: _Call, source: str, backoff: float
+    ctx: TrialState, call: _Call, source: str, backoff: float
 ) -> httpx.Response | Problem:
     """One attempt: a response, or the transport problem that lost it. A 409 for the same key
     (still in flight) is polled with that key, which is safe by construction."""
@@ -342,7 +367,7 @@ def _failed(call: _Call) -> None:
         call.record.state = "failed"
 
 
-async def _send(ctx: TrialContext, call: _Call, lookup: Lookup | None) -> Mutation:
+async def _send(ctx: TrialState, call: _Call, lookup: Lookup | None) -> Mutation:
     """The retry loop: try until a result, a definite failure, or the policy's budget ends."""
     tries = 1 + call.policy.transport_retries
     backoff = 0.0
@@ -432,7 +457,7 @@ def _unknown_advice(p: Protection, spec: ToolSpec | None) -> str:
 # -- stage 4: settle -----------------------------------------------------------------------
 
 
-def _settle(ctx: TrialContext, call: _Call, result: Mutation) -> Mutation:
+def _settle(ctx: TrialState, call: _Call, result: Mutation) -> Mutation:
     """Record a result: the action log's entry, and the undo a compensable tool registers."""
     if call.record is not None and not result.from_action_log:
         call.record.state, call.record.body = "done", dict(result.body)
@@ -446,7 +471,7 @@ def _settle(ctx: TrialContext, call: _Call, result: Mutation) -> Mutation:
 
 
 async def mutate(
-    ctx: TrialContext,
+    ctx: TrialState,
     *,
     route: str,
     method: str,
@@ -503,9 +528,7 @@ async def mutate(
     return _settle(ctx, call, result)
 
 
-async def read(
-    ctx: TrialContext, url: str, *, api: str, params: dict[str, Any] | None = None
-) -> Any:
+async def read(ctx: TrialState, url: str, *, api: str, params: dict[str, Any] | None = None) -> Any:
     """GET a resource; a failure becomes a ToolError the model can read."""
     try:
         response = await ctx.client.get(_parsed(url), params=params)

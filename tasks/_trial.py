@@ -27,7 +27,9 @@ from twice.mocks import (
     keep_stub_config,
 )
 
+from ._context import TrialContexts
 from ._dataset import ASSERTIONS_IGNORED
+from ._inspect_compat import store_events_suspended
 from ._prompts import Prompt, is_builtin_prompt, load_prompt
 from ._protections import get_protection
 from ._toolkit import ActionLog, RunCrashed, TrialContext, bind_tools
@@ -37,9 +39,6 @@ ServicesFactory = Callable[[dict[str, Any]], list[Service]]
 """Builds a trial's services from the sample's ``state`` (fresh objects every call)."""
 ToolsFactory = Callable[[TrialContext], list[Tool]]
 """Builds a trial's tools bound to its context."""
-TrialContexts = dict[tuple[str | int, int], TrialContext]
-"""The live trial contexts of one task, by ``(sample id, epoch)``: how the agent loop finds
-the context whose run it restarts."""
 
 MAX_RESTARTS = 3
 
@@ -226,11 +225,8 @@ def ledger_changes_once() -> None:
     sample's final store.
     If a later inspect moves the switch, spans track as before.
     """
-    try:  # not public API (inspect_swarm uses it the same way); the variable is per task
-        from inspect_ai.util._store import _store_events_suspended
-    except ImportError:
-        return
-    _store_events_suspended.set(True)
+    if store_events_suspended is not None:  # the variable is per task
+        store_events_suspended.set(True)
 
 
 @solver

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
-from twice.evals._run import RunResult, run_suite
-from twice.evals._suite import Matrix, Suite
+from twice.evals import RunResult, run_suite
+from twice.evals.suite._suite import Matrix, Suite
 from twice.mocks import SOURCE_HEADER, Ledger, PaymentsService, Services, get_fault
 
 pytest_plugins = ["pytester"]
@@ -181,7 +181,7 @@ REFERENCE_SUITE = Suite(
     limit=4,
     source="tests/conftest.py",
 )
-"""The DESIGN.md reference cells, four samples each."""
+"""The README's reference cells, four samples each."""
 
 
 @pytest.fixture(scope="session")

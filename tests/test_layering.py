@@ -93,3 +93,197 @@ def test_tests_import_the_installed_names() -> None:
         if BARE in imported_packages(path.read_text(encoding="utf-8"))
     ]
     assert not bare, f"import twice.<package>, not the bare name: {bare}"
+
+
+# -- the import graph: circles, private modules, inspect's internals --------------------------
+#
+# Every import counts, wherever it is written: at the top, inside a function (a lazy import
+# only delays a circle to the first call) or under ``if TYPE_CHECKING`` (a circle mypy
+# follows). Run this file (``python tests/test_layering.py``) to print the circles.
+
+INSPECT_COMPAT = "_inspect_compat.py"
+"""The one module per package that may use inspect_ai's private names (each use tested)."""
+
+
+def module_name(path: Path) -> str:
+    """``evals/run/_run.py`` → ``twice.evals.run._run``; a package is its ``__init__``."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["twice", *parts])
+
+
+def library_modules() -> dict[str, Path]:
+    """Every module of the five packages, by its installed name."""
+    return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, source: str, known: set[str]) -> set[str]:
+    """The twice modules ``name`` imports (``from .x import y`` counts ``.x.y`` when that is a
+    module, else ``.x``)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                head = package.split(".")
+                head = head[: len(head) - (node.level - 1)]
+                base = ".".join([*head, *([base] if base else [])])
+            targets = [f"{base}.{alias.name}" for alias in node.names] or [base]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph(sources: dict[str, tuple[Path, str]]) -> dict[str, set[str]]:
+    """Module → the twice modules it imports, from ``{name: (path, source)}``."""
+    known = set(sources)
+    return {name: imports_of(name, path, text, known) for name, (path, text) in sources.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: each strongly connected group of two or more modules, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _library_sources() -> dict[str, tuple[Path, str]]:
+    return {n: (p, p.read_text(encoding="utf-8")) for n, p in library_modules().items()}
+
+
+def test_layering_has_no_import_circles() -> None:
+    found = circles(import_graph(_library_sources()))
+    assert not found, f"modules that import each other (lazily or not): {found}"
+
+
+def test_layering_circle_check_sees_a_lazy_and_a_type_checking_import() -> None:
+    sources = {
+        "twice.a": (Path("a.py"), "def f():\n    from twice.b import g\n"),
+        "twice.b": (Path("b.py"), "if TYPE_CHECKING:\n    from .a import f\n"),
+        "twice.c": (Path("c.py"), "import twice.a\n"),
+    }
+    assert circles(import_graph(sources)) == [["twice.a", "twice.b"]]
+
+
+def private_imports(name: str, imported: set[str]) -> list[str]:
+    """The private modules ``name`` imports that are not its own package's (or a package it
+    sits in): another package's private module, or a sibling sub-package's."""
+    own = name.split(".")
+    bad = []
+    for target in sorted(imported):
+        parts = target.split(".")
+        private = [i for i, part in enumerate(parts) if part.startswith("_")]
+        if not private:
+            continue
+        home = parts[: private[0]]  # the package the first private module belongs to
+        if own[: len(home)] != home:
+            bad.append(target)
+    return bad
+
+
+def test_layering_no_private_module_of_another_package_is_imported() -> None:
+    graph = import_graph(_library_sources())
+    bad = {name: wrong for name in graph if (wrong := private_imports(name, graph[name]))}
+    assert not bad, f"import what you need from the package's facade (its __all__): {bad}"
+
+
+def test_layering_private_import_check_catches_a_sibling_and_another_package() -> None:
+    imported = {
+        "twice.tasks._redact",  # another package's private module
+        "twice.evals.run._run",  # a sibling sub-package's private module
+        "twice.evals.scale._plan",  # its own package's
+        "twice.evals.run",  # a facade
+    }
+    assert private_imports("twice.evals.scale._workers", imported) == [
+        "twice.evals.run._run",
+        "twice.tasks._redact",
+    ]
+    assert private_imports("twice.tasks.agents._solver", {"twice.tasks._redact"}) == []
+
+
+def inspect_private_names(source: str) -> list[str]:
+    """inspect_ai's private modules and names a module imports (``inspect_ai._util...``,
+    ``from inspect_ai.model import _assistant_internal``), by literal import or
+    ``import_module("...")``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                modules = [arg.value]
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == "inspect_ai" and any(p.startswith("_") for p in parts[1:]):
+                found.append(module)
+    return found
+
+
+def test_layering_inspect_private_names_only_in_the_compat_modules() -> None:
+    bad = {
+        str(path.relative_to(ROOT)): names
+        for path in library_modules().values()
+        if path.name != INSPECT_COMPAT
+        and (names := inspect_private_names(path.read_text(encoding="utf-8")))
+    }
+    assert not bad, f"use inspect_ai's private names only in {INSPECT_COMPAT}: {bad}"
+
+
+def test_layering_inspect_private_check_catches_each_form() -> None:
+    source = (
+        "from inspect_ai._util.registry import registry_info\n"
+        "from inspect_ai.model import _assistant_internal as internal\n"
+        'importlib.import_module("inspect_ai._display.rich.display")\n'
+        "from inspect_ai.model import get_model\n"
+    )
+    assert inspect_private_names(source) == [
+        "inspect_ai._util.registry.registry_info",
+        "inspect_ai.model._assistant_internal",
+        "inspect_ai._display.rich.display",
+    ]
+
+
+if __name__ == "__main__":
+    graph = import_graph(_library_sources())
+    for group in circles(graph):
+        print(" <-> ".join(group))
+        for name in group:
+            print(f"    {name} -> {', '.join(sorted(graph[name] & set(group)))}")
+    print(f"{len(circles(graph))} circle(s) among {len(graph)} modules")

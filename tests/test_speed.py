@@ -1,4 +1,4 @@
-"""The speed fixes of issue 7 keep behaviour: caches hit only when they should, settings are
+"""The speed-ups keep behaviour: caches hit only when they should, settings are
 restored, the fault schedule still counts, chunked log reading drops the same repeats.
 
 No test here is timed; the timings are in bench/ and docs/BENCHMARKS.md.
@@ -19,7 +19,7 @@ import pytest
 from inspect_ai import eval
 from inspect_ai.model import get_model
 from inspect_ai.tool import ToolDef
-from twice.evals._run import GC_THRESHOLDS, gc_for_trials
+from twice.evals.run import GC_THRESHOLDS, gc_for_trials
 from twice.mocks import KEY_HEADER, LostReply, PaymentsService, Schedule, Services, StubAPI
 from twice.reports import trials_frame
 from twice.tasks import TrialContext, get_protection, make_tool, refund
@@ -91,7 +91,7 @@ def test_gc_for_trials_restores_thresholds() -> None:
 
 CONSOLE_SCRIPT_GC = """
 import atexit, gc, json, sys
-from twice.evals._run import gc_for_trials
+from twice.evals.run import gc_for_trials
 from twice.evals.cli import main
 
 def at_exit():

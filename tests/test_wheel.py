@@ -83,7 +83,7 @@ def test_wheel_installs_only_twice_and_survives_a_users_own_tasks(tmp_path: Path
     assert "twice/tasks/prompts/baseline.md" in names
     assert "twice/reports/templates/report.html.j2" in names
     assert "twice/tasks/refund/dataset.jsonl" in names
-    assert "twice/evals/_local_model/server.mjs" in names
+    assert "twice/evals/local_model/server.mjs" in names
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)

@@ -37,10 +37,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import respx
-from twice.mocks import Services
-from twice.mocks import _own_transport as own_transport
-from twice.mocks._own_transport import through_own_transport
+from twice.mocks import Services, start_own_transport, stop_own_transport, through_own_transport
 
+from .._inspect_compat import init_bridge_request_patch
 from ._context import BRIDGE_MODEL, AgentError, AgentLimitError
 
 MODEL_PATHS = ("/chat/completions", "/responses", "/v1/messages")
@@ -377,7 +376,7 @@ def _start_mock(trial: _Trial) -> None:
             return
         mock = respx.mock(using="httpx", assert_all_called=False, assert_all_mocked=False)
         mock.route(name="twice-agent-services").mock(side_effect=_side_effect)
-        own_transport.start()
+        start_own_transport()
         mock.start()
         _mock, _mock_pid = mock, os.getpid()
         _open_child_pipe()
@@ -391,7 +390,7 @@ def _stop_when_done(this_thread: threading.Thread | None = None) -> None:
         if _live or _mock is None or _outlived(this_thread):
             return
         _mock.stop()
-        own_transport.stop()
+        stop_own_transport()
         _mock = None
 
 
@@ -527,8 +526,8 @@ _requests_guarded = False
 def _guard_requests() -> None:
     """Refuse a ``requests`` call to a trial's host (once per process, if it is installed).
 
-    twice serves ``httpx`` only: a tool that used ``requests`` for a ``--mock`` production URL
-    sent its refund to production, uncounted. Now it is refused, and its trial errors."""
+    twice serves ``httpx`` only: a tool that uses ``requests`` for a ``--mock`` production URL
+    would send its refund to production, uncounted. So it is refused, and its trial errors."""
     global _requests_guarded
     if _requests_guarded:
         return
@@ -572,8 +571,6 @@ def _guard_model_clients() -> None:
     global _guarded
     if _guarded:
         return
-    from inspect_ai.agent._bridge.bridge import init_bridge_request_patch
-
     # inspect patches AsyncAPIClient.request on first use; patch on top of it so a request
     # twice refuses never reaches the bridge (or the network).
     init_bridge_request_patch()

@@ -21,7 +21,7 @@ from ._hosts import parse_hosts, serve_trial
 from ._load import DUMMY_KEY, PLACEHOLDER_KEYS, load_agent
 
 if TYPE_CHECKING:
-    from .._trial import TrialContexts
+    from .._context import TrialContexts
 
 AGENT_STORE_KEY = "twice:agent"
 """Store key of what the agent solver records: ``{"agent", "crashed", "error"}``."""

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from twice.evals import _serve_eval
-from twice.evals._serve_eval import server_url
-from twice.evals._suite import SuiteError, command_agent_name, load_suite, suite_from_flags
 from twice.evals.cli import cli
+from twice.evals.serve import _eval as _serve_eval
+from twice.evals.serve._eval import server_url
+from twice.evals.suite._suite import SuiteError, command_agent_name, load_suite, suite_from_flags
 from twice.tasks import secret_values
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,7 +139,7 @@ def test_a_failed_agent_command_crashed_and_what_it_printed_is_logged_scrubbed(
     logged = logged_text(out)
     assert "token is [redacted]" in logged and "and again [redacted]" in logged
     assert "tok-SECRET789" not in logged
-    # A command that fails is an agent that crashed (it used to count as a clean run).
+    # A command that fails is an agent that crashed, not a clean run.
     (cell,) = json.loads((out / "summary.json").read_text())["cells"]
     assert cell["crashed_rate"] == 1.0 and cell["errors"] == 0
     assert "exit 3: and again [redacted]" in logged
@@ -331,9 +331,9 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize(
     ("ending", "crashed"),
     [
-        # Runs out of --agent-timeout: stopped, with the child the shell waits for. Only the
-        # shell used to be killed, at a fixed 600 s, and the trial then waited for the child
-        # (which held its output pipes), to end as a sample error with an empty message.
+        # Runs out of --agent-timeout: stopped, with the child the shell waits for. Killing
+        # only the shell would leave the trial waiting for the child (which holds its output
+        # pipes), to end as a sample error with an empty message.
         ("wait", True),
         # Exits, leaving a background job behind, which held the pipes: the trial waited
         # for the job.
@@ -419,8 +419,8 @@ def test_agent_cmd_in_toml_and_its_bad_values(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_an_agent_cmd_run_resumes_and_its_cells_are_its_own(tmp_path: Path) -> None:
-    # Its cells used to be listed as twice's own loop (`react`), and a rerun ran every trial
-    # again: the run's server, on a new port each run, was an argument of every task.
+    # Its cells are its own, not twice's own loop's (`react`), and a rerun runs no trial again:
+    # the run's server, on a new port each run, must not be an argument of any task.
     out = tmp_path / "logs"
     command = f"{sys.executable} {AGENT}"
     args = ["run", "--task", "refund", "--model", "stub/retry", "--fault", "lost_reply",

@@ -359,8 +359,8 @@ def test_gate_shipped_junit_fails_a_cell_with_wrong_values(make_trials: Trials) 
 
 
 def test_gate_baseline_and_report_badge_agree(make_trials: Trials) -> None:
-    # One test behind both (issue 11): the report used a two-sided score test and the gate a
-    # one-sided Fisher test, so a report could say "regression" where the gate passed.
+    # One test behind both: with a two-sided score test in the report and a one-sided Fisher
+    # test in the gate, a report could say "regression" where the gate passed.
     from twice.reports import baseline_comparison
 
     # (k, n, k0, n0) where the two old tests disagreed (score p < 0.05 ≤ Fisher p), then a grid.

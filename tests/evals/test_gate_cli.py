@@ -65,7 +65,7 @@ def test_gate_cli_junit_that_cannot_be_written_is_one_line_exit_2(
 ) -> None:
     # The failing path: a path that passes the up-front check and fails at the write (a full
     # disk, a file-size limit, /sys as root) ended in a traceback and exit 1 after "passed".
-    import twice.evals._gate as gate_module
+    import twice.evals.gate._gate as gate_module
 
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
@@ -431,8 +431,8 @@ def test_gate_cli_shipped_gate_passes_verify_and_fails_retry(twice: Twice, tmp_p
         for c in ET.parse(junit).getroot().iter("testcase")
         if c.find("failure") is not None
     }
-    # The reference results: blind retries duplicate after a lost reply and after a reset
-    # after the commit; after a timeout before commit the retry is what completes the job.
+    # The README's reference results: blind retries duplicate after a lost reply and after a
+    # reset after the commit; after a timeout before commit the retry is what completes the job.
     assert failed == {
         (
             "twice.rule.no duplicates after an unknown outcome",

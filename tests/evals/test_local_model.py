@@ -30,7 +30,7 @@ from twice.evals import (
     load_suite,
     local_model_server,
 )
-from twice.evals._local import MODEL, missing
+from twice.evals.local_model._server import MODEL, missing
 from twice.reports import (
     PARSE_COLUMNS,
     parse_counts,
@@ -143,7 +143,8 @@ def test_a_model_file_changed_at_its_size_is_refused_before_it_is_served(
     import dataclasses
     import hashlib
 
-    from twice.evals import LocalModelError, _local
+    from twice.evals import LocalModelError
+    from twice.evals.local_model import _server as _local
 
     fake = dataclasses.replace(_local.MODEL, file="m.gguf", size=3,
                                sha256=hashlib.sha256(b"abc").hexdigest())  # fmt: skip
@@ -173,7 +174,7 @@ def test_a_truncated_model_file_is_named_with_its_size(tmp_path: Path) -> None:
 def test_install_into_a_home_that_is_a_file_is_one_error(tmp_path: Path) -> None:
     # The failing path: a FileExistsError traceback (TWICE_LOCAL_MODEL_HOME naming a file).
     from twice.evals import LocalModelError
-    from twice.evals._local import install
+    from twice.evals.local_model._server import install
 
     home = tmp_path / "afile"
     home.write_text("")

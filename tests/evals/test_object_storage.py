@@ -285,7 +285,7 @@ def test_kubernetes_recipe(s3: Any, tmp_path: Path) -> None:
 @pytest.fixture
 def quick_lease(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The lease's clock sped up: renewals every 0.2 s, a holder dead after 1.5 s unrenewed."""
-    from twice.evals import _lock
+    from twice.evals.locks import _lock
 
     monkeypatch.setattr(_lock, "LEASE_RENEW", 0.2)
     monkeypatch.setattr(_lock, "LEASE_POLL", 0.05)

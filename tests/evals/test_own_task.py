@@ -173,8 +173,8 @@ def test_a_task_that_cannot_be_run_exits_2_naming_it(
 def test_agent_cmd_runs_a_task_of_your_own(
     twice: Callable[..., Any], project: Path, tmp_path: Path
 ) -> None:
-    # twice serve hosts the trials an --agent-cmd agent calls; it used to host only the
-    # built-in tasks, so the run refused a task of your own.
+    # twice serve hosts the trials an --agent-cmd agent calls, a task of your own's as well as
+    # the built-in tasks'.
     agent = project / "courtesy_agent.py"
     spec = f"{project / 'courtesy.py'}:courtesy_refund"
     out = tmp_path / "logs"

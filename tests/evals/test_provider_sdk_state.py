@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from inspect_ai.model import _assistant_internal as internal
-from twice.evals._run import needs_provider_sdk_state, without_provider_sdk_state
-from twice.evals._suite import Cell
+from twice.evals.run._speedups import needs_provider_sdk_state, without_provider_sdk_state
+from twice.evals.suite._suite import Cell
 
 STUB = Cell("stub/retry", "baseline", "refund", "lost_reply", "bare")
 

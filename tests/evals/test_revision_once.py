@@ -15,7 +15,7 @@ from inspect_ai._eval.task import log as task_log
 from inspect_ai._util.git import GitContext
 from inspect_ai.log import list_eval_logs, read_eval_log
 from twice.evals import run_suite, suite_from_flags
-from twice.evals._run import revision_resolved_once
+from twice.evals.run._speedups import revision_resolved_once
 
 
 def test_every_log_records_the_revision_found_once(

@@ -161,7 +161,7 @@ def test_epochs_over_half_a_container_or_ulimit_limit_are_refused(
     # container on a 64 GB host the kernel's OOM killer, not twice, ended the run.
     import resource
 
-    import twice.evals._run as run_module
+    import twice.evals.run._memory as run_module
 
     limit = 10_000_000  # 1,000 planned trials (6 MB) are over half of it
     if source == "cgroup":
@@ -190,7 +190,7 @@ def test_the_memory_limit_of_a_nested_cgroup_or_its_parent_counts(
 ) -> None:
     # The failing path: only the mount's root files were read, which without a cgroup
     # namespace are the host's (unlimited), not the container's.
-    import twice.evals._run as run_module
+    import twice.evals.run._memory as run_module
 
     monkeypatch.setattr(run_module, "CGROUP_MEMORY_FILES", ())
     monkeypatch.setattr(run_module, "CGROUP_ROOT", str(tmp_path))
@@ -326,7 +326,7 @@ def test_a_run_is_not_refused_for_its_own_shards_however_its_dir_is_spelt(
     # the listing spells its own way ("./logs" lists as "logs/..."): the run's own
     # shard-1-of-2 became "hard-1-of-2", and rerunning a --workers run into ./logs (the
     # default for 16 cells or more) was refused, exit 2, naming a directory that is not there.
-    from twice.evals._run import refuse_runs_inside
+    from twice.evals.run import refuse_runs_inside
 
     monkeypatch.chdir(tmp_path)
     for shard in ("shard-1-of-2", "shard-2-of-2"):
@@ -343,7 +343,7 @@ def test_a_run_is_not_refused_for_its_own_shards_however_its_dir_is_spelt(
 
 def test_a_run_in_object_storage_is_not_refused_for_its_own_shards() -> None:
     import fsspec
-    from twice.evals._run import refuse_runs_inside
+    from twice.evals.run import refuse_runs_inside
 
     fs = fsspec.filesystem("memory")
     fs.pipe("/twice-own/shard-1-of-2/x.eval", b"{}")

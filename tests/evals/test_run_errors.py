@@ -173,7 +173,7 @@ def test_run_errors_a_log_that_cannot_be_read_back_is_one_line(
     twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: str, said: str
 ) -> None:
     from twice import reports
-    from twice.evals import _run as run_module
+    from twice.evals.run import _run as run_module
 
     def fails(*args: Any, **kwargs: Any) -> Any:
         raise getattr(reports, error)("reading 's3://b/x.eval': AccessDenied")
@@ -193,7 +193,7 @@ def test_only_trials_with_an_error_keep_a_run_incomplete() -> None:
     # trials with one (rerun_errored), so counting the other kind kept "complete": false
     # for ever, with a report saying a rerun would finish it.
     import pandas as pd
-    from twice.evals._run import errored_trials
+    from twice.evals.run import errored_trials
 
     frame = pd.DataFrame({"error": ["", "RuntimeError: boom", ""], "completed": [1.0, None, None]})
     assert errored_trials(frame) == 1

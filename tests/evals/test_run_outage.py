@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
-from twice.evals import _endpoint
-from twice.evals._endpoint import (
+from twice.evals.run import _endpoint
+from twice.evals.run._endpoint import (
     ANNOUNCE_AFTER,
     ANNOUNCE_EVERY,
     DEFAULT_BACKOFF,
@@ -30,7 +30,7 @@ from twice.evals._endpoint import (
     is_transient,
     retry_after,
 )
-from twice.evals._suite import DEFAULT_OUTAGE_WINDOW, SuiteError, load_suite, suite_from_flags
+from twice.evals.suite._suite import DEFAULT_OUTAGE_WINDOW, SuiteError, load_suite, suite_from_flags
 
 Twice = Callable[..., Any]
 MODEL = "openai-api/fake/refunder"
@@ -368,3 +368,25 @@ def test_outage_guard_counts_a_4xx_as_an_answer_and_a_401_as_fatal() -> None:
     assert state.down is not None and state.down.startswith("HTTP 401 unauthorized")
     with pytest.raises(ModelUnreachableError, match="could not be reached: HTTP 401"):
         asyncio.run(model.api.generate())  # every later call fails at once
+
+
+def test_outage_a_workers_run_summary_names_what_was_unreachable_and_left(
+    twice: Twice, llm_server: Any, tmp_path: Path
+) -> None:
+    # The failing path: the merged summary of a --workers run had neither `unreachable` nor
+    # `left`, which a one-process run's summary has: a rerun's user could not tell what was left.
+    llm_server.fault = lambda n: (503, {})
+    log_dir = tmp_path / "logs"
+    result = twice(
+        "run", "--model", MODEL, "--task", "refund", "--fault", "none", "--fault", "lost_reply",
+        "--limit", "2", "--workers", "2", "--log-dir", log_dir, "--display", "none",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    summary = _summary(log_dir)
+    assert summary["unreachable"] and all(MODEL in line for line in summary["unreachable"])
+    left = summary["left"]
+    assert {c["fault"] for c in left} == {"none", "lost_reply"}
+    assert sum(c["trials"] for c in left) == summary["errored"] > 0
+    assert all(c["trials"] == len(c["samples"]) for c in left)
+    assert f"error: model {MODEL!r} at {llm_server.url} could not be reached" in result.stderr
+    assert "trial(s) left (summary.json names them)" in result.stderr

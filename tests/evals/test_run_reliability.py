@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 from twice.evals import run_suite, suite_from_flags
-from twice.evals._lock import LOCK_NAME, LogDirLockedError, lock_log_dir
-from twice.evals._run import write_atomic
+from twice.evals.locks._lock import LOCK_NAME, LogDirLockedError, lock_log_dir
+from twice.evals.run import write_atomic
 from twice.tasks import load_prompt
 
 Twice = Callable[..., Any]
@@ -399,7 +399,7 @@ def test_a_run_whose_summary_cannot_be_written_says_so_in_one_line_and_exits_1(
 ) -> None:
     # The failing path: the OSError of the last summary write was a traceback, and the
     # summary.json left behind said "running".
-    from twice.evals import _run
+    from twice.evals.run import _run
 
     real = _run.write_summary
 

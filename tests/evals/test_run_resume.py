@@ -187,9 +187,8 @@ def test_resume_prompt_file_is_named_by_stem_and_recorded(
 
 
 def test_resume_trials_frame_counts_what_summary_counts(tmp_path: Path) -> None:
-    # Issue 11's repro: a directory run with stub/retry, then again with stub/verify. The
-    # frame used to read both runs' logs (2 + 2 trials) where summary.json and the gate
-    # counted the last run's 2.
+    # A directory run with stub/retry, then again with stub/verify: the frame must count the
+    # last run's 2 trials, as summary.json and the gate do, not both runs' logs (2 + 2).
     from twice.reports import cells, trials_frame
 
     log_dir = tmp_path / "logs"
@@ -218,9 +217,9 @@ def test_resume_trials_frame_counts_what_summary_counts(tmp_path: Path) -> None:
 def test_finished_cells_read_each_log_header_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A run reads its directory at its start and at its end; each read used to open every
-    # header twice (read_log_dir, then again for the cell's twice record): on S3, a GET each.
-    import twice.evals._run as run_module
+    # A run reads its directory at its start and at its end; each read opens every header
+    # once, not again for the cell's twice record (on S3, a GET each).
+    import twice.evals.run._run as run_module
     import twice.reports._logs as logs_module
 
     log_dir = tmp_path / "logs"
@@ -255,19 +254,19 @@ def test_an_incomplete_run_says_how_to_resume_it(
     # over; and a shard's count of unfinished cells was given out of the whole suite's.
     import pandas as pd
     from click.testing import CliRunner
-    from twice.evals import _run
+    from twice.evals import RunResult, run
     from twice.evals.cli import cli
 
     monkeypatch.chdir(tmp_path)
 
-    def stopped(suite: object, log_dir: object, **kwargs: object) -> _run.RunResult:
+    def stopped(suite: object, log_dir: object, **kwargs: object) -> RunResult:
         planned = list(suite.cells())  # type: ignore[attr-defined]
-        return _run.RunResult(
+        return RunResult(
             log_dir, [], pd.DataFrame(), tmp_path / "summary.json", None, [],
             missing=planned[:1], interrupted="SIGTERM",
         )  # fmt: skip
 
-    monkeypatch.setattr(_run, "run_suite", stopped)
+    monkeypatch.setattr(run, "run_suite", stopped)
     args = ["run", "--model", "stub/retry", "--task", "refund", "--fault", "none",
             "--fault", "lost_reply", "--protection", "bare", "--display", "none"]  # fmt: skip
     if shard:

@@ -18,8 +18,9 @@ import httpx
 import pytest
 import requests
 import stripe
-from twice.evals._hang import DEFAULT_HANG_SECONDS
-from twice.evals._serve import (
+from twice.evals.serve._log import RequestLog
+from twice.evals.serve._mcp import tool_annotations
+from twice.evals.serve._server import (
     MAX_SERVICE_BODY,
     ControlError,
     ServeError,
@@ -27,8 +28,7 @@ from twice.evals._serve import (
     parse_trial_config,
     running_server,
 )
-from twice.evals._serve_log import RequestLog
-from twice.evals._serve_mcp import tool_annotations
+from twice.evals.suite._hang import DEFAULT_HANG_SECONDS
 from twice.mocks import UNKNOWN_OUTCOME
 from twice.tasks import ToolSpec
 
@@ -861,7 +861,7 @@ def test_stripe_sdk_sees_stripe_errors(
         stripe.Refund.create(payment_intent="order_9999", amount=499)
     assert missing.value.http_status == 404
     stripe.Refund.create(payment_intent="order_1042", amount=499, idempotency_key="one")
-    # twice answers a reused key with other parameters 422 (the IETF draft, DESIGN.md);
+    # twice answers a reused key with other parameters 422 (the IETF idempotency-key draft);
     # Stripe itself says 400, so the SDK raises its generic APIError with the message.
     with pytest.raises(stripe.APIError, match="Keys for idempotent requests") as reused:
         stripe.Refund.create(payment_intent="order_1042", amount=500, idempotency_key="one")

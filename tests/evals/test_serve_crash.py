@@ -165,7 +165,7 @@ def test_kill_9_mid_run_then_restart_restores_every_ledger(tmp_path: Path) -> No
         (signal.SIGINT, 130, False),
         (signal.SIGTERM, -signal.SIGTERM, False),
         # Started as a script's background job, with SIGINT ignored: it stops all the same,
-        # and used to exit 0 (uvicorn's re-raise of the signal was ignored too).
+        # and does not exit 0 (uvicorn's re-raise of the signal is ignored there too).
         (signal.SIGINT, 130, True),
     ],
 )

@@ -1,5 +1,5 @@
 """An eval whose stub models drive a served trial over MCP reproduces the refund reference
-table (DESIGN.md, "Reference results") through inspect's ``mcp_server_http``."""
+table (the README's "Reference results") through inspect's ``mcp_server_http``."""
 
 from __future__ import annotations
 

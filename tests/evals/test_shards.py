@@ -13,26 +13,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pandas as pd
 import pytest
 from twice.evals import Cell, SuiteError, suite_from_flags
-from twice.evals._run import GC_THRESHOLDS
-from twice.evals._shards import (
-    _FIRST_EXIT_POLL,
+from twice.evals.run import GC_THRESHOLDS
+from twice.evals.scale import (
     FORK_ENV,
     MIN_CELLS_PER_WORKER,
-    Shard,
-    cell_digest,
+    WorkerPlan,
     default_workers,
     load_records,
-    parse_shard,
-    remove_orphaned_hand_offs,
-    run_workers,
+    merge,
     save_records,
-    shard_cells,
 )
-from twice.evals._shards import _wait_for_first as wait_for_first
-from twice.evals._workers import merge
-from twice.reports import frame_of, log_records, trials_frame
+from twice.evals.scale._hand_off import remove_orphaned_hand_offs
+from twice.evals.scale._processes import _FIRST_EXIT_POLL, run_workers
+from twice.evals.scale._processes import _wait_for_first as wait_for_first
+from twice.evals.suite import Suite, cell_digest, parse_shard, shard_cells
+from twice.reports import Shard, frame_of, log_records, trials_frame
 
 Twice = Callable[..., Any]
 
@@ -136,7 +134,7 @@ def test_cell_digest_is_sha256_of_the_axes() -> None:
 def test_split_is_the_same_in_another_process_with_another_hash_seed() -> None:
     code = (
         "from twice.evals import suite_from_flags\n"
-        "from twice.evals._shards import Shard, shard_cells\n"
+        "from twice.evals.suite import shard_cells\nfrom twice.reports import Shard\n"
         "s = suite_from_flags(config=None, models=['stub/retry', 'stub/no-retry', 'stub/verify',"
         " 'stub/drift', 'stub/parallel', 'stub/noisy'], prompts=['baseline', 'cautious',"
         " 'persistent'], tasks=['refund', 'send_email'], faults=['lost_reply', 'none'],"
@@ -199,21 +197,21 @@ def test_workers_display_only_what_someone_reads(
     # A worker's stdout goes to /dev/null: the plain display's end-of-set table (seconds of
     # layout for a big suite) would be drawn for no one. The log display writes to stderr,
     # whose tail the parent shows when a worker fails.
-    from twice.evals import _workers
+    from twice.evals import scale
 
-    seen: list[list[str]] = []
+    seen: list[str] = []
 
-    def run_parallel(suite: Any, out: Any, args: list[str], *rest: Any, **kw: Any) -> None:
-        seen.append(args)
+    def run_parallel(plan: WorkerPlan, *rest: Any, **kw: Any) -> None:
+        seen.append(plan.display)
         raise SystemExit(0)
 
-    monkeypatch.setattr(_workers, "run_parallel", run_parallel)
+    monkeypatch.setattr(scale, "run_parallel", run_parallel)
     monkeypatch.setenv("INSPECT_DISPLAY", env)  # what the parent shows when no --display
     at = SUITE.index("--display")
     suite = SUITE[:at] + SUITE[at + 2 :]
     flag = ["--display", display] if display else []
     twice("run", *suite, "--workers", "2", *flag, "--log-dir", tmp_path)
-    assert [a for a in seen[0] if a.startswith("--display")] == [f"--display={workers_get}"]
+    assert seen == [workers_get]
 
 
 @pytest.fixture(scope="module")
@@ -482,10 +480,10 @@ def test_a_shard_dealt_no_cells_forgets_the_cells_it_ran_before(
 def test_a_rerun_is_split_as_the_run_already_in_its_directory(
     twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A one-process run into a directory of shards used to run every cell, then find none of
-    # its logs (logs beside shard directories do not count) and exit 1, forever; a different
-    # shard count re-ran everything, then could not merge.
-    from twice.evals import _shards, _workers
+    # The failing path: a one-process run into a directory of shards runs every cell, then
+    # finds none of its logs (logs beside shard directories do not count) and exits 1,
+    # forever; a different shard count re-runs everything, then cannot merge.
+    from twice.evals import scale
 
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     for i in (1, 2):
@@ -508,12 +506,12 @@ def test_a_rerun_is_split_as_the_run_already_in_its_directory(
 
     counts: list[tuple[int, int | None]] = []
 
-    def parallel(suite: Any, log_dir: Any, args: Any, count: int, **kwargs: Any) -> Any:
+    def parallel(plan: WorkerPlan, count: int, **kwargs: Any) -> Any:
         counts.append((count, kwargs.get("at_once")))
         raise SystemExit(0)
 
-    monkeypatch.setattr(_workers, "run_parallel", parallel)
-    monkeypatch.setattr(_shards, "usable_cpus", lambda: 1)
+    monkeypatch.setattr(scale, "run_parallel", parallel)
+    monkeypatch.setattr(scale, "usable_cpus", lambda: 1)
     rerun = ["run", *ONE_CELL, "--fault", "none", "--fault", "lost_reply", "--log-dir", sharded]
     result = twice(*rerun)
     # ... no more of them at a time than this machine has CPUs (a cluster's split may be 20)
@@ -562,7 +560,8 @@ def test_report_and_gate_keep_the_shards_status_and_leave_a_baseline_as_it_is(
 
 ONE_WORKER_DIES = """
 import os, signal, sys
-from twice.evals import _run, cli
+from twice.evals import cli
+from twice.evals.run import _run
 
 evaluate = _run.evaluate
 
@@ -606,7 +605,7 @@ def test_a_workers_run_takes_the_directory_lock_and_marks_an_old_summary(
     # A workers run took no lock of LOG_DIR, so it ran beside a one-process run into it; and
     # it left an earlier run's `complete` summary in place until its own merge, which a run
     # killed outright never reaches.
-    from twice.evals._lock import lock_log_dir
+    from twice.evals.locks._lock import lock_log_dir
 
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
@@ -625,7 +624,7 @@ def test_a_workers_run_takes_the_directory_lock_and_marks_an_old_summary(
         raise SuiteError("worker 1/2 exited 2: bad model argument")
 
     with pytest.MonkeyPatch.context() as m:
-        from twice.evals import _workers
+        from twice.evals.scale import _workers
 
         m.setattr(_workers, "run_with_workers", refused)
         result = twice("run", *ONE_CELL, *FOUR_FAULTS, "--workers", "2", "--log-dir", log_dir)
@@ -657,8 +656,10 @@ def no_interpreter(*args, **kwargs):
 
 subprocess.Popen = no_interpreter
 import gc, os
-from twice.evals import _run
-from twice.evals._shards import run_workers
+from twice.evals import suite_from_flags
+from twice.evals.run import _run
+from twice.evals.scale import WorkerPlan
+from twice.evals.scale._processes import run_workers
 
 evaluate = _run.evaluate
 
@@ -670,9 +671,9 @@ def recording(*args, **kwargs):  # what the worker's collector is set to once tr
 _run.evaluate = recording
 
 assert threading.active_count() == 1, threading.enumerate()
-args = ["--model", "stub/verify", "--task", "refund", "--fault", "none", "--fault",
-        "lost_reply", "--limit", "1", "--display", "none"]
-exits = run_workers(args, Path(sys.argv[1]), 2)
+suite = suite_from_flags(config=None, models=["stub/verify"], prompts=[], tasks=["refund"],
+                         faults=["none", "lost_reply"], protections=[], epochs=None, limit=1)
+exits = run_workers(WorkerPlan(suite, Path(sys.argv[1])), 2)
 assert gc.get_freeze_count() == 0, "the parent's heap was left frozen"
 print(json.dumps([[w.shard.index, w.returncode, w.stderr_tail, sorted(w.records)] for w in exits]))
 """
@@ -713,7 +714,9 @@ def test_workers_are_forks_of_the_run_process_on_linux(tmp_path: Path) -> None:
 EARLY_SIGNAL = """
 import json, os, signal, sys
 from pathlib import Path
-from twice.evals._shards import run_workers
+from twice.evals import suite_from_flags
+from twice.evals.scale import WorkerPlan
+from twice.evals.scale._processes import run_workers
 
 real_setpgid = os.setpgid
 
@@ -722,9 +725,9 @@ def setpgid_then_signalled(*args):  # a SIGTERM lands while the new worker is be
     os.kill(os.getpid(), signal.SIGTERM)
 
 os.setpgid = setpgid_then_signalled
-args = ["--model", "stub/retry", "--task", "refund", "--fault", "none", "--limit", "1",
-        "--display", "none", "--no-report"]
-exits = run_workers(args, Path(sys.argv[1]), 1)
+suite = suite_from_flags(config=None, models=["stub/retry"], prompts=[], tasks=["refund"],
+                         faults=["none"], protections=[], epochs=None, limit=1)
+exits = run_workers(WorkerPlan(suite, Path(sys.argv[1])), 1)
 print(json.dumps([w.returncode for w in exits]))
 """
 
@@ -732,8 +735,8 @@ print(json.dumps([w.returncode for w in exits]))
 @pytest.mark.skipif(sys.platform != "linux", reason="workers are forks on Linux only")
 def test_a_signal_to_a_worker_before_it_has_its_handlers_stops_it(tmp_path: Path) -> None:
     # The fork copies the parent's handler, which passes signals on to the workers: run in a
-    # worker before its own handlers were back, it swallowed the signal (the worker ran its
-    # whole shard) or failed on its siblings. Now the signal waits for the worker's handler.
+    # worker before its own handlers are back, it would swallow the signal (the worker would
+    # run its whole shard) or fail on its siblings. So the signal waits for the worker's.
     assert _script_result(EARLY_SIGNAL, tmp_path) == [-signal.SIGTERM]
     assert not list(tmp_path.glob("shard-1-of-1/*.eval")), "the signalled worker ran its shard"
 
@@ -741,8 +744,10 @@ def test_a_signal_to_a_worker_before_it_has_its_handlers_stops_it(tmp_path: Path
 DEAF_WORKER = """
 import os, signal, sys, time
 from pathlib import Path
-from twice.evals import _run
-from twice.evals._shards import run_workers
+from twice.evals import suite_from_flags
+from twice.evals.run import _run
+from twice.evals.scale import WorkerPlan
+from twice.evals.scale._processes import run_workers
 
 def deaf(*args, **kwargs):  # a worker that does not stop when asked (a hung tool, say)
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -751,16 +756,16 @@ def deaf(*args, **kwargs):  # a worker that does not stop when asked (a hung too
     time.sleep(120)
 
 _run.evaluate = deaf
-args = ["--model", "stub/retry", "--task", "refund", "--fault", "none", "--limit", "1",
-        "--display", "none", "--no-report"]
-run_workers(args, Path(sys.argv[1]), 1)
+suite = suite_from_flags(config=None, models=["stub/retry"], prompts=[], tasks=["refund"],
+                         faults=["none"], protections=[], epochs=None, limit=1)
+run_workers(WorkerPlan(suite, Path(sys.argv[1])), 1)
 """
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="workers are forks on Linux only")
 def test_a_third_signal_kills_the_workers_at_once(tmp_path: Path) -> None:
-    # After the second signal the run gives its workers 30 s; a third one used to abort that
-    # wait and leave a worker that ignores signals running on its own.
+    # After the second signal the run gives its workers 30 s; a third one ends that wait,
+    # and must not leave a worker that ignores signals running on its own.
     env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
     proc = subprocess.Popen(
         [sys.executable, "-c", DEAF_WORKER, str(tmp_path)],
@@ -788,10 +793,14 @@ def test_a_third_signal_kills_the_workers_at_once(tmp_path: Path) -> None:
         time.sleep(0.1)
 
 
-def test_a_worker_that_fails_reports_its_exit_code_and_last_lines(tmp_path: Path) -> None:
-    exits = run_workers(["--model", "no-such/model"], tmp_path, 2)
+def test_a_worker_that_fails_reports_its_exit_code_and_reason(tmp_path: Path) -> None:
+    suite = suite_from_flags(
+        config=None, models=["no-such/model"], prompts=[], tasks=["refund"],
+        faults=["none", "lost_reply"], protections=[], epochs=None, limit=1,
+    )  # fmt: skip
+    exits = run_workers(WorkerPlan(suite, tmp_path), 2)
     assert {w.returncode for w in exits} == {2}
-    assert all("no-such/model" in w.stderr_tail for w in exits), exits
+    assert all(w.errors and "no-such/model" in w.errors[0] for w in exits), exits
 
 
 def test_handed_over_records_are_used_only_while_their_log_is_unchanged(
@@ -841,7 +850,9 @@ STOPPABLE = [
 
 
 def _processes_of(log_dir: Path) -> list[int]:
-    """Live processes whose command line names ``log_dir`` (a forked worker keeps the run's)."""
+    """Live processes whose command line names a path beside ``log_dir``: a forked worker
+    keeps the run's (which names ``log_dir``), a fresh interpreter names its plan's file in
+    the run's ``TMPDIR`` (the tests put it beside ``log_dir``)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -851,7 +862,7 @@ def _processes_of(log_dir: Path) -> list[int]:
             state = (entry / "stat").read_text().split(") ", 1)[1][0]
         except OSError:
             continue
-        if str(log_dir) in cmdline and state != "Z":
+        if str(log_dir.parent) in cmdline and state != "Z":
             pids.append(int(entry.name))
     return pids
 
@@ -866,9 +877,9 @@ def _processes_of(log_dir: Path) -> list[int]:
 def test_a_workers_run_stopped_by_a_signal_stops_its_workers_and_marks_its_summary(
     tmp_path: Path, sig: signal.Signals, whole_group: bool, code: int
 ) -> None:
-    # SIGTERM to the parent alone (Kubernetes, `timeout`, a CI runner) used to kill it at once
-    # and leave both workers running into the log directory, with no summary; Ctrl-C gave
-    # each worker two SIGINTs, which cut its orderly stop short.
+    # SIGTERM to the parent alone (Kubernetes, `timeout`, a CI runner) must not kill it at once
+    # and leave both workers running into the log directory, with no summary; nor may Ctrl-C
+    # give each worker two SIGINTs, which would cut its orderly stop short.
     log_dir = tmp_path / "logs"
     cmd = [sys.executable, "-m", "twice.evals.cli", *STOPPABLE, "--log-dir", str(log_dir)]
     env = {k: v for k, v in os.environ.items() if k != FORK_ENV}
@@ -923,8 +934,8 @@ def test_workers_of_a_run_killed_outright_stop_as_if_sent_sigterm(
     tmp_path: Path, fork: str
 ) -> None:
     # SIGKILL (or the OOM killer) gives the run no chance to pass anything on: the kernel
-    # sends each worker SIGTERM instead, so none keeps running into the directory. Workers
-    # started as fresh interpreters used to finish their shards as orphans.
+    # sends each worker SIGTERM instead, so none keeps running into the directory, a fresh
+    # interpreter's as well as a fork's.
     log_dir = tmp_path / "logs"
     temp = tmp_path / "tmp"  # the run's own temporary directory, to see what it leaves there
     temp.mkdir()
@@ -969,7 +980,7 @@ def test_a_new_workers_run_removes_the_hand_offs_dead_runs_left(tmp_path: Path) 
 
 _ORPHAN = """
 import os, signal, sys, time
-from twice.evals import _shards
+from twice.evals.scale import _hand_off as _shards
 
 def no_prctl(*args, **kwargs):
     raise OSError("no prctl here")
@@ -1003,7 +1014,7 @@ def test_a_worker_without_a_parent_death_signal_notices_its_run_died(tmp_path: P
 
 _TOLD_TWICE = """
 import ctypes, os, signal, time
-from twice.evals import _shards
+from twice.evals.scale import _hand_off as _shards
 
 os.environ[_shards.PARENT_ENV] = str(os.getppid())
 _shards.stop_with_parent()
@@ -1036,14 +1047,14 @@ def test_a_workers_run_stopped_before_any_shard_began_marks_its_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Fresh-interpreter workers spend seconds importing: a signal then finds no log to merge.
-    from twice.evals import _workers
+    from twice.evals.scale import _workers
 
     monkeypatch.setattr(_workers, "run_with_workers", lambda *a: ([], {}, "SIGTERM"))
     suite = suite_from_flags(
         config=None, models=["stub/retry", "stub/verify"], prompts=["baseline"],
         tasks=["refund"], faults=["none"], protections=[], epochs=None, limit=1,
     )  # fmt: skip
-    result = _workers.run_parallel(suite, tmp_path, [], 2, report=False)
+    result = _workers.run_parallel(WorkerPlan(suite, tmp_path), 2, report=False)
     assert result.interrupted == "SIGTERM" and result.exit_code == 143
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["complete"] is False and summary["status"] == "incomplete"
@@ -1147,8 +1158,8 @@ class _CountedWorker:
     live: ClassVar[list[_CountedWorker]] = []
     most: ClassVar[int] = 0
 
-    def __init__(self, argv: list[str], *args: Any) -> None:
-        self.shard = argv[argv.index("--shard") + 1]
+    def __init__(self, plan: WorkerPlan, shard: Shard, *args: Any) -> None:
+        self.shard = str(shard)
         self.left = 10  # polls: more than starting the other four takes
         self.signals: list[int] = []
         _CountedWorker.live.append(self)
@@ -1173,7 +1184,7 @@ class _CountedWorker:
 
 @pytest.fixture
 def counted_workers(monkeypatch: pytest.MonkeyPatch) -> type[_CountedWorker]:
-    from twice.evals import _shards
+    from twice.evals.scale import _processes as _shards
 
     _CountedWorker.live, _CountedWorker.most = [], 0
     monkeypatch.setattr(_shards, "_can_fork", lambda: True)
@@ -1187,7 +1198,7 @@ def test_workers_run_at_most_at_once_at_a_time(
     counted_workers: type[_CountedWorker], tmp_path: Path, at_once: int | None, most: int
 ) -> None:
     # A rerun of a directory a cluster split 20 ways started 20 processes at once here.
-    exits = run_workers([], tmp_path, 5, at_once=at_once)
+    exits = run_workers(WorkerPlan(Suite(()), tmp_path), 5, at_once=at_once)
     assert [str(w.shard) for w in exits] == [f"{i}/5" for i in range(1, 6)]
     assert {w.returncode for w in exits} == {0}
     assert counted_workers.most == most
@@ -1205,7 +1216,7 @@ def test_a_signal_while_shards_wait_their_turn_starts_no_more(
         return poll(self)
 
     monkeypatch.setattr(_CountedWorker, "poll", signalled_once)
-    exits = run_workers([], tmp_path, 3, at_once=1)
+    exits = run_workers(WorkerPlan(Suite(()), tmp_path), 3, at_once=1)
     assert [(str(w.shard), w.interrupted) for w in exits] == [("1/3", "SIGTERM")]
     assert counted_workers.most == 1
 
@@ -1215,7 +1226,7 @@ def test_a_log_lost_before_the_workers_merge_exits_1_as_in_one_process(
 ) -> None:
     # It was wrapped as a usage error: exit 2 and "Usage:" text, where one process says the
     # log vanished and exits 1 (the logs stay; the same command resumes).
-    from twice.evals import _workers
+    from twice.evals.scale import _workers
     from twice.reports import LogReadError
 
     def lost(*args: Any, **kwargs: Any) -> Any:
@@ -1227,3 +1238,101 @@ def test_a_log_lost_before_the_workers_merge_exits_1_as_in_one_process(
     assert result.exit_code == 1, result.output
     assert "could not merge the workers' logs: logs/shard-1-of-2/x.eval vanished" in result.output
     assert "Usage:" not in result.output and "to resume" in result.output
+
+
+# -- the plan a worker is given ------------------------------------------------------------------
+
+EVERY_SETTING = [
+    "--agent-cmd", "python3 agent.py", "--hang-seconds", "30", "--agent-timeout", "7.5",
+    "--outage-window", "99", "--timeout", "11", "--max-retries", "5",
+    "--max-connections", "3", "--epochs", "2", "-M", "temperature=0.5",
+]  # fmt: skip
+
+
+def test_workers_are_given_every_run_setting_in_their_plan(
+    twice: Twice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failing path: each worker rebuilt the suite from a command line the parent wrote
+    # back out of it, and --agent-timeout was not written: workers ran with the default.
+    from twice.evals import scale
+
+    plans: list[WorkerPlan] = []
+
+    def run_parallel(plan: WorkerPlan, count: int, **kwargs: Any) -> None:
+        plans.append(plan)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(scale, "run_parallel", run_parallel)
+    result = twice("run", *SUITE, *EVERY_SETTING, "--workers", "2", "--log-dir", tmp_path)
+    assert plans, result.output
+    (plan,) = plans
+    assert plan.suite.agent_timeout == 7.5 and plan.suite.outage_window == 99
+    assert plan.suite.agent_cmd == "python3 agent.py" and plan.suite.hang_seconds == 30
+    assert plan.suite.epochs == 2 and plan.suite.limit == 3
+    assert (plan.timeout, plan.max_retries, plan.max_connections) == (11, 5, 3)
+    assert plan.model_args == {"temperature": 0.5}
+    assert plan.log_dir == str(tmp_path)
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["forked", "fresh-interpreter"])
+def test_a_worker_runs_its_shard_with_the_plans_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: bool
+) -> None:
+    # A forked worker is handed the plan object; a fresh interpreter unpickles it. Either way
+    # run_suite gets the suite and every setting, and the worker's outcome is a file.
+    import pickle
+
+    from twice.evals.run import RunResult
+    from twice.evals.scale import _worker
+
+    suite = suite_from_flags(
+        config=None, models=["stub/retry"], prompts=[], tasks=["refund"], faults=["none"],
+        protections=[], epochs=None, limit=1, agent_cmd="python3 agent.py", agent_timeout=7.5,
+        outage_window=99,
+    )  # fmt: skip
+    plan = WorkerPlan(
+        suite, tmp_path, model_args={"temperature": 0.5}, max_connections=3, display="log",
+        timeout=11, max_retries=5,
+    )  # fmt: skip
+    calls: list[tuple[Any, Any, dict[str, Any]]] = []
+
+    def run_suite(suite: Any, log_dir: Any, **kwargs: Any) -> RunResult:
+        calls.append((suite, log_dir, kwargs))
+        return RunResult(tmp_path, [], pd.DataFrame(), tmp_path / "summary.json", None,
+                         ["1 trial(s) errored in x"])  # fmt: skip
+
+    monkeypatch.setattr(_worker, "run_suite", run_suite)
+    outcome, records = str(tmp_path / "outcome.json"), str(tmp_path / "records.pickle")
+    if fresh:
+        (tmp_path / "plan.pickle").write_bytes(pickle.dumps(plan))
+        code = _worker.main([str(tmp_path / "plan.pickle"), "2/3", outcome, records])
+    else:
+        code = _worker.work(plan, Shard(2, 3), outcome, records)
+    ((got, log_dir, kwargs),) = calls
+    assert got == suite and got.agent_timeout == 7.5 and log_dir == tmp_path
+    assert kwargs["shard"] == Shard(2, 3) and kwargs["report"] is False
+    assert {k: kwargs[k] for k in ("model_args", "max_connections", "display")} == {
+        "model_args": {"temperature": 0.5}, "max_connections": 3, "display": "log",
+    }  # fmt: skip
+    assert (kwargs["timeout"], kwargs["max_retries"]) == (11, 5)
+    assert code == 1
+    assert json.loads(Path(outcome).read_text()) == {
+        "code": 1, "errors": ["1 trial(s) errored in x"],
+    }  # fmt: skip
+
+
+def test_a_worker_refusing_its_plan_says_why_in_its_outcome_not_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from twice.evals.scale import _worker
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise SuiteError("could not load model 'x/y'")
+
+    monkeypatch.setattr(_worker, "run_suite", refuse)
+    outcome = str(tmp_path / "outcome.json")
+    plan = WorkerPlan(Suite(()), tmp_path)
+    assert _worker.work(plan, Shard(1, 2), outcome, str(tmp_path / "r")) == 2
+    assert json.loads(Path(outcome).read_text()) == {
+        "code": 2, "errors": ["could not load model 'x/y'"],
+    }  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from twice import evals
 from twice.evals import SuiteError, load_suite
-from twice.evals._suite import AXES
+from twice.evals.suite._suite import AXES
 
 SUITES = sorted(p for p in Path(evals.__file__).parent.glob("*.toml") if p.name != "gate.toml")
 

@@ -67,7 +67,7 @@ def test_a_rule_that_matches_no_cell_fails_the_sequential_verdict_as_it_fails_th
 def test_a_cell_no_rule_covers_is_recorded_as_no_rule_not_as_a_pass() -> None:
     # The failing path: summary.json's run.sequential said "verdict": "pass" (rules {}) for a
     # cell the gate never looked at; only the console said NO RULE.
-    from twice.evals._until import CellState, _settle, format_decisions
+    from twice.evals.run._sequential import CellState, _settle, format_decisions
 
     keys = {"model": "stub/retry", "agent": "react", "prompt": "baseline", "task": "refund",
             "fault": "none", "protection": "bare"}  # fmt: skip
@@ -235,8 +235,8 @@ def test_a_sequential_run_with_errored_trials_does_not_say_the_gate_passed(
 def test_a_rule_not_yet_settled_in_a_running_cell_reads_running_not_fail() -> None:
     # summary.json's run.sequential.cells said "fail" for a rule whose bound had not been
     # reached yet, while the cell was still running (interrupted between rounds, say).
-    from twice.evals._seqgate import RuleState
-    from twice.evals._until import CellState
+    from twice.evals.gate._sequential_rules import RuleState
+    from twice.evals.run._sequential import CellState
 
     state = CellState(keys={"model": "m/a"}, samples=4, rounds=1, trials=4)
     state.rules = {"open": RuleState("fail", False, "…"), "lost": RuleState("fail", True, "…")}

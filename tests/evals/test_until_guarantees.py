@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from twice.evals import parse_gate, run_until_decided, suite_from_flags
-from twice.evals._lock import LOCK_NAME, LogDirLockedError, lock_log_dir
+from twice.evals.locks._lock import LOCK_NAME, LogDirLockedError, lock_log_dir
 
 HANG_RUN = Path(__file__).parent / "scripts" / "hang_run.py"
 DEADLINE_S = 180.0

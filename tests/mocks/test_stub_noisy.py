@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from twice.evals._run import run_suite
-from twice.evals._suite import Matrix, Suite
+from twice.evals import run_suite
+from twice.evals.suite._suite import Matrix, Suite
 from twice.mocks import NOISY_RETRY_RATES
 from twice.reports import cells, trials_frame
 

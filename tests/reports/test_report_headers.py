@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from synthetic_logs import SyntheticRun, write_synthetic_logs
-from twice.evals._shards import load_records, save_records
+from twice.evals.scale._hand_off import load_records, save_records
 from twice.reports import _logs, log_records, read_header, read_log_dir
 
 

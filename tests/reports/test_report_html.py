@@ -112,7 +112,7 @@ def test_report_data_prefers_run_metadata(refund_frame: pd.DataFrame) -> None:
     assert info["models"][:2] == ["stub/verify", "stub/retry"]
     assert "stub/no-retry" in info["models"]  # present in the logs, so never dropped
     # ...except the date: the header shows when the trials ran (the logs), not when a
-    # rerun that reused them wrote its metadata (issue 10).
+    # rerun that reused them wrote its metadata.
     assert "2030" not in info["created"]
     started = min(
         str(read_eval_log(local_path(p), header_only=True).eval.created)

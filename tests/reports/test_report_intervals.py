@@ -1,4 +1,4 @@
-"""Every interval contains its rate and lies in [0, 1], with exact ends (issue 10, item 2)."""
+"""Every interval contains its rate and lies in [0, 1], with exact ends."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _check(k: int, n: int, lo: float, hi: float) -> None:
 
 
 def test_wilson_ends_are_exact_at_zero_and_all() -> None:
-    # The two values issue 10 found: statsmodels gave 1.39e-17 and 0.9999999999999999.
+    # Where statsmodels' formula gives 1.39e-17 and 0.9999999999999999 (floating-point error).
     assert wilson(0, 28)[0] == 0.0
     assert wilson(96, 96)[1] == 1.0
 

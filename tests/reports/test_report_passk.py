@@ -68,7 +68,7 @@ def test_report_shows_no_dup_k(refund_frame: pd.DataFrame, tmp_path: Path) -> No
 
 def test_no_dup_k_counts_duplicates_not_other_failures() -> None:
     # It was pass^k of exactly_once: an agent that never acted (nothing done, so not exactly
-    # once) scored no_dup^1 = 0 though it never duplicated; DESIGN.md defines it over
+    # once) scored no_dup^1 = 0 though it never duplicated; the README defines it over
     # duplicates, and summary.json's name says so.
     never_acted = frame({"a": [1, 1], "b": [1, 1]}).assign(exactly_once=0.0)
     (values,) = no_dup_k(never_acted).values()

@@ -15,7 +15,7 @@ import pytest
 from inspect_ai import eval as inspect_eval
 from inspect_ai.log import EvalLog
 from inspect_ai.model import ChatMessage, ModelOutput, ModelUsage, get_model
-from twice.evals._run import format_table
+from twice.evals.run import format_table
 from twice.reports import cells, summary, trials_frame, write_report
 from twice.tasks import TASKS
 

@@ -321,7 +321,7 @@ def test_other_protections_still_allow_an_undeclared_mutation() -> None:
 
 def test_a_tool_error_carries_only_the_tools_own_frame() -> None:
     # inspect formats every failed tool call's traceback into its trace log; a lost reply's
-    # ToolError used to carry every frame of the send path down to where it was raised
+    # ToolError carrying every frame of the send path would bloat that log on every call
     ctx = TrialContext(Services([PaymentsService()]), get_protection("bare"))
 
     async def deep(order_id: str) -> str:
@@ -344,8 +344,8 @@ def test_a_tool_error_carries_only_the_tools_own_frame() -> None:
 
 
 def test_lookup_without_a_lookup_function_is_an_error_not_a_blind_retry() -> None:
-    # The failing path: a tool passing no lookup= used to retry blind under 'lookup', so its
-    # cell measured retry-nokey (100% duplicated) under the label 'lookup'.
+    # The failing path: a tool passing no lookup= that retried blind under 'lookup' would
+    # measure retry-nokey (100% duplicated) under the label 'lookup'.
     ctx = _ctx("lookup", LostReply())
     with pytest.raises(RuntimeError, match=r"tool 'issue_refund' .* without a lookup.*lookup="):
         _call(_tool(ctx, "keyed"))

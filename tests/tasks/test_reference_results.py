@@ -1,4 +1,4 @@
-"""DESIGN.md's reference results and the seed demo's table, through twice's public path.
+"""The README's reference results and the seed demo's table, through twice's public path.
 
 One in-process suite run (conftest ``reference_run``) → logs → summary.json; every assertion
 here reads what a user would read: summary.json cells or the ledgers in the logs.

@@ -44,7 +44,7 @@ def test_first_attempt_result_says_what_it_did() -> None:
 
 
 def test_lookup_after_a_gateway_error_says_502_not_timed_out() -> None:
-    # The repro: refund, error_after_commit, lookup. The agent used to be told that
+    # refund, error_after_commit, lookup: a 502 is an answer, and the agent must not be told
     # the first attempt timed out.
     _, tool = _refund_tool("lookup", ErrorAfterCommit())
     text = _refund(tool)

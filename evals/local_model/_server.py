@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SERVER_DIR = Path(__file__).parent / "_local_model"
+SERVER_DIR = Path(__file__).parent
 """``server.mjs``, the npm manifest and lock, and the hash-pinned weight requirements."""
 
 SERVICE = "local"

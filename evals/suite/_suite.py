@@ -41,20 +41,20 @@ from twice.tasks import (
     check_agent_cell,
     get_task,
     load_prompt,
+    normal_spec,
+    read_regular_file,
+    remember_command_secrets,
     scrub,
     secret_values,
     secrets_in,
 )
-from twice.tasks._prompts import read_regular_file
-from twice.tasks._redact import remember_command_secrets
-from twice.tasks._spec import normal_spec
 from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
 from twice.tasks.agents import check_agent as _check_agent_name
 
+from ..local_model import ServerOptions, parse_options
 from ._hang import DEFAULT_HANG_SECONDS, check_hang_seconds
-from ._local import ServerOptions, parse_options
 
-DEFAULT_SUITE = Path(__file__).parent / "default.toml"
+DEFAULT_SUITE = Path(__file__).parent.parent / "default.toml"
 """The suite ``twice run`` runs with no flags: every stub model, offline."""
 
 

@@ -23,10 +23,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from twice.tasks import REDACTED, scrub, scrub_value, secret_values, secrets_in
-from twice.tasks._redact import CREDENTIAL_ARG
+from twice.tasks import CREDENTIAL_ARG, REDACTED, scrub, scrub_value, secret_values, secrets_in
 
-from ._suite import SuiteError
+from ..suite import SuiteError
 
 if TYPE_CHECKING:
     from inspect_ai.model import Model

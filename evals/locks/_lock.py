@@ -33,7 +33,7 @@ from typing import Any
 
 from twice.reports import Location, is_remote
 
-from ._suite import SuiteError
+from ..suite import SuiteError
 
 LOCK_NAME = ".twice.lock"
 

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
-import gc
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -46,6 +43,7 @@ from twice.reports import (
     LogDir,
     LogEntry,
     LogReadError,
+    LogRecords,
     Shard,
     as_location,
     cells,
@@ -67,16 +65,34 @@ from twice.reports import (
     write_summary,
     write_text,
 )
-from twice.tasks import TASKS, Prompt, get_task, load_prompt, scrub, secret_values
-from twice.tasks._redact import CREDENTIAL_ARG
-from twice.tasks._spec import file_digest
-from twice.tasks._trial import twice_metadata
+from twice.tasks import (
+    CREDENTIAL_ARG,
+    TASKS,
+    Prompt,
+    file_digest,
+    get_task,
+    load_prompt,
+    scrub,
+    secret_values,
+    twice_metadata,
+)
 from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit, take_late_requests
 
+from .._inspect_compat import model_api_names
+from ..gate import cell_label
+from ..local_model import environ
+from ..locks import lock_log_dir
+from ..suite import (
+    DEFAULT_OUTAGE_WINDOW,
+    Cell,
+    Suite,
+    SuiteError,
+    shard_cells,
+    shard_dir,
+    suite_digest,
+)
 from ._endpoint import EndpointState, guard_model
-from ._gate import cell_label
-from ._local import environ
-from ._lock import lock_log_dir
+from ._memory import check_memory
 from ._secrets import (
     KEY_ENV_HINT,
     check_model_args,
@@ -85,14 +101,13 @@ from ._secrets import (
     scrub_model_record,
     scrubbed_log_records,
 )
-from ._shards import (
-    RECORDS_ENV,
-    save_records,
-    shard_cells,
-    shard_dir,
-    suite_digest,
+from ._speedups import (
+    eval_options,
+    gc_for_trials,
+    no_results_table,
+    revision_resolved_once,
+    without_provider_sdk_state,
 )
-from ._suite import DEFAULT_OUTAGE_WINDOW, Cell, Suite, SuiteError
 
 DEFAULT_TIMEOUT = 300
 """Seconds one attempt of a model call may take (``--timeout``)."""
@@ -138,83 +153,11 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        """DESIGN.md's ``twice run`` exit code: 0 all ran, 1 failed, 130/143 interrupted."""
+        """The ``twice run`` exit code (docs/architecture.md): 0 all ran, 1 failed, 130/143
+        interrupted."""
         if self.interrupted:
             return EXIT_INTERRUPTED.get(self.interrupted, 130)
         return 0 if self.ok else 1
-
-
-CTL_SERVER_ENV = "INSPECT_EVAL_CTL_SERVER"
-"""Inspect's switch for its control server; set (``true``, ``keep``) it turns it back on."""
-
-
-def eval_options(display: str | None) -> dict[str, Any]:
-    """Inspect settings every suite eval runs with (the benchmarks use the same).
-
-    ``log_realtime`` off: inspect's live sample buffer (an SQLite database written on every
-    event, for watching unfinished samples in ``inspect view``) costs about a fifth of a
-    stub trial; finished samples still reach the log and the viewer. ``score_display`` only
-    when something displays it: inspect recomputes every metric as samples finish.
-    ``ctl_server`` off unless ``INSPECT_EVAL_CTL_SERVER`` asks for it: inspect's control
-    server (for ``inspect ctl``) builds a FastAPI app and binds a socket in every process that
-    starts an eval (0.4 s of a worker's start), and a suite run is a batch job nobody steers.
-    """
-    return {
-        "log_realtime": False,
-        "score_display": display not in (None, "none"),
-        # None lets inspect read the variable (the same spellings as `inspect eval`).
-        "ctl_server": None if os.environ.get(CTL_SERVER_ENV) else False,
-    }
-
-
-GC_THRESHOLDS = (50_000, 20, 20)
-"""Garbage-collector thresholds for a suite run (Python's defaults are 700, 10, 10)."""
-
-
-@contextmanager
-def gc_for_trials() -> Iterator[None]:
-    """Collect garbage less often while trials run, then restore the thresholds.
-
-    A trial allocates thousands of short-lived objects. At Python's default thresholds the
-    youngest generation is collected every 700 allocations, so a trial's objects survive into
-    the oldest generation and trigger full collections (each a walk over every live object:
-    ~0.3 s with inspect loaded). Fewer young collections let them die young: the default
-    suite's CPU time drops by a fifth. Memory grows by at most the uncollected young cycles.
-    The same holds for reading the logs back after the trials, while their survivors are live.
-    """
-    old = gc.get_threshold()
-    gc.set_threshold(*GC_THRESHOLDS)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-
-
-@contextmanager
-def no_results_table(display: str | None) -> Iterator[None]:
-    """Under ``display="none"``, skip the results table inspect renders as an eval set ends.
-
-    Inspect's rich display lays out a table of every task when the set ends, even when the
-    console is quiet (display ``none``) and the text goes nowhere: about 6.5 s of the
-    default suite's 77 (57 tasks; measured with and without this), all on the critical path.
-    The table is what a quiet console would discard anyway, so nothing visible changes. If a
-    later inspect moves the function, this does nothing.
-    """
-    try:
-        module = importlib.import_module("inspect_ai._display.rich.display")
-    except ImportError:
-        module = None
-    original = getattr(module, "tasks_results", None)
-    if display != "none" or module is None or original is None:
-        yield
-        return
-    from rich.text import Text
-
-    module.tasks_results = lambda tasks: Text("")  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        module.tasks_results = original  # type: ignore[attr-defined]
 
 
 def default_log_dir() -> Path:
@@ -224,11 +167,8 @@ def default_log_dir() -> Path:
 
 def _providers() -> list[str]:
     """Registered inspect model providers, for error messages (best effort: empty if unknown)."""
-    try:  # inspect has no public listing of model APIs; the registry is private
-        from inspect_ai._util.registry import registry_find, registry_info
-
-        objs = registry_find(lambda info: info.type == "modelapi")
-        return sorted({registry_info(o).name.split("/")[-1] for o in objs})
+    try:
+        return model_api_names()
     except Exception:
         return []
 
@@ -365,7 +305,7 @@ def build_tasks(
             version += agent_version(cell.agent)
         try:
             if suite.agent_cmd is not None and server is not None:
-                from ._serve_eval import command_agent, served_task
+                from ..serve import command_agent, served_task
 
                 task = served_task(
                     cell.task,
@@ -474,7 +414,7 @@ def _readable(error: str) -> str:
     return f"{name} on every attempt (the call kept failing for longer than --outage-window)"
 
 
-def _failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
+def run_failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
     """One line per failed eval, and per cell with errored trials (inspect sample errors,
     :func:`twice.reports.crashed`, left out of the rates) with its first error, so the
     terminal says why and not only where."""
@@ -718,7 +658,7 @@ def refuse_runs_inside(log_dir: Location) -> None:
             )
 
 
-def _prepare_log_dir(log_dir: Location) -> None:
+def prepare_log_dir(log_dir: Location) -> None:
     try:
         make_dirs(log_dir)
     except OSError as ex:
@@ -936,88 +876,6 @@ class PreparedRun:
         return [g.line() for g in self.guards.values() if g.down]
 
 
-BYTES_PER_PLANNED_TRIAL = 6_000
-"""What inspect holds for each trial of an eval it plans, before any runs (every sample ×
-epoch is allocated up front): 300,000 epochs of one sample took 1.8 GB."""
-
-
-PROC_SELF_CGROUP = "/proc/self/cgroup"
-CGROUP_ROOT = "/sys/fs/cgroup"
-CGROUP_MEMORY_FILES = (
-    f"{CGROUP_ROOT}/memory.max",  # cgroup v2: "max" or bytes
-    f"{CGROUP_ROOT}/memory/memory.limit_in_bytes",  # cgroup v1: a huge number when unset
-)
-"""Where a container's memory limit is read (the process's own cgroup, as mounted in it)."""
-
-
-def _own_cgroup_files() -> list[str]:
-    """The memory limit files of this process's own cgroup and of each cgroup above it
-    (a limit on a parent binds too): without a cgroup namespace, the mount's root files
-    are the host's, not the container's."""
-    try:
-        lines = Path(PROC_SELF_CGROUP).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return []
-    out = []
-    for line in lines:
-        _id, controllers, path = [*line.split(":", 2), "", ""][:3]
-        if controllers == "":  # cgroup v2: one unified hierarchy
-            base, name = CGROUP_ROOT, "memory.max"
-        elif "memory" in controllers.split(","):
-            base, name = f"{CGROUP_ROOT}/memory", "memory.limit_in_bytes"
-        else:
-            continue
-        parts = [p for p in path.split("/") if p]
-        out += ["/".join([base, *parts[:depth], name]) for depth in range(len(parts), 0, -1)]
-    return out
-
-
-def memory_limit() -> tuple[int, str] | None:
-    """The memory this process may use and what sets it: the machine's physical memory, or
-    a lower limit of its container (cgroup) or of ``ulimit -v``. None when none is known."""
-    limits: list[tuple[int, str]] = []
-    with contextlib.suppress(AttributeError, ValueError, OSError):  # not on every platform
-        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        limits.append((physical, "this machine's"))
-    for path in (*CGROUP_MEMORY_FILES, *_own_cgroup_files()):
-        try:
-            text = Path(path).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            continue
-        if text.isdigit():
-            limits.append((int(text), "this container's (cgroup limit)"))
-    with contextlib.suppress(ImportError, ValueError, OSError):  # no resource on Windows
-        import resource
-
-        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY:
-            limits.append((soft, "this process's (ulimit -v)"))
-    return min(limits) if limits else None
-
-
-def _size(n: float) -> str:
-    return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
-
-
-def _check_memory(tasks: list[Task], suite: Suite) -> None:
-    """Refuse a cell whose planned trials alone would take more than half the memory this
-    process may use (``--epochs 1000000000`` grew until the OOM killer ended it, ignoring
-    Ctrl-C)."""
-    limit = memory_limit()
-    if limit is None:  # not on this platform: nothing to check
-        return
-    memory, whose = limit
-    for task in tasks:
-        trials = samples_per_epoch(task, suite) * suite.epochs
-        if trials * BYTES_PER_PLANNED_TRIAL > memory / 2:
-            raise SuiteError(
-                f"{trials:,} trials in one cell ({task.name}: --epochs {suite.epochs:,}) would "
-                f"take about {_size(trials * BYTES_PER_PLANNED_TRIAL)} before the first "
-                f"ran (inspect plans every trial up front), over half of {whose} memory, "
-                f"{_size(memory)}: use fewer --epochs (or a --limit)"
-            )
-
-
 @contextmanager
 def prepared_run(
     suite: Suite,
@@ -1046,8 +904,7 @@ def prepared_run(
         if suite.agent_cmd is not None:
             # The external agent's trials live in a twice serve of this run (in memory: the
             # inspect logs are the run's record).
-            from ._serve import ServeError, running_server
-            from ._serve_eval import URL_ENV
+            from ..serve import URL_ENV, ServeError, running_server
 
             try:  # the server hosts the tasks of your own among the cells' tasks
                 url = stack.enter_context(
@@ -1064,8 +921,8 @@ def prepared_run(
         )  # fmt: skip
         if check is not None:
             check(tasks)
-        _check_memory(tasks, suite)
-        _prepare_log_dir(log_dir)
+        check_memory([(t.name, samples_per_epoch(t, suite)) for t in tasks], suite.epochs)
+        prepare_log_dir(log_dir)
         try:  # a lease in object storage (renewed by a thread while the run lives)
             stack.enter_context(lock_log_dir(log_dir))
         except OSError as ex:
@@ -1093,81 +950,6 @@ def _forget_earlier_tasks(log_dir: Location) -> None:
         info = None
     if isinstance(info, dict) and info.get("tasks"):
         write_text(path, json.dumps({**info, "tasks": []}))
-
-
-SDK_FREE_PROVIDERS = frozenset({"stub", "mockllm"})
-"""Model providers that call no provider SDK: twice's stubs and inspect's ``mockllm``."""
-
-
-def needs_provider_sdk_state(cells: list[Cell]) -> bool:
-    """Whether a run of ``cells`` may use the per-sample state of the OpenAI and Anthropic
-    providers: yes unless every model is a stub, every agent twice's own react loop and every
-    task a built-in (a framework agent talks to inspect through the OpenAI API bridge; an agent
-    or task of your own may call any provider)."""
-    return not all(
-        cell.model.split("/", 1)[0] in SDK_FREE_PROVIDERS
-        and cell.agent == REACT
-        and cell.task in TASKS
-        for cell in cells
-    )
-
-
-@contextmanager
-def without_provider_sdk_state(cells: list[Cell]) -> Iterator[None]:
-    """For the block, keep inspect from importing the OpenAI and Anthropic SDKs in a run that
-    uses neither (see :func:`needs_provider_sdk_state`).
-
-    Inspect sets up each installed provider SDK's per-sample "assistant internal" state at
-    every sample's start, importing the SDK and inspect's provider module at the first (1.2-1.6
-    s of CPU per process, measured with ``python -X importtime``: as long as the stub trials
-    of a small run, and paid again by every ``--workers`` worker). The state is read only by
-    those providers' own calls. Inspect caches whether each SDK is installed in two private
-    module flags; they are cleared for the block and restored after. An inspect without them
-    is left as it is.
-    """
-    from inspect_ai.model import _assistant_internal as internal
-
-    flags = ("_HAS_OPENAI", "_HAS_ANTHROPIC")
-    if needs_provider_sdk_state(cells) or not all(
-        isinstance(getattr(internal, f, None), bool) for f in flags
-    ):
-        yield
-        return
-    saved = {f: getattr(internal, f) for f in flags}
-    for f in flags:
-        setattr(internal, f, False)
-    try:
-        yield
-    finally:
-        for f, value in saved.items():
-            setattr(internal, f, value)
-
-
-@contextmanager
-def revision_resolved_once() -> Iterator[None]:
-    """For the block, find the git revision inspect records in every eval log once.
-
-    Inspect's task logger asks git for it at the start of every eval: three subprocesses
-    (``rev-parse``, ``remote get-url``, ``status --porcelain``) for each of the default
-    suite's 57 evals: 171 ``git`` processes counted with ``strace`` in one ``twice run``,
-    8.5 ms of wall for the three from a process with inspect loaded, and ``status`` walks
-    the working tree (logs included, when they are written inside it). The revision
-    describes the code this process loaded, which does not change while it runs, so the
-    first answer is recorded in every log of the block (which is also more faithful: a log
-    directory inside the repository no longer turns "dirty" halfway through a run). An
-    inspect without the hook is left as it is.
-    """
-    from inspect_ai._eval.task import log as task_log
-
-    original = getattr(task_log, "resolve_revision", None)
-    if not callable(original):
-        yield
-        return
-    task_log.resolve_revision = functools.cache(original)
-    try:
-        yield
-    finally:
-        task_log.resolve_revision = original
 
 
 def evaluate(
@@ -1231,16 +1013,18 @@ def evaluate(
 
 
 def ran_trials(
-    files: list[Location], interrupted: bool, save_records_to: str | None = None
+    files: list[Location],
+    interrupted: bool,
+    keep_records: Callable[[LogRecords], object] | None = None,
 ) -> pd.DataFrame:
     """The trials of ``files`` (empty frame for none); after an interrupt, without the trials
     it cut short: they are logged as errors but did not run (the rerun runs them), so they
-    are not counted as crashes either. With ``save_records_to`` (a ``--workers`` worker),
-    what was read of the logs is also left there for the parent's merge."""
+    are not counted as crashes either. ``keep_records`` (a ``--workers`` worker's) is
+    given what was read of the logs, for the parent's merge."""
     with gc_for_trials():
         records = log_records(files)
-        if save_records_to:
-            save_records(save_records_to, records)
+        if keep_records is not None:
+            keep_records(records)
         frame = frame_of(files, records) if files else pd.DataFrame()
     return without_cut_short(frame) if interrupted else frame
 
@@ -1372,6 +1156,7 @@ def run_suite(
     timeout: int = DEFAULT_TIMEOUT,
     generate_config: dict[str, Any] | None = None,
     shard: Shard | None = None,
+    keep_records: Callable[[LogRecords], object] | None = None,
 ) -> RunResult:
     """Run every cell of ``suite`` into ``log_dir`` and write ``summary.json`` (and the report).
 
@@ -1384,7 +1169,8 @@ def run_suite(
     set, win over the arguments of those names. ``log_dir`` may be an fsspec URI
     (``s3://bucket/run``; there the lock is a lease: :func:`lock_log_dir`). With ``shard``,
     only the cells dealt to it run, into ``log_dir/shard-i-of-n/`` (which is then the
-    result's ``log_dir``).
+    result's ``log_dir``). ``keep_records`` is given what the run read of its logs (a
+    ``--workers`` worker hands it to the parent, which merges from it).
 
     Raises:
         SuiteError: for a model that cannot be loaded, credential model args, a log
@@ -1404,7 +1190,10 @@ def run_suite(
         log_dir = shard_dir(log_dir, shard)
         planned = shard_cells(planned, shard)
     with prepared_run(suite, log_dir, settings, model_args=model_args, planned=planned) as run:
-        return _run_locked(suite, run, settings, model_args=model_args, report=report, shard=shard)
+        return _run_locked(
+            suite, run, settings, model_args=model_args, report=report, shard=shard,
+            keep_records=keep_records,
+        )  # fmt: skip
 
 
 def _run_locked(
@@ -1415,6 +1204,7 @@ def _run_locked(
     model_args: dict[str, Any] | None,
     report: bool,
     shard: Shard | None = None,
+    keep_records: Callable[[LogRecords], object] | None = None,
 ) -> RunResult:
     log_dir, planned = prepared.log_dir, prepared.planned
     run = run_metadata(suite, model_args, None if shard is None else planned)
@@ -1448,8 +1238,9 @@ def _run_locked(
     with stop_signals(state, stop_now):
         write_running(summary_path, run, [cell_dict(c, names) for c in planned])
         result = _evaluate_and_summarise(
-            suite, prepared, settings, state, run, names, before, shard, report, final
-        )
+            suite, prepared, settings, state, run, names, before, shard, report, final,
+            keep_records,
+        )  # fmt: skip
     return result
 
 
@@ -1482,6 +1273,7 @@ def _evaluate_and_summarise(
     shard: Shard | None,
     report: bool,
     final: list[Location],
+    keep_records: Callable[[LogRecords], object] | None = None,
 ) -> RunResult:
     log_dir, planned = prepared.log_dir, prepared.planned
     summary_path = join(log_dir, "summary.json")
@@ -1493,8 +1285,7 @@ def _evaluate_and_summarise(
         finished, files, cancelled = finished_in(now, planned)
         if cancelled:  # a cancelled log on disk: interrupted, whatever eval_set returned
             state.signal = state.signal or "SIGINT"
-        hand_off = os.environ.get(RECORDS_ENV) if shard is not None else None
-        frame = ran_trials(files, False, hand_off)
+        frame = ran_trials(files, False, keep_records)
         cut_short = cut_short_cells(frame) if state.signal else []
         frame = without_cut_short(frame) if state.signal else frame
         table = cells(frame) if not frame.empty else pd.DataFrame()
@@ -1523,7 +1314,7 @@ def _evaluate_and_summarise(
                 summary_path, run, extra,
             )  # fmt: skip
     # After an interrupt, the trials it cut short are recorded as errors: not crashes.
-    failed = [] if state.signal else _failures(logs, table, frame)
+    failed = [] if state.signal else run_failures(logs, table, frame)
     return RunResult(
         log_dir, logs, table, summary_path, report_path, failed,
         missing=missing, interrupted=state.signal, unreachable=prepared.unreachable(),

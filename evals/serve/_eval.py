@@ -37,17 +37,16 @@ from twice.tasks import (
     get_protection,
     load_prompt,
     prompt_metadata,
+    remember_command_secrets,
     scrub,
     secret_values,
     stub_setup,
     task_parts,
 )
-from twice.tasks._redact import remember_command_secrets
 from twice.tasks.agents import AGENT_STORE_KEY, scrub_agent_trace
 
-from ._hang import check_hang_seconds
-from ._lock import wait_for_lock
-from ._suite import AGENT_TIMEOUT
+from ..locks import wait_for_lock
+from ..suite import AGENT_TIMEOUT, check_hang_seconds
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store

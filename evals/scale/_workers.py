@@ -20,6 +20,7 @@ from twice.reports import (
     LogDir,
     LogReadError,
     LogRecords,
+    ShardSet,
     cells,
     frame_of,
     is_dir,
@@ -36,28 +37,45 @@ from twice.reports import (
     write_text,
 )
 
-from ._lock import lock_log_dir
-from ._run import (
+from ..locks import lock_log_dir
+from ..run import (
     EXIT_INTERRUPTED,
     RunResult,
-    _failures,
-    _prepare_log_dir,
     cell_dict,
     cut_short_cells,
     errored_trials,
     finished_in,
     gc_for_trials,
     incomplete_fields,
+    left_fields,
+    prepare_log_dir,
     prompt_names,
     refuse_runs_inside,
+    run_failures,
     run_metadata,
     without_cut_short,
     write_atomic,
     write_run_file,
     write_running,
 )
-from ._shards import merged_run, run_workers
-from ._suite import Cell, Suite, SuiteError
+from ..suite import Cell, SuiteError
+from ._plan import WorkerPlan
+from ._processes import run_workers
+
+
+def merged_run(runs: Sequence[dict[str, Any]], shards: ShardSet) -> dict[str, Any]:
+    """One ``run`` record for the merged shards: the axes are the union of the shards' axes."""
+    merged: dict[str, Any] = dict(runs[0]) if runs else {}
+    for key in ("models", "tasks", "faults", "protections"):
+        merged[key] = list(dict.fromkeys(v for r in runs for v in r.get(key) or []))
+    prompts: dict[str, Any] = {}
+    for r in runs:
+        prompts.update(r.get("prompts") or {})
+    if runs:
+        merged["prompts"] = prompts
+    merged.pop("shard", None)
+    merged["shards"] = shards.record()
+    return merged
 
 
 @dataclass
@@ -172,6 +190,11 @@ def merge(
     if planned is not None and errored_trials(frame):  # cut_short, if any, is kept
         names = prompt_names(planned)
         extra = {**extra, **incomplete_fields(missing, names, interrupted, errored_trials(frame))}
+    if planned is not None:
+        # As a one-process run's summary: the endpoints its workers could not reach, and the
+        # trials a rerun runs again.
+        said = (line for s in summaries for line in s.get("unreachable") or [])
+        extra = {**extra, **left_fields(frame, list(dict.fromkeys(said)))}
     if shards is None:
         return Merged(logs, frame, table, run or read_run(log_dir), None)
     if run is None:
@@ -221,39 +244,39 @@ _STOPPED = {code: name for name, code in EXIT_INTERRUPTED.items()} | {
 
 
 def run_with_workers(
-    args: Sequence[str],
-    log_dir: Location,
+    plan: WorkerPlan,
     count: int,
     idle: Callable[[], object] | None = None,
     at_once: int | None = None,
 ) -> tuple[list[str], LogRecords, str | None]:
-    """Run ``count`` local shard processes of ``twice run ARGS`` into ``log_dir``; ``idle``
-    and ``at_once`` as :func:`run_workers`.
+    """Run ``count`` local shard processes of ``plan`` into ``plan.log_dir``; ``idle`` and
+    ``at_once`` as :func:`run_workers`.
 
     Returns:
         One line per worker that failed (exit 1: an eval errored or a trial crashed; or killed
-        by a signal other than SIGINT/SIGTERM, e.g. the OOM killer) quoting its last lines of
-        output (every shard's logs are still merged), what the workers read of their logs,
-        and the signal that stopped the run (passed on by this process, or received by a
-        worker), if any.
+        by a signal other than SIGINT/SIGTERM, e.g. the OOM killer) with what it said went
+        wrong, else its last lines of output (every shard's logs are still merged), what the
+        workers read of their logs, and the signal that stopped the run (passed on by this
+        process, or received by a worker), if any.
 
     Raises:
-        SuiteError: when a worker refused its arguments (exit 2).
+        SuiteError: when a worker refused the plan (exit 2).
     """
     failed = []
-    exits = run_workers(args, log_dir, count, idle, at_once)
+    exits = run_workers(plan, count, idle, at_once)
     interrupted = next((w.interrupted for w in exits if w.interrupted), None)
     for w in exits:
         if w.returncode == 0:
             continue
-        detail = f": {w.stderr_tail}" if w.stderr_tail else ""
+        said = "; ".join(w.errors) if w.errors is not None else w.stderr_tail
+        detail = f": {said}" if said else ""
         if w.returncode in _STOPPED:
             interrupted = interrupted or _STOPPED[w.returncode]
         elif w.returncode == 2:
-            # A usage error. Every worker has the run's arguments, so it is the run's: said as
-            # one process says it, not as a worker's (the default suite runs as 2 workers
-            # nobody asked for, and a missing API key would read as a worker's problem).
-            raise SuiteError(_refusal(w.stderr_tail))
+            # A usage error. Every worker has the run's plan, so it is the run's: said as one
+            # process says it, not as a worker's (the default suite runs as 2 workers nobody
+            # asked for, and a missing API key would read as a worker's problem).
+            raise SuiteError(said or "a worker refused the plan and gave no reason")
         elif w.returncode < 0:  # the OOM killer, a kill -9: what the others finished counts
             name = signal.Signals(-w.returncode).name
             failed.append(f"worker {w.shard} was killed by {name}{detail}")
@@ -262,46 +285,33 @@ def run_with_workers(
     return failed, {key: recs for w in exits for key, recs in w.records.items()}, interrupted
 
 
-def _refusal(stderr: str) -> str:
-    """The reason a worker gave for exit 2: its ``Error:`` line without the usage text around
-    it (which the parent prints once, for its own command line)."""
-    lines = stderr.splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        head, _, reason = lines[i].partition(": ")
-        if head in ("Error", "error") and reason:
-            return " ".join([reason.strip(), *(line.strip() for line in lines[i + 1 :])])
-    return stderr or "no reason given"
-
-
 def run_parallel(
-    suite: Suite,
-    log_dir: Location,
-    args: Sequence[str],
+    plan: WorkerPlan,
     count: int,
     *,
-    model_args: dict[str, Any] | None = None,
     report: bool = True,
     at_once: int | None = None,
 ) -> RunResult:
-    """``twice run ARGS --workers count``: the shards as local processes (``at_once``: at most
-    that many at a time), then the merge.
+    """``twice run --workers count``: the shards of ``plan`` as local processes (``at_once``:
+    at most that many at a time), then the merge.
 
-    ``args`` are the ``twice run`` arguments that select the suite (each worker rebuilds the
-    same suite from them and runs its share); the merged summary records the whole suite. A
-    run stopped by SIGINT or SIGTERM returns with ``interrupted`` set and its summary marked.
+    Each worker is given the plan and runs its share; the merged summary records the whole
+    suite. A run stopped by SIGINT or SIGTERM returns with ``interrupted`` set and its summary
+    marked.
 
     Raises:
-        SuiteError: when a worker refused its arguments.
+        SuiteError: when a worker refused the plan.
         LogReadError: when the workers' logs cannot be read back (a log gone or changed
             meanwhile, object storage failing); the logs stay for a rerun to resume.
     """
+    suite, log_dir = plan.suite, plan.log_dir
     planned = list(suite.cells())
-    run = run_metadata(suite, model_args)
+    run = run_metadata(suite, plan.model_args)
     summary_path = join(log_dir, "summary.json")
     if is_remote(log_dir):
         # A bucket that is missing or cannot be reached is one line here, as in one process,
         # not every worker's usage error wrapped in the run's.
-        _prepare_log_dir(log_dir)
+        prepare_log_dir(log_dir)
     elif is_dir(log_dir):
         refuse_runs_inside(log_dir)  # its shards' directories aside (checked there too)
     with contextlib.ExitStack() as stack:
@@ -316,8 +326,8 @@ def run_parallel(
         try:
             # The report's libraries load while the last workers finish, not after them.
             idle = prepare_report if report else None
-            failed, known, interrupted = run_with_workers(args, log_dir, count, idle, at_once)
-        except SuiteError:  # the workers refused the arguments: nothing ran, nothing is lost
+            failed, known, interrupted = run_with_workers(plan, count, idle, at_once)
+        except SuiteError:  # the workers refused the plan: nothing ran, nothing is lost
             if previous is not None:
                 write_text(summary_path, previous)
             raise
@@ -367,7 +377,7 @@ def _merge_workers(
             return RunResult(log_dir, [], empty, summary_path, None, failed,
                              missing=planned, interrupted=interrupted)  # fmt: skip
         if not interrupted:  # an interrupt's cut-short trials are not crashes
-            failed += merged.logs.problems() + _failures([], merged.table, merged.frame)
+            failed += merged.logs.problems() + run_failures([], merged.table, merged.frame)
         report_path = None
         if report and not merged.frame.empty:
             from twice.reports import write_report
@@ -383,6 +393,7 @@ def _merge_workers(
     return RunResult(
         log_dir, [], merged.table, merged.summary_path, report_path, failed,
         missing=merged.missing, interrupted=interrupted, reused=reused,
+        unreachable=list(merged.status.get("unreachable", [])), trials=merged.frame,
         uncounted=merged.logs.uncounted_cells(),
     )  # fmt: skip
 

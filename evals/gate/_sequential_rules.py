@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 from twice.reports import alpha_of, metric
 
+from ._rule import Rule
 from ._sequential import bounds, proves
-
-if TYPE_CHECKING:
-    from ._gate import Rule
 
 TRIAL_ORDER = ("epoch", "sample")
 """The order trials enter the confidence sequence: rounds add whole epochs, so this is the

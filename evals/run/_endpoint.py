@@ -50,8 +50,8 @@ import anyio
 from inspect_ai.model import Model
 from twice.tasks import scrub, scrub_value, secret_values
 
+from ..suite import DEFAULT_OUTAGE_WINDOW
 from ._secrets import redact_url
-from ._suite import DEFAULT_OUTAGE_WINDOW
 
 if TYPE_CHECKING:  # inspect's retry loop is tenacity's; twice only gives it a wait
     from tenacity import RetryCallState

@@ -83,11 +83,11 @@ from twice.tasks import (
     task_parts,
 )
 
-from ._hang import DEFAULT_HANG_SECONDS, check_hang_seconds
-from ._serve_log import DamagedLog, RequestLog
+from ..suite import DEFAULT_HANG_SECONDS, check_hang_seconds
+from ._log import DamagedLog, RequestLog
 
 if TYPE_CHECKING:
-    from ._serve_mcp import TrialMcp
+    from ._mcp import TrialMcp
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -374,7 +374,7 @@ class ServedTrial:
         """The trial's MCP endpoint, made on first use."""
         if self.mcp is None:
             # Imported here: mcp is an optional extra ("twice[serve]"), needed only for MCP.
-            from ._serve_mcp import TrialMcp
+            from ._mcp import TrialMcp
 
             self.mcp = TrialMcp(
                 f"twice-{self.config.task}",

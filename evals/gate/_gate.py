@@ -33,7 +33,6 @@ should mean it). It is one-sided because only a regression should fail a release
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import tomllib
 import xml.etree.ElementTree as ET
@@ -59,11 +58,11 @@ from twice.reports import (
     write_text,
 )
 
-from ._suite import read_shipped
+from ..suite import read_shipped
+from ._rule import STATISTICS, Rule, Statistic
+from ._sequential import describe
+from ._sequential_rules import rule_state
 
-STATISTICS = ("point", "lower", "upper")
-
-Statistic = Literal["point", "lower", "upper"]
 Status = Literal["pass", "fail", "skip"]
 
 
@@ -73,27 +72,6 @@ class GateError(ValueError):
 
 def _is_rate(name: str) -> bool:
     return metric(name).kind == "rate"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One threshold: ``statistic(metric) <= max`` (or ``>= min``) in every matching cell."""
-
-    name: str
-    metric: str
-    bound: float
-    direction: Literal["max", "min"]
-    statistic: Statistic
-    min_trials: int = 1
-    filters: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Cell axis (``model``, ``prompt``...) → glob patterns; a cell must match one per axis."""
-
-    def matches(self, cell: Mapping[str, Any]) -> bool:
-        """Whether the rule applies to a cell (a mapping with the :data:`CELL` keys)."""
-        return all(
-            any(fnmatch.fnmatchcase(str(cell[axis]), pat) for pat in pats)
-            for axis, pats in self.filters.items()
-        )
 
 
 @dataclass(frozen=True)
@@ -481,8 +459,6 @@ def _no_pair(name: str, cells: list[_Cell], base: pd.DataFrame, policy: Baseline
 
 
 def _check_sequential(rule: Rule, cell: _Cell, confidence: float) -> Check:
-    from ._seqgate import rule_state
-
     excluded = f"; {cell.errors} errored trial(s) excluded" if cell.errors else ""
     state = rule_state(rule, cell.scored, confidence, excluded)
     return Check("rule", rule.name, cell_label(cell.keys), state.status, state.message)
@@ -524,8 +500,6 @@ def evaluate_gate(
                 checks.append(_no_pair(name, cells, baseline, config.baseline))
     notes = []
     if sequential is not None:
-        from ._sequential import describe
-
         notes.append(describe(sequential))
     errored = sum(c.errors for c in cells)
     if errored:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._lock import hold_lock
+from ..locks import hold_lock
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS log (

@@ -33,7 +33,8 @@ from twice.reports import (
     write_summary,
 )
 
-from ._gate import GateConfig, cell_label
+from ..gate import METHOD, GateConfig, RuleState, cell_label, rule_state
+from ..suite import Cell, Suite, SuiteError
 from ._run import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
@@ -42,7 +43,6 @@ from ._run import (
     Interrupts,
     PreparedRun,
     RunResult,
-    _failures,
     _finished_cells,
     _read_or_none,
     _stop_on_sigterm,
@@ -55,12 +55,10 @@ from ._run import (
     prompt_names,
     ran_trials,
     rerun_errored,
+    run_failures,
     run_metadata,
     write_atomic,
 )
-from ._seqgate import RuleState, rule_state
-from ._sequential import METHOD
-from ._suite import Cell, Suite, SuiteError
 
 DEFAULT_MAX_TRIALS = 480
 """Trials per cell at most (20 rounds of a 24-sample task such as send_email; 17 of the
@@ -389,7 +387,7 @@ class _Rounds:
             )
         table = cells(frame) if not frame.empty else pd.DataFrame()
         # After an interrupt, the trials it cut short are recorded as errors: not crashes.
-        failed = [] if state.signal else _failures(logs, table, frame)
+        failed = [] if state.signal else run_failures(logs, table, frame)
         return RunResult(
             self.prepared.log_dir, logs, table, summary_path, report_path, failed,
             missing=unsettled, interrupted=state.signal,
@@ -417,7 +415,7 @@ class _Rounds:
 
         The one place the cap applies: a resumed run replays its finished rounds and comes
         here as an uninterrupted run did after its last one (a rerun of a run that stopped at
-        the cap runs nothing more; it used to run one more round each time)."""
+        the cap runs nothing more, not one more round each time)."""
         if (st.epochs + st.epochs_per_round) * st.samples > self.max_trials:
             st.status = "undecided"
             st.stopped_round = st.rounds
@@ -538,7 +536,7 @@ def load_decision_gate(gate_path: Path) -> GateConfig:
     """
     import click
 
-    from ._gate import GateError, load_gate
+    from ..gate import GateError, load_gate
 
     try:
         gate = load_gate(gate_path)

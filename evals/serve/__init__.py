@@ -1,0 +1,29 @@
+"""The ``[serve]`` extra: ``twice serve``, each trial's mock services and tools over HTTP and
+MCP for an agent twice does not run itself, and the inspect task that drives one."""
+
+from ._eval import URL_ENV, command_agent, served_task
+from ._log import DamagedLog, RequestLog
+from ._server import (
+    ControlError,
+    ServeError,
+    TrialConfig,
+    TwiceServer,
+    parse_trial_config,
+    running_server,
+    serve,
+)
+
+__all__ = [
+    "URL_ENV",
+    "ControlError",
+    "DamagedLog",
+    "RequestLog",
+    "ServeError",
+    "TrialConfig",
+    "TwiceServer",
+    "command_agent",
+    "parse_trial_config",
+    "running_server",
+    "serve",
+    "served_task",
+]

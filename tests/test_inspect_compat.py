@@ -1,0 +1,69 @@
+"""Every inspect_ai private name twice uses, checked where twice reaches it.
+
+twice uses a few of inspect's private names (``tests/test_layering.py`` keeps them in the
+``_inspect_compat`` modules). Each test here fails, naming the name, when an inspect release
+moves or reshapes one, instead of twice quietly losing the behaviour built on it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from contextvars import ContextVar
+
+from twice.evals import _inspect_compat as evals_compat
+from twice.mocks import _inspect_compat as mocks_compat
+from twice.tasks import _inspect_compat as tasks_compat
+
+
+def test_inspect_compat_sample_state_is_there() -> None:
+    # A stub model finds its trial through the running sample's TaskState.
+    assert callable(mocks_compat.sample_state)
+
+
+def test_inspect_compat_registry_functions_are_there() -> None:
+    for fn in (
+        tasks_compat.registry_info,
+        tasks_compat.set_registry_info,
+        tasks_compat.set_registry_params,
+        tasks_compat.is_registry_object,
+    ):
+        assert callable(fn), fn
+    assert list(inspect.signature(tasks_compat.set_registry_params).parameters)[:2] == [
+        "o",
+        "params",
+    ]
+
+
+def test_inspect_compat_store_events_switch_is_a_context_variable() -> None:
+    # Without it every span copies the store (measured in bench/): twice sets it per task.
+    assert isinstance(tasks_compat.store_events_suspended, ContextVar)
+    assert tasks_compat.store_events_suspended.get(False) in (True, False)
+
+
+def test_inspect_compat_bridge_request_patch_is_there() -> None:
+    from inspect_ai.agent._bridge import bridge
+
+    assert callable(bridge.init_bridge_request_patch)
+    assert not inspect.signature(bridge.init_bridge_request_patch).parameters
+
+
+def test_inspect_compat_dotenv_and_the_provider_registry_are_there() -> None:
+    from inspect_ai._util import dotenv
+
+    assert callable(dotenv.init_dotenv)
+    assert "openai" in evals_compat.model_api_names()
+
+
+def test_inspect_compat_rich_display_draws_the_results_table_in_tasks_results() -> None:
+    module = evals_compat.rich_display()
+    assert module is not None and callable(module.tasks_results)
+
+
+def test_inspect_compat_provider_sdk_flags_are_booleans() -> None:
+    internal = evals_compat.assistant_internal()
+    assert isinstance(internal._HAS_OPENAI, bool)
+    assert isinstance(internal._HAS_ANTHROPIC, bool)
+
+
+def test_inspect_compat_task_log_resolves_the_revision() -> None:
+    assert callable(evals_compat.task_log().resolve_revision)
