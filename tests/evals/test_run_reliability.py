@@ -184,6 +184,7 @@ def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the signal must find only the hanging trials in flight, in every worker
 @pytest.mark.parametrize("mode", ["one-process", "workers", "until-decided"])
 def test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplicated(
     tmp_path: Path, mode: str
