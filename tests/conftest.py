@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,21 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if config.getoption("--serial-only") and getattr(config.option, "numprocesses", None):
         raise pytest.UsageError("--serial-only runs the serial tests one at a time: drop -n")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_inspect_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Inspect's data directory (its trace files) for this test session alone.
+
+    Each inspect process writes ``traces/trace-PID.log`` there and, when it starts, deletes
+    all but the ten newest files: in the one shared ``~/.local/share/inspect_ai`` another
+    xdist worker's or another session's processes delete this process's open trace file,
+    which the secret-scrubbing tests read. Subprocesses inherit the variable.
+    """
+    data = tmp_path_factory.mktemp("xdg-data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_DATA_HOME", str(data))
+        yield data
 
 
 ORDERS = [

@@ -1,11 +1,14 @@
-"""``make test``'s two passes: xdist workers never run a ``serial`` test; ``--serial-only``
-runs those alone, and refuses ``-n``."""
+"""Sharing the machine: ``make test``'s two passes (xdist workers never run a ``serial``
+test; ``--serial-only`` runs those alone, and refuses ``-n``), and state of a test session's
+own."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = "tests/evals/test_run_reliability.py"
@@ -40,3 +43,9 @@ def test_serial_only_refuses_workers() -> None:
     done = _pytest("-n", "2", "--serial-only", FILE)
     assert done.returncode == 4, done.stdout + done.stderr
     assert "--serial-only runs the serial tests one at a time: drop -n" in done.stderr
+
+
+def test_inspect_trace_files_are_the_sessions_own(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from inspect_ai._util.trace import inspect_trace_dir
+
+    assert inspect_trace_dir().is_relative_to(tmp_path_factory.getbasetemp())
