@@ -35,9 +35,18 @@ demo-real: real-setup
 	$(BIN)/twice run --config evals/real.toml --log-dir $(REAL_DIR)
 	@echo "open $(REAL_DIR)/report.html in a browser"
 
-## Run the whole test suite.
+## Run the whole test suite on every core: the tests that can share the machine with -n
+## (pytest-xdist, one worker per core), then the ones marked serial (wall-clock bounds,
+## signals on a deadline) one at a time. It fails if either pass fails; a pass that selects
+## no test (pytest's exit 5, e.g. PYTEST_ARGS naming one file) does not fail it. The second
+## pass is skipped after an interrupt (2), a usage error (4) or an internal error (3).
+XDIST ?= -n auto --dist worksteal
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS); one=$$?; \
+	case $$one in 0|1|5) ;; *) exit $$one ;; esac; \
+	$(BIN)/python -m pytest $(PYTEST_ARGS) -n 0 --serial-only; two=$$?; \
+	if [ $$one = 5 ] && [ $$two = 5 ]; then exit 5; fi; \
+	for rc in $$one $$two; do case $$rc in 0|5) ;; *) exit $$rc ;; esac; done
 
 ## Lint, format check and type check.
 check: setup

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,50 @@ from twice.mocks import SOURCE_HEADER, Ledger, PaymentsService, Services, get_fa
 pytest_plugins = ["pytester"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--serial-only",
+        action="store_true",
+        help="run only the tests marked serial (make test's second pass, without -n)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep ``serial`` tests out of xdist workers; ``--serial-only`` runs them alone.
+
+    A serial test measures wall time or signals processes on a deadline: beside another
+    test on the same cores it fails for no fault of the code. ``make test`` runs everything
+    else with ``-n auto`` and then these in a second pass of their own.
+    """
+    in_worker = hasattr(config, "workerinput")
+    only = bool(config.getoption("--serial-only"))
+    if not (in_worker or only):
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        serial = item.get_closest_marker("serial") is not None
+        (keep if serial == only else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    if in_worker:
+        # The slow tests (a minute or more each) first, so the run does not end on one of
+        # them with the other workers idle. The order is the same in every worker, as xdist
+        # requires.
+        keep.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items[:] = keep
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        terminalreporter.write_line(
+            "tests marked serial did not run under -n: run them with --serial-only "
+            "(make test does, after this pass)"
+        )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Let the interrupt tests' child processes receive SIGINT however pytest was started.
 
@@ -27,6 +71,23 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if config.getoption("--serial-only") and getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError("--serial-only runs the serial tests one at a time: drop -n")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_inspect_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Inspect's data directory (its trace files) for this test session alone.
+
+    Each inspect process writes ``traces/trace-PID.log`` there and, when it starts, deletes
+    all but the ten newest files: in the one shared ``~/.local/share/inspect_ai`` another
+    xdist worker's or another session's processes delete this process's open trace file,
+    which the secret-scrubbing tests read. Subprocesses inherit the variable.
+    """
+    data = tmp_path_factory.mktemp("xdg-data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_DATA_HOME", str(data))
+        yield data
 
 
 ORDERS = [

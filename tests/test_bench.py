@@ -60,6 +60,7 @@ def _run_module() -> ModuleType:
     return _script("bench_run", RUN)
 
 
+@pytest.mark.slow
 def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     done = subprocess.run(
