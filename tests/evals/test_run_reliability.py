@@ -113,6 +113,27 @@ def _wait(path: Path, proc: subprocess.Popen[str]) -> None:
         time.sleep(0.2)
 
 
+def _wait_for_finished_log(log_dir: Path, fault: str, proc: subprocess.Popen[str]) -> None:
+    """Wait until the log of the cell under ``fault`` is finished (not "started")."""
+    from inspect_ai.log import read_eval_log
+
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        for path in log_dir.rglob("*.eval"):
+            try:
+                header = read_eval_log(str(path), header_only=True)
+            except Exception:  # being written: look again
+                continue
+            if header.eval.task_args.get("fault") == fault and header.status != "started":
+                return
+        if proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode} early:\n{proc.communicate()[0]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"no finished {fault} log after {DEADLINE_S:.0f} s")
+        time.sleep(0.2)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
@@ -256,6 +277,10 @@ def test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplica
     ]  # fmt: skip
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     _wait(marks / "hanging", proc)  # type: ignore[arg-type]
+    if mode == "workers":
+        # The hanging trial sees only its own worker's trials: the other worker runs the
+        # "none" cell, whose trials a signal sent now would cut short too.
+        _wait_for_finished_log(log_dir, "none", proc)  # type: ignore[arg-type]
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=DEADLINE_S)[0]
     assert proc.returncode == 143, out
