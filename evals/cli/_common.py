@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -290,3 +292,27 @@ def say_uncounted(log_dir: str, cells: list[str], why: str) -> None:
         "run its own --log-dir, or run all the cells in one command.",
         err=True,
     )
+
+
+OWN_PROCESS = False
+"""Set by the console script's ``main``: the process is twice's to end (not a test's
+``CliRunner`` or a library caller's, whose signal handlers twice must leave alone)."""
+
+
+def another_signal_exits(code: int) -> None:
+    """After a run stopped for a signal and wrote its summary, only printing and the
+    interpreter's exit are left: a second Ctrl-C there ends the process at once with the
+    run's own code. Python's handler would raise KeyboardInterrupt into the exit instead, and
+    the process would die by SIGINT (a shell reads 130 either way; a supervisor reading the
+    exit status does not). Only in twice's own process."""
+
+    def now(signum: int, frame: object) -> None:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+    if OWN_PROCESS and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, now)

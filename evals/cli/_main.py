@@ -14,6 +14,7 @@ import click
 
 from .._inspect_compat import init_dotenv
 from ..run import batch_gc
+from . import _common
 from ._gate import gate
 from ._list import list_
 from ._local_model import local_model
@@ -68,6 +69,7 @@ class ReaderGone:
 
 def main() -> None:
     """Console-script entry point."""
+    _common.OWN_PROCESS = True
     batch_gc()
     if sys.stdout is not None:
         sys.stdout = ReaderGone(sys.stdout)  # type: ignore[assignment]

@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +14,14 @@ from twice.reports import MAX_SHARDS
 
 from ..run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EXIT_INTERRUPTED
 from ..suite import DEFAULT_OUTAGE_WINDOW, SuiteError, suite_from_flags
-from ._common import LOCATION, default_display, one_agent_cmd, parse_model_args, say_uncounted
+from ._common import (
+    LOCATION,
+    another_signal_exits,
+    default_display,
+    one_agent_cmd,
+    parse_model_args,
+    say_uncounted,
+)
 
 WORKERS_PER_CPU = 8
 """``--workers`` per usable CPU at most: a worker mostly waits on its model calls, so a few
@@ -389,7 +392,7 @@ def run(
         click.echo(f"twice: interrupted by {name}; {rerun} to resume", err=True)
         sys.exit(EXIT_INTERRUPTED.get(name, 130))
     if result.interrupted:
-        _another_signal_exits(result.exit_code)
+        another_signal_exits(result.exit_code)
     if gate is None:  # a sequential run printed its table and decisions already
         if result.reused:
             ran = mine - result.reused
@@ -484,22 +487,3 @@ def _server_end(server: Any, failed: list[str]) -> None:
     if stats:
         shapes = ", ".join(f"{k} {v}" for k, v in stats.get("shapes", {}).items())
         click.echo(f"twice: local model replies: {stats.get('requests', 0)} ({shapes})", err=True)
-
-
-def _another_signal_exits(code: int) -> None:
-    """After a run stopped for a signal and wrote its summary, only printing and the
-    interpreter's exit are left: a second Ctrl-C there ends the process at once with the
-    run's own code. Python's handler would raise KeyboardInterrupt into the exit instead, and
-    the process would die by SIGINT (a shell reads 130 either way; a supervisor reading the
-    exit status does not)."""
-
-    def now(signum: int, frame: object) -> None:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(sig) is not signal.SIG_IGN:
-                signal.signal(sig, now)

@@ -109,3 +109,16 @@ def test_a_run_whose_reader_left_finishes_its_summary(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
     summary = json.loads((log_dir / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["cells"][0]["trials"] == 1
+
+
+def test_a_run_in_someone_elses_process_leaves_its_signal_handlers_alone() -> None:
+    # After an interrupted run, twice's own process ends at once on a second signal; a test's
+    # CliRunner or a library caller keeps its handlers (one that exits would kill a pytest
+    # worker whose next test signals itself).
+    import signal
+
+    from twice.evals.cli import _common
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _common.another_signal_exits(143)
+    assert {sig: signal.getsignal(sig) for sig in before} == before
