@@ -231,7 +231,7 @@ def test_a_key_inside_longer_model_args_reaches_the_provider_and_no_file(
     # The failing path: only a model arg *equal* to a key was refused or scrubbed; one holding
     # it (a gateway's key in the base_url path or fragment, an organization built from it)
     # went to inspect as it was, which wrote it into header.json, _journal/start.json,
-    # logs.json, eval-set.json and its trace file.
+    # logs.json and eval-set.json (its trace file has a test of its own, below).
     from inspect_ai.log import read_eval_log
 
     monkeypatch.setenv("GW_API_KEY", GATEWAY_KEY)
