@@ -4,7 +4,7 @@ a :class:`TrialConfig`."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,7 +95,7 @@ def _given(body: dict[str, Any], name: str, default: Any) -> Any:
     return default if value is None else value
 
 
-def _choice(body: dict[str, Any], name: str, allowed: Sequence[str], default: str | None) -> str:
+def _choice(body: dict[str, Any], name: str, allowed: Collection[str], default: str | None) -> str:
     """Field ``name``, one of ``allowed`` (``default`` when not given; None: required)."""
     value = _given(body, name, default)
     if value is None:
