@@ -18,15 +18,28 @@ from typing import Any
 
 from _common import Paired, paired
 from inspect_ai.analysis import samples_df
-from twice.evals import run_metadata
-from twice.evals.suite._suite import DEFAULT_SUITE, load_suite
+from twice.evals import Suite, run_metadata, suite_from_flags
 from twice.reports import cells, trials_frame, write_report, write_summary
+
+
+def default_suite() -> Suite:
+    """What ``twice run`` runs with no flags: the run metadata the report is built with."""
+    return suite_from_flags(
+        config=None,
+        models=(),
+        prompts=(),
+        tasks=(),
+        faults=(),
+        protections=(),
+        epochs=None,
+        limit=None,
+    )
 
 
 def build_report(log_dir: Path, out: Path) -> int:
     """Everything ``twice run`` does after its evals; returns the number of trials."""
     frame = trials_frame(log_dir)
-    run = run_metadata(load_suite(DEFAULT_SUITE))
+    run = run_metadata(default_suite())
     write_summary(cells(frame), out / "summary.json", run=run)
     write_report(frame, out / "report.html", run=run)
     return len(frame)

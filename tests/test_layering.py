@@ -234,6 +234,55 @@ def test_layering_private_import_check_catches_a_sibling_and_another_package() -
     assert private_imports("twice.tasks.agents._solver", {"twice.tasks._redact"}) == []
 
 
+def twice_private_imports(source: str) -> list[str]:
+    """The twice modules and names a script imports that are private (a part starting with
+    ``_``): ``twice.evals.suite._suite``, ``from twice.evals import _rates``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [f"{node.module}.{alias.name}" for alias in node.names]
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == "twice" and any(p.startswith("_") for p in parts[1:]):
+                found.append(module)
+    return found
+
+
+BENCH_NOT_YET_PUBLIC = {"_sequential.py"}
+"""Bench scripts that still simulate the sequential gate through its private helpers, which
+have no public home yet."""
+
+
+def test_layering_bench_uses_only_public_names() -> None:
+    # The benchmarks time what a user can call: a private import measures code a user never
+    # reaches, and breaks on every internal move.
+    bad = {
+        path.name: names
+        for path in sorted((ROOT / "bench").glob("*.py"))
+        if path.name not in BENCH_NOT_YET_PUBLIC
+        and (names := twice_private_imports(path.read_text(encoding="utf-8")))
+    }
+    assert not bad, f"bench/ imports twice's public names only (a package's __all__): {bad}"
+
+
+def test_layering_bench_check_catches_each_form() -> None:
+    source = (
+        "from twice.evals.suite._suite import load_suite\n"
+        "from twice.evals import _rates\n"
+        "import twice.mocks._ledger\n"
+        "from twice.evals import suite_from_flags\n"
+        "from _common import paired\n"
+    )
+    assert twice_private_imports(source) == [
+        "twice.evals.suite._suite.load_suite",
+        "twice.evals._rates",
+        "twice.mocks._ledger",
+    ]
+
+
 def inspect_private_names(source: str) -> list[str]:
     """inspect_ai's private modules and names a module imports (``inspect_ai._util...``,
     ``from inspect_ai.model import _assistant_internal``), by literal import or

@@ -18,16 +18,11 @@ import httpx
 import pytest
 import requests
 import stripe
+from twice.evals.serve import ControlError, ServeError, parse_trial_config, running_server
+from twice.evals.serve._asgi import MAX_SERVICE_BODY
 from twice.evals.serve._log import RequestLog
 from twice.evals.serve._mcp import tool_annotations
-from twice.evals.serve._server import (
-    MAX_SERVICE_BODY,
-    ControlError,
-    ServeError,
-    _prepare,
-    parse_trial_config,
-    running_server,
-)
+from twice.evals.serve._server import _prepare
 from twice.evals.suite._hang import DEFAULT_HANG_SECONDS
 from twice.mocks import UNKNOWN_OUTCOME
 from twice.tasks import ToolSpec
