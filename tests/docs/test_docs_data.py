@@ -1,0 +1,119 @@
+"""The data and code the site's pages include are loaded, validated and run here."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from twice.assertions import parse_assertion
+from twice.evals import RunResult, load_gate, load_suite, running_server
+
+ROOT = Path(__file__).parents[2]
+SNIPPETS = ROOT / "docs" / "snippets"
+
+
+def contained(shown: Any, actual: Any) -> bool:
+    """Whether ``shown`` is ``actual`` with some dict keys left out (the page shortens a record)."""
+    if isinstance(shown, dict):
+        return isinstance(actual, dict) and all(
+            k in actual and contained(v, actual[k]) for k, v in shown.items()
+        )
+    if isinstance(shown, list):
+        return (
+            isinstance(actual, list)
+            and len(shown) == len(actual)
+            and all(contained(s, a) for s, a in zip(shown, actual, strict=True))
+        )
+    return bool(shown == actual)
+
+
+def test_assertion_lines_parse_and_round_trip() -> None:
+    lines = (SNIPPETS / "assertions.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        data = json.loads(line)
+        assertion = parse_assertion(data)
+        assert contained(data, assertion.to_dict()), (data, assertion.to_dict())
+
+
+def test_every_gate_toml_shown_loads() -> None:
+    for path in (SNIPPETS / "gate.toml", ROOT / "evals" / "gate.toml"):
+        gate = load_gate(path)
+        assert gate.rules, path
+
+
+def test_every_shipped_suite_loads() -> None:
+    suites = sorted((ROOT / "evals").glob("*.toml"))
+    assert ROOT / "evals" / "default.toml" in suites
+    for path in suites:
+        if path.name == "gate.toml":
+            continue
+        assert list(load_suite(path).cells()), path
+
+
+def test_the_refund_record_shown_is_the_datasets_first() -> None:
+    shown = json.loads((SNIPPETS / "refund-record.json").read_text(encoding="utf-8"))
+    first = (ROOT / "tasks" / "refund" / "dataset.jsonl").read_text(encoding="utf-8")
+    actual = json.loads(first.splitlines()[0])
+    assert contained(shown, actual), "docs/snippets/refund-record.json is not the first record"
+    assert shown["plan"][0]["drift"] == {"amount": 4.98}
+
+
+def test_the_containment_check_catches_a_changed_value() -> None:
+    assert not contained({"a": {"b": 1}}, {"a": {"b": 2, "c": 3}})
+    assert not contained({"a": [1]}, {"a": [1, 2]})
+    assert contained({"a": {"b": 1}}, {"a": {"b": 1, "c": 3}})
+
+
+def test_the_summary_shown_has_only_keys_a_run_writes(reference_summary: dict[str, Any]) -> None:
+    shown = json.loads((SNIPPETS / "summary.json").read_text(encoding="utf-8"))
+    real_cell = reference_summary["cells"][0]
+    for cell in shown["cells"]:
+        keys = set(cell) - {"..."}
+        assert keys <= set(real_cell), keys - set(real_cell)
+        for key, value in cell.items():
+            if key.endswith("_ci"):
+                lo, hi = value
+                assert lo <= cell[key.replace("_ci", "_rate")] <= hi
+    assert set(shown["run"]) - {"..."} <= set(reference_summary["run"])
+    assert set(shown["run"]["prompts"]["baseline"]) <= set(
+        reference_summary["run"]["prompts"]["baseline"]
+    )
+
+
+def test_the_report_api_snippet_writes_a_report(
+    reference_run: RunResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = Path(reference_run.summary_path).parent
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "demo").symlink_to(logs)
+    (tmp_path / "logs" / "before").symlink_to(logs)
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(SNIPPETS / "report_api.py"), run_name="__main__")
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "stub/retry" in html and "baseline" in html
+
+
+def test_the_stripe_snippet_refunds_once_then_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    import stripe
+
+    # The snippet sets the SDK's module-level settings; put them back afterwards.
+    for name in ("api_key", "api_base", "max_network_retries"):
+        monkeypatch.setattr(stripe, name, getattr(stripe, name))
+    with running_server() as running:
+        monkeypatch.setenv("TWICE_SERVE_URL", running.url)
+        runpy.run_path(str(SNIPPETS / "stripe_retries.py"), run_name="__main__")
+        trials = httpx.get(f"{running.url}/_twice/trials").json()["trials"]
+        assert len(trials) == 2
+        refunds = [
+            len(httpx.get(f"{running.url}/_twice/trials/{t['id']}/ledger").json()["effects"])
+            for t in trials
+        ]
+    # The SDK's own retry reuses its key: once. A retry around the SDK makes a new key: twice.
+    assert sorted(refunds) == [1, 2], refunds
+    assert os.environ["TWICE_SERVE_URL"] == running.url
