@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,15 @@ def test_the_stripe_snippet_refunds_once_then_twice(monkeypatch: pytest.MonkeyPa
     # The SDK's own retry reuses its key: once. A retry around the SDK makes a new key: twice.
     assert sorted(refunds) == [1, 2], refunds
     assert os.environ["TWICE_SERVE_URL"] == running.url
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_the_extras_table_names_every_extra_of_the_package(page: str) -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]
+    text = (ROOT / page).read_text(encoding="utf-8")
+    shown = set(re.findall(r"^\| `([\w-]+)` \| ", text.split("| extra | for |")[1], re.M))
+    assert shown == set(extras), f"{page}: {shown ^ set(extras)}"
