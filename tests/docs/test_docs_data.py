@@ -130,3 +130,33 @@ def test_the_extras_table_names_every_extra_of_the_package(page: str) -> None:
     text = (ROOT / page).read_text(encoding="utf-8")
     shown = set(re.findall(r"^\| `([\w-]+)` \| ", text.split("| extra | for |")[1], re.M))
     assert shown == set(extras), f"{page}: {shown ^ set(extras)}"
+
+
+def test_the_serve_api_page_is_what_a_server_answers() -> None:
+    page = (ROOT / "docs" / "reference" / "serve-api.md").read_text(encoding="utf-8")
+    shown = re.findall(r"^\| `(GET|POST|DELETE) (/_twice/trials[^`]*)`", page, re.M)
+    assert len(shown) == 6, shown
+    with running_server() as running:
+        made = httpx.post(f"{running.url}/_twice/trials", json={"task": "refund"})
+        assert made.status_code == 201
+        trial = made.json()
+        assert {"id", "task", "sample", "fault", "protection", "hang_seconds", "urls"} <= set(trial)
+        assert {"payments", "mcp"} <= set(trial["urls"])
+        bad = httpx.post(f"{running.url}/_twice/trials", json={"task": "refund", "x": 1})
+        assert bad.status_code == 400 and "'x'" in bad.text
+        for method, path in shown:
+            if method == "POST":
+                continue
+            url = running.url + path.split(" ")[0].replace("<id>", trial["id"])
+            r = httpx.request(method, url)
+            assert r.status_code == 200, (method, path, r.text)
+            body = r.json()
+            if path.endswith("/ledger"):
+                assert {"attempts", "effects"} <= set(body)
+            elif path.endswith("/verdict"):
+                assert {"metrics", "explanation"} <= set(body)
+            elif method == "DELETE":
+                assert body == {"id": trial["id"], "deleted": True}
+        gone = httpx.get(f"{running.url}/_twice/trials/{trial['id']}")
+        assert gone.status_code == 404
+        assert httpx.put(f"{running.url}/_twice/trials").status_code == 405
