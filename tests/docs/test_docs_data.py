@@ -160,3 +160,48 @@ def test_the_serve_api_page_is_what_a_server_answers() -> None:
         gone = httpx.get(f"{running.url}/_twice/trials/{trial['id']}")
         assert gone.status_code == 404
         assert httpx.put(f"{running.url}/_twice/trials").status_code == 405
+
+
+def test_the_suite_toml_page_names_every_key_the_loader_takes(tmp_path: Path) -> None:
+    from twice.evals.suite import AXES, SuiteError
+
+    page = (ROOT / "docs" / "reference" / "suite-toml.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (.+?) \| (top|`\[\[matrix\]\]`) \|", page, re.M)
+    top = {k for keys, where in rows if where == "top" for k in re.findall(r"`\[?(\w+)", keys)}
+    axes = {k for keys, where in rows if where != "top" for k in re.findall(r"`(\w+)`", keys)}
+    # The loader names every key it takes when it meets one it does not.
+    probe = tmp_path / "suite.toml"
+    probe.write_text('not_a_key = 1\n[[matrix]]\nmodels = ["stub/retry"]\n', encoding="utf-8")
+    with pytest.raises(SuiteError) as refused:
+        load_suite(probe)
+    taken = set(str(refused.value).split("expected: ")[1].split(", "))
+    assert top == taken - {"matrix"}, top ^ (taken - {"matrix"})
+    assert axes == set(AXES)
+
+
+@pytest.mark.parametrize(
+    ("where", "toml"),
+    [
+        ("top", "not_a_key = 1\n"),
+        (
+            "`[[rule]]`",
+            '[[rule]]\nname = "r"\nmetric = "duplication_rate"\nmax = 0.1\nnot_a_key = 1\n',
+        ),
+        ("`[baseline]`", "[baseline]\nnot_a_key = 1\n"),
+    ],
+)
+def test_the_gate_toml_page_names_every_key_the_loader_takes(
+    tmp_path: Path, where: str, toml: str
+) -> None:
+    from twice.evals import GateError
+
+    page = (ROOT / "docs" / "reference" / "gate-toml.md").read_text(encoding="utf-8")
+    rows = re.findall(rf"^\| (.+?) \| {re.escape(where)} \|", page, re.M)
+    shown = {k for keys in rows for k in re.findall(r"`(\w+)`", keys)}
+    probe = tmp_path / "gate.toml"
+    probe.write_text(toml, encoding="utf-8")
+    # The loader names every key it takes when it meets one it does not.
+    with pytest.raises(GateError) as refused:
+        load_gate(probe)
+    taken = set(str(refused.value).split("expected: ")[1].split(", ")) - {"rule", "baseline"}
+    assert shown == taken, shown ^ taken
