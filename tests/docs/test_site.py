@@ -144,6 +144,9 @@ def test_the_api_page_shows_the_public_names_and_no_private_module(
         if not re.search(rf'id="twice\.{package}\.(\w+\.)*{name}"', html)
     ]
     assert not missing, f"twice.{package}: no entry for {missing}"
+    # ...and nothing else at the top: the page is the public surface, `__all__`.
+    extra = set(re.findall(rf'id="twice\.{package}\.(\w+)"', html)) - set(module.__all__)
+    assert not extra, f"twice.{package}: entries for names outside __all__: {extra}"
     assert not re.findall(rf"twice\.{package}\._\w+", text)
 
 
