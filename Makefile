@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= logs/demo
 REAL_DIR ?= logs/demo-real
 
-.PHONY: setup demo real-setup demo-real test check bench clean
+.PHONY: setup demo real-setup demo-real test check bench docs docs-serve clean
 
 setup: $(STAMP)
 
@@ -56,9 +56,23 @@ check: setup
 	@for p in mocks tasks assertions evals reports; do ln -sfn ../../../$$p build/typecheck/twice/$$p; done
 	$(BIN)/mypy
 
+## The documentation site into site/: --strict fails on a broken link, anchor or snippet.
+## mkdocstrings reads the five packages as `twice.*`, from the same links as `check`.
+DOCS_PORT ?= 8000
+docs: setup
+	@mkdir -p build/docs-src/twice
+	@for p in mocks tasks assertions evals reports; do ln -sfn ../../../$$p build/docs-src/twice/$$p; done
+	$(BIN)/mkdocs build --strict --quiet
+
+## Serve the site on 127.0.0.1 with live reload while editing the pages.
+docs-serve: setup
+	@mkdir -p build/docs-src/twice
+	@for p in mocks tasks assertions evals reports; do ln -sfn ../../../$$p build/docs-src/twice/$$p; done
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+
 ## Benchmarks: prints a table and writes bench/results.json.
 bench: setup
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) logs build *.egg-info
+	rm -rf $(VENV) logs build site *.egg-info

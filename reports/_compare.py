@@ -122,8 +122,10 @@ def baseline_test(
 
     Args:
         name: The metric (``duplication_rate`` or its column ``duplicated``).
-        k, n: Trials where the metric's column is 1, and scored trials, in this run.
-        k_ref, n_ref: The same in the baseline.
+        k: Trials where the metric's column is 1, in this run.
+        n: Scored trials, in this run.
+        k_ref: The same as ``k``, in the baseline.
+        n_ref: The same as ``n``, in the baseline.
         alpha: Significance level.
     """
     m = metric(name)

@@ -202,12 +202,15 @@ def retrying_transports() -> str:
 
 @pytest.fixture(scope="session")
 def readme_blocks() -> dict[str, str]:
-    """README's fenced blocks that follow an ``<!-- example: PATH -->`` or
-    ``<!-- output: NAME -->`` anchor, by anchor (``"example: docs/examples/x.py"``)."""
+    """The fenced blocks of README.md and the site's pages (docs/) that follow an
+    ``<!-- example: PATH -->`` or ``<!-- output: NAME -->`` anchor, by anchor
+    (``"output: docs/examples/x.py"``)."""
     import re
     from pathlib import Path
 
-    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    root = Path(__file__).parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
     pattern = re.compile(r"<!-- ((?:example|output): [^>]+?) -->\n```[a-z]*\n(.*?)```", re.S)
     return {anchor: body for anchor, body in pattern.findall(text)}
 

@@ -70,7 +70,7 @@ def test_package_all_is_sorted_public_and_importable(package: str) -> None:
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_package_exports_every_public_member(package: str) -> None:
-    # Two ways, as httpx's tests/test_exported_members.py: every name in __all__ exists, and
+    # Two ways, as httpx's test_exported_members.py: every name in __all__ exists, and
     # every public name the package defines is in __all__ (so nothing public is reachable
     # only by accident). Submodules and names imported from other libraries (a type used in
     # an annotation) are not members.

@@ -4,8 +4,8 @@
 
 Each row is one cell run in-process with inspect's ``eval`` on the built-in dataset; counts
 are per trial, read from each trial's ledger (never from the transcript). The README's tables
-are this script's output; ``tests/test_travel_booking.py`` and ``tests/test_resume.py`` assert
-the same figures.
+are this script's output; ``tests/tasks/test_travel_booking.py`` and
+``tests/tasks/test_resume.py`` assert the same figures.
 """
 
 from __future__ import annotations

@@ -187,6 +187,13 @@ def test_gate_cli_fails_for_stub_retry_and_junit_says_why(
     assert "upper 95% bound of duplication_rate = 100.0% > max 20.0%" in message
     assert "24 of 24 trials duplicated" in message
     assert cases["stub/verify / baseline / refund / lost_reply / bare"].find("failure") is None
+    # The README and the gate guide show this very failure.
+    root = Path(__file__).parents[2]
+    for page in ("README.md", "docs/guides/gate.md"):
+        text = (root / page).read_text(encoding="utf-8")
+        shown = text.split("<!-- output: twice gate, a failing rule -->\n```text\n")[1]
+        lines = shown.split("```")[0].splitlines()
+        assert lines and all(line in result.stdout.splitlines() for line in lines), page
 
 
 def test_gate_cli_baseline_flags_a_regression(

@@ -1,4 +1,4 @@
-"""How many trials a bound needs: the function, the CLI table and the README's copy of it."""
+"""How many trials a bound needs: the function, the CLI table and the gate guide's copy of it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from statsmodels.stats.proportion import proportion_confint
 from twice.evals import trials_needed, trials_table
 
-README = Path(__file__).parents[2] / "README.md"
+GATE_GUIDE = Path(__file__).parents[2] / "docs" / "guides" / "gate.md"
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 
@@ -86,9 +86,9 @@ def test_trials_cli_prints_the_table(twice: Callable[..., Any]) -> None:
     assert f"| ≤ 1% at 99% | {trials_needed(0.01, 0.99):,} |" in one.stdout
 
 
-def test_trials_table_in_readme_is_current() -> None:
-    assert trials_table() in README.read_text(encoding="utf-8"), (
-        "README.md's trials table is stale: paste the output of `twice trials`"
+def test_trials_table_in_the_gate_guide_is_current() -> None:
+    assert trials_table() in GATE_GUIDE.read_text(encoding="utf-8"), (
+        "docs/guides/gate.md's trials table is stale: paste the output of `twice trials`"
     )
 
 

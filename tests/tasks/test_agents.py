@@ -754,3 +754,20 @@ def test_a_late_requests_call_is_refused_and_reported_after_the_last_trial(
     assert production.hits == [] and seen == ["AgentLimitError"]
     (late_request,) = take_late_requests()
     assert "(sent with requests) was sent after its trial ended" in late_request
+
+
+def test_the_agent_guide_shows_the_table_the_slow_test_measures() -> None:
+    # The guide's table of refunds per agent × fault × stub is TABLE, which
+    # test_builtin_agents_reproduce_the_table measures.
+    guide = Path(__file__).parents[2] / "docs" / "guides" / "own-agent.md"
+    lines = guide.read_text(encoding="utf-8").splitlines()
+    header = "| agent | fault | `stub/retry` | `stub/no-retry` | `stub/verify` |"
+    start = lines.index(header)
+    shown: dict[str, dict[str, tuple[int, ...]]] = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        agent, fault, *refunds = (c.strip().strip("`*") for c in line.strip("|").split("|"))
+        counts = tuple(int(c.split()[0].strip("*")) for c in refunds)
+        shown.setdefault(agent, {})[fault] = counts
+    assert shown == TABLE

@@ -1,4 +1,5 @@
-"""The README's reference results and the seed demo's table, through twice's public path.
+"""The reference results and the seed demo's table, through twice's public path; the
+tables the README and the site show are the ones measured here.
 
 One in-process suite run (conftest ``reference_run``) → logs → summary.json; every assertion
 here reads what a user would read: summary.json cells or the ledgers in the logs.
@@ -6,6 +7,8 @@ here reads what a user would read: summary.json cells or the ledgers in the logs
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,3 +178,52 @@ def test_concurrent_same_key_gives_one_refund_both_see_re_1(trial_ledgers: Any) 
 def test_concurrent_without_key_gives_two_refunds(trial_ledgers: Any) -> None:
     for ledger in trial_ledgers("stub/parallel", "none", "bare"):
         assert [e.id for e in ledger.effects] == ["re_1", "re_2"]
+
+
+ROOT = Path(__file__).parents[2]
+
+
+def markdown_table(text: str, header: str) -> list[list[str]]:
+    """The rows of the Markdown table whose header row starts with ``header``, each cell
+    without its backticks and bold marks."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().replace("`", "").replace("**", "") for c in line.strip("|").split("|")]
+        rows.append(cells)
+    return rows
+
+
+def leading_int(cell: str) -> int:
+    return int(re.match(r"\d+", cell).group())  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("page", ["docs/concepts/reference-results.md", "README.md"])
+def test_the_pages_show_the_seed_demo_table_the_run_measures(trial_ledgers: Any, page: str) -> None:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    rows = markdown_table(text, "| protection | refunds on the server | the agent saw |")
+    assert [r[0] for r in rows] == ["retry-nokey", "retry-randomkey", "retry-stepkey", "lookup"]
+    for protection, refunds, saw in rows:
+        ledgers = trial_ledgers("stub/no-retry", "lost_reply", protection)
+        assert ledgers and all(len(ledger.effects) == leading_int(refunds) for ledger in ledgers)
+        shown = re.match(r"re_\d+", saw)
+        if shown:
+            for ledger in ledgers:
+                assert any(shown.group() in t for t in ledger.observations), (page, protection)
+
+
+def test_the_reference_results_page_shows_what_the_run_measures(
+    trial_ledgers: Any, reference_summary: dict[str, Any]
+) -> None:
+    text = (ROOT / "docs/concepts/reference-results.md").read_text(encoding="utf-8")
+    rows = markdown_table(text, "| model | fault | protection | refunds on the server |")
+    assert len(rows) == 6
+    for model, fault, protection, refunds, completed, duplicated in rows:
+        ledgers = trial_ledgers(model, fault, protection)
+        assert ledgers and all(len(ledger.effects) == leading_int(refunds) for ledger in ledgers)
+        c = cell(reference_summary, model, fault, protection)
+        assert c["completion_rate"] == (1.0 if completed == "yes" else 0.0), (model, fault)
+        assert c["duplication_rate"] == (1.0 if duplicated == "yes" else 0.0), (model, fault)

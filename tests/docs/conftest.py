@@ -1,0 +1,98 @@
+"""Fixtures for the documentation site's tests: the site built once, a browser, a server."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+PACKAGES = ("mocks", "tasks", "assertions", "evals", "reports")
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site as ``make docs`` builds it (``mkdocs build --strict``), in a folder of its own."""
+    # mkdocstrings reads the packages as `twice.*` from links, as `make docs` makes them.
+    source = ROOT / "build" / "docs-src" / "twice"
+    source.mkdir(parents=True, exist_ok=True)
+    for package in PACKAGES:
+        link = source / package
+        if not link.is_symlink():
+            with contextlib.suppress(FileExistsError):  # another worker made it first
+                link.symlink_to(Path("../../..") / package)
+    site = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return site
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def site_server(built_site: Path) -> Iterator[str]:
+    """The built site over HTTP on 127.0.0.1 (an ephemeral port): its base URL."""
+    handler = functools.partial(_Quiet, directory=str(built_site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def browser() -> Any:
+    """Opens headless Debian Chromium through Playwright: ``with browser() as b: ...``.
+
+    Skips when ``/usr/bin/chromium`` is missing, unless the ``CI`` environment variable is set:
+    in CI a missing browser fails the test instead of hiding it.
+    """
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} is missing (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but {message}")
+        pytest.skip(message)
+
+    @contextmanager
+    def launch() -> Iterator[Any]:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                yield b
+            finally:
+                b.close()
+
+    return launch
