@@ -18,7 +18,7 @@ import jinja2
 import markupsafe
 import pandas as pd
 
-from ._aggregate import cells, wilson
+from ._aggregate import cells
 from ._charts import PALETTE, interval_bar, rate_colour, scatter
 from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comparison
 from ._drill import WORST_N, clip, drill_down
@@ -26,6 +26,7 @@ from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES, RETRY_SOURCES, local_path
 from ._logs import read_header
 from ._metrics import COMPARED, crashed, metric
 from ._storage import Location, as_location, parent_of, write_text
+from .stats import wilson
 
 TEMPLATE = "report.html.j2"
 
