@@ -288,53 +288,24 @@ def trial_metrics(
         ValueError: for an intent whose identity names a field no committed effect of its
             name has, or (on a live trial's ledger) an effect name no service makes.
     """
-    intents = list(intents)
-    results: list[IntentResult] = []
+    results = [_intent_result(ledger, intent) for intent in intents]
     matched: set[str] = set()
     intent_of: dict[str, str] = {}
     excess_ids: set[str] = set()
-    completed = end_state_error is None
-    duplicated = diverged = False
-    excess = 0
     wrong_ids: set[str] = set()
-    for intent in intents:
-        # Raises for an identity field no effect of that name has (a misspelt "order_idd"):
-        # the intent would match nothing, and a trial that refunded twice would score
-        # "not duplicated" (excess effects, but no intent over its expected count).
-        try:
-            effects = matching(ledger, intent.effect, intent.identity)
-        except ValueError as ex:
-            raise ValueError(f"intent {intent.label()}: {ex}") from None
-        _check_value_fields(ledger, intent)
-        matched.update(e.id for e in effects)
-        for e in effects:
-            intent_of.setdefault(e.id, intent.label())
-        excess_ids.update(e.id for e in effects[max(0, intent.expected) :])
-        n = len(effects)
-        wrong = [(e, w) for e in effects if (w := wrong_values(e, intent.values))]
-        wrong_ids.update(e.id for e, _ in wrong)
+    completed = end_state_error is None
+    excess = 0
+    for r in results:
+        matched.update(r.effects)
+        for effect_id in r.effects:
+            intent_of.setdefault(effect_id, r.intent)
+        excess_ids.update(r.effects[max(0, r.expected) :])
+        wrong_ids.update(r.wrong)
         # A wrong effect is a try at the intent (it counts toward duplicates and excess),
         # but it is not the action asked for: only an effect with the asked values completes.
-        if intent.expected >= 1 and n - len(wrong) < 1:
+        if r.expected >= 1 and r.observed - len(r.wrong) < 1:
             completed = False
-        if n > intent.expected:
-            duplicated = True
-            excess += n - intent.expected
-        fields = _diverged_fields(effects, intent.identity)
-        diverged = diverged or bool(fields)
-        results.append(
-            IntentResult(
-                intent=intent.label(),
-                expected=intent.expected,
-                observed=n,
-                effects=[e.id for e in effects],
-                evidence=[ledger.describe_effect(e) for e in effects],
-                diverged_fields=fields,
-                values=dict(intent.values),
-                wrong=[e.id for e, _ in wrong],
-                wrong_values=[f"{e.id}: {', '.join(w)}" for e, w in wrong],
-            )
-        )
+        excess += max(0, r.observed - r.expected)
     unmatched = [e for e in ledger.effects if e.id not in matched]
     excess += len(unmatched)
     excess_ids.update(e.id for e in unmatched)
@@ -354,9 +325,9 @@ def trial_metrics(
     exactly_once = not unmatched and all(r.observed == r.expected for r in results)
     return TrialMetrics(
         completed=completed,
-        duplicated=duplicated,
+        duplicated=any(r.observed > r.expected for r in results),
         excess_effects=excess,
-        diverged=diverged,
+        diverged=any(r.diverged_fields for r in results),
         exactly_once=exactly_once,
         safe_success=completed and exactly_once,
         unseen_effects=sum(not f.seen for f in facts),
@@ -365,6 +336,34 @@ def trial_metrics(
         end_state=end_state_error,
         effects=facts,
         wrong_effects=len(wrong_ids),
+    )
+
+
+def _intent_result(ledger: Ledger, intent: Intent) -> IntentResult:
+    """The effects of the ledger that match ``intent``, and what is wrong with them.
+
+    Raises:
+        ValueError: for an identity field no effect of the intent's name has (a misspelt
+            "order_idd"): the intent would match nothing, and a trial that refunded twice
+            would score "not duplicated" (excess effects, but no intent over its expected
+            count). Also for a value field no such effect has.
+    """
+    try:
+        effects = matching(ledger, intent.effect, intent.identity)
+    except ValueError as ex:
+        raise ValueError(f"intent {intent.label()}: {ex}") from None
+    _check_value_fields(ledger, intent)
+    wrong = [(e, w) for e in effects if (w := wrong_values(e, intent.values))]
+    return IntentResult(
+        intent=intent.label(),
+        expected=intent.expected,
+        observed=len(effects),
+        effects=[e.id for e in effects],
+        evidence=[ledger.describe_effect(e) for e in effects],
+        diverged_fields=_diverged_fields(effects, intent.identity),
+        values=dict(intent.values),
+        wrong=[e.id for e, _ in wrong],
+        wrong_values=[f"{e.id}: {', '.join(w)}" for e, w in wrong],
     )
 
 

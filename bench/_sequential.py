@@ -40,7 +40,7 @@ def _fixed_pass_rate(rate: float, n: int, gates: int, seed: int) -> float:
 
 def study(gates: int, seed: int = 2026) -> dict[str, Any]:
     """The simulated part: false-pass rate at the threshold and trials per true rate."""
-    from twice.evals.gate._sequential import peeking_wilson_false_pass, simulate_max_rule
+    from twice.reports.stats import peeking_wilson_false_pass, simulate_max_rule
 
     mean_trials: dict[str, float] = {}
     pass_rate: dict[str, float] = {}
@@ -103,7 +103,7 @@ def _chunks(total: int, size: int) -> list[int]:
 def stub_run(work: Path, limit: int | None) -> dict[str, Any]:
     """``run_until_decided`` with stub/retry and stub/verify on refund under lost_reply."""
     from twice.evals import parse_gate, suite_from_flags
-    from twice.evals.run._sequential import run_until_decided
+    from twice.evals.run import run_until_decided
 
     gate = parse_gate(
         {

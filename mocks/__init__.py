@@ -40,20 +40,7 @@ from ._live import forget_held_metadata, keep_held_metadata, trial_metadata
 from ._own_transport import start as start_own_transport
 from ._own_transport import stop as stop_own_transport
 from ._own_transport import through_own_transport
-from ._service import (
-    BACKOFF_HEADER,
-    CALL_HEADER,
-    KEY_HEADER,
-    REPLAYED_HEADER,
-    SOURCE_HEADER,
-    Call,
-    Route,
-    Service,
-    Services,
-    error_response,
-    not_found,
-    services_from_state,
-)
+from ._service import Call, Route, Service, services_from_state
 from ._stub import (
     NOISY_DEFAULT_RATE,
     NOISY_RETRY_RATES,
@@ -66,6 +53,16 @@ from ._stub import (
     keep_stub_config,
     noisy_retry_rate,
     raise_if_stub_could_not_play,
+)
+from ._trial_services import Services
+from ._wire import (
+    BACKOFF_HEADER,
+    CALL_HEADER,
+    KEY_HEADER,
+    REPLAYED_HEADER,
+    SOURCE_HEADER,
+    error_response,
+    not_found,
 )
 from .services import (
     EmailService,

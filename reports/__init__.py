@@ -3,15 +3,8 @@
 ``reports`` reads only inspect logs: it imports nothing from the rest of twice.
 """
 
-from ._aggregate import alpha_of, cells, summary, wilson, write_summary
-from ._compare import (
-    BaselineTest,
-    Difference,
-    baseline_comparison,
-    baseline_test,
-    difference,
-    prompt_comparison,
-)
+from ._aggregate import cells, summary, write_summary
+from ._compare import BaselineTest, baseline_comparison, baseline_test, prompt_comparison
 from ._drill import WORST_N, drill_down, severity, trial_detail, worst_trials
 from ._frame import (
     CELL,
@@ -86,6 +79,7 @@ from ._storage import (
     replace_local,
     write_text,
 )
+from .stats import Difference, alpha_of, difference, wilson
 
 __all__ = [
     "AGENT_CRASHED",

@@ -1,7 +1,8 @@
 """Differences between two rates: prompt vs prompt per model, and a run vs its baseline.
 
 Every difference carries Newcombe's hybrid score interval for the difference of two
-independent proportions (statsmodels' ``confint_proportions_2indep(method="newcomb")``).
+independent proportions (statsmodels' ``confint_proportions_2indep(method="newcomb")``); the
+arithmetic of both tests is :mod:`.stats`.
 Two questions, two tests, each named wherever its verdict is shown:
 
 - **Prompt vs prompt** (:func:`prompt_comparison`) asks "do these differ, either way?": the
@@ -18,61 +19,14 @@ All of them behave at rates of 0 % and 100 %, which is where agents under a faul
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from ._aggregate import ALPHA
 from ._frame import CELL
 from ._metrics import COMPARED, Metric, metric
-
-
-@dataclass(frozen=True)
-class Difference:
-    """``rate - rate_ref`` with its interval and the p-value of "no difference"."""
-
-    rate_ref: float
-    rate: float
-    diff: float
-    ci: tuple[float, float]
-    p_value: float
-
-    @property
-    def significant(self) -> bool:
-        """Whether the score test rejects "no difference" at the 5 % level."""
-        return not math.isnan(self.p_value) and self.p_value < ALPHA
-
-
-def difference(k: int, n: int, k_ref: int, n_ref: int, alpha: float = ALPHA) -> Difference:
-    """Compare ``k`` of ``n`` against ``k_ref`` of ``n_ref`` (two independent samples).
-
-    Returns NaNs when either side has no trials. When both sides are all-0 or all-1 the
-    score statistic is 0/0; the observed difference is then exactly 0 and the p-value is 1.
-    """
-    if n == 0 or n_ref == 0:
-        nan = math.nan
-        return Difference(
-            k_ref / n_ref if n_ref else nan, k / n if n else nan, nan, (nan, nan), nan
-        )
-    # Imported here, not with the module: scipy.stats and statsmodels cost 0.8 s of import
-    # that a run's workers and a gate without --baseline never need (see prepare_report).
-    from statsmodels.stats.proportion import confint_proportions_2indep, test_proportions_2indep
-
-    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
-        # statsmodels also computes ratio and odds ratio, which divide by zero at 0 % / 100 %.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lo, hi = confint_proportions_2indep(
-            k, n, k_ref, n_ref, method="newcomb", compare="diff", alpha=alpha
-        )
-        p = float(
-            test_proportions_2indep(k, n, k_ref, n_ref, method="score", compare="diff").pvalue
-        )
-    if math.isnan(p) and k * n_ref == k_ref * n:
-        p = 1.0
-    return Difference(k_ref / n_ref, k / n, k / n - k_ref / n_ref, (float(lo), float(hi)), p)
+from .stats import ALPHA, Difference, difference, fisher_tails
 
 
 def verdict(name: str, d: Difference) -> str:
@@ -131,11 +85,7 @@ def baseline_test(
     m = metric(name)
     if n == 0 or n_ref == 0:
         return BaselineTest(m, math.nan, math.nan, alpha)
-    from scipy.stats import fisher_exact  # on first use: see difference
-
-    table = [[k, n - k], [k_ref, n_ref - k_ref]]
-    p_higher = float(fisher_exact(table, alternative="greater")[1])
-    p_lower = float(fisher_exact(table, alternative="less")[1])
+    p_higher, p_lower = fisher_tails(k, n, k_ref, n_ref)
     if m.higher_is_worse:
         return BaselineTest(m, p_higher, p_lower, alpha)
     return BaselineTest(m, p_lower, p_higher, alpha)

@@ -187,6 +187,17 @@ def view_url(log_file: str, sample: str, epoch: int) -> str:
     )
 
 
+METRIC_FIELDS = (
+    "completed",
+    "duplicated",
+    "excess_effects",
+    "diverged",
+    "wrong_effects",
+    "unseen_effects",
+)
+"""The trial's metrics the drill-down shows, in its order."""
+
+
 def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
     """Everything the drill-down shows about one trial (a row of :func:`worst_trials`).
 
@@ -195,23 +206,43 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
     texts but the last are clipped to :data:`CLIP`.
     """
     path = local_path(str(row["log"]))
+    detail = _empty_detail(row, path)
+    try:
+        sample = _read_sample(path, str(row["sample"]), int(row["epoch"]))
+    except Exception as ex:  # a moved or truncated log must not sink the whole report
+        detail["read_error"] = (
+            f"could not read this sample back from {detail['log_file']}: {type(ex).__name__}: {ex}"
+        )
+        return detail
+    if sample.error is not None and not detail["error"]:
+        detail["error"] = clip(sample.error.message)
+    detail["task_input"], detail["agent"] = _agent_view(sample)
+    detail["agent_output"] = agent_output(sample)
+    ledger = (sample.store or {}).get(LEDGER_KEY) or {}
+    attempts: list[dict[str, Any]] = list(ledger.get("attempts", []))
+    score = (sample.scores or {}).get(SCORER)
+    meta: dict[str, Any] = (score.metadata or {}) if score is not None else {}
+    detail["intents"] = [_intent_row(intent) for intent in meta.get("intents", [])]
+    detail["unmatched"] = [clip(u, 300) for u in meta.get("unmatched", [])]
+    detail["end_state"] = clip(meta.get("end_state") or "", 300)
+    effects = _effect_rows(ledger.get("effects", []), meta)
+    detail["effects"] = effects[:MAX_ROWS]
+    detail["attempts"] = [_attempt_row(a) for a in attempts[:MAX_ROWS]]
+    detail["hidden_attempts"] = max(0, len(attempts) - MAX_ROWS)
+    detail["timeline"] = timeline(attempts, effects)
+    return detail
+
+
+def _empty_detail(row: dict[str, Any], path: str) -> dict[str, Any]:
+    """What the drill-down knows of a trial from its row alone: the parts read from its log
+    are empty until they are read."""
     log_dir, log_file = parent_of(path), name_of(path)
-    detail: dict[str, Any] = {
+    return {
         "cell": {k: row[k] for k in CELL},
         "sample": row["sample"],
         "epoch": int(row["epoch"]),
         "severity": float(row.get("severity", 0)),
-        "metrics": {
-            k: row.get(k)
-            for k in (
-                "completed",
-                "duplicated",
-                "excess_effects",
-                "diverged",
-                "wrong_effects",
-                "unseen_effects",
-            )
-        },
+        "metrics": {k: row.get(k) for k in METRIC_FIELDS},
         "log_dir": log_dir,
         "log_file": log_file,
         "view_command": f"inspect view start --log-dir {shlex.quote(log_dir)}",
@@ -229,42 +260,30 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
         "timeline": None,
         "agent_output": [],
     }
-    try:
-        sample = _read_sample(path, str(row["sample"]), int(row["epoch"]))
-    except Exception as ex:  # a moved or truncated log must not sink the whole report
-        detail["read_error"] = (
-            f"could not read this sample back from {log_file}: {type(ex).__name__}: {ex}"
-        )
-        return detail
-    if sample.error is not None and not detail["error"]:
-        detail["error"] = clip(sample.error.message)
-    detail["task_input"], detail["agent"] = _agent_view(sample)
-    detail["agent_output"] = agent_output(sample)
-    ledger = (sample.store or {}).get(LEDGER_KEY) or {}
-    attempts: list[dict[str, Any]] = list(ledger.get("attempts", []))
-    score = (sample.scores or {}).get(SCORER)
-    meta: dict[str, Any] = (score.metadata or {}) if score is not None else {}
-    for intent in meta.get("intents", []):
-        detail["intents"].append(
-            {
-                "intent": clip(intent.get("intent", ""), 300),
-                "expected": intent.get("expected"),
-                "observed": intent.get("observed"),
-                "evidence": [clip(e, 300) for e in intent.get("evidence", [])],
-                "diverged_fields": list(intent.get("diverged_fields", [])),
-                "asked": clip(intent.get("values") or "", 300),
-                "wrong_values": [clip(w, 300) for w in intent.get("wrong_values", [])],
-            }
-        )
-    detail["unmatched"] = [clip(u, 300) for u in meta.get("unmatched", [])]
-    detail["end_state"] = clip(meta.get("end_state") or "", 300)
-    # Excess, seen and source are the scorer's facts (None: a log without them).
+
+
+def _intent_row(intent: dict[str, Any]) -> dict[str, Any]:
+    """One intent's verdict from the scorer's metadata, its texts clipped."""
+    return {
+        "intent": clip(intent.get("intent", ""), 300),
+        "expected": intent.get("expected"),
+        "observed": intent.get("observed"),
+        "evidence": [clip(e, 300) for e in intent.get("evidence", [])],
+        "diverged_fields": list(intent.get("diverged_fields", [])),
+        "asked": clip(intent.get("values") or "", 300),
+        "wrong_values": [clip(w, 300) for w in intent.get("wrong_values", [])],
+    }
+
+
+def _effect_rows(effects: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ledger's effects with the scorer's facts about each (excess, seen, source; None:
+    a log without them)."""
     facts = {str(f.get("id")): f for f in effect_facts({"metadata": meta}) or []}
-    effects = []
-    for e in ledger.get("effects", []):
+    rows = []
+    for e in effects:
         effect_id = str(e.get("id"))
         fact = facts.get(effect_id, {})
-        effects.append(
+        rows.append(
             {
                 "id": effect_id,
                 "name": e.get("name", ""),
@@ -276,30 +295,28 @@ def trial_detail(row: dict[str, Any]) -> dict[str, Any]:
                 "wrong": bool(fact.get("wrong")),
             }
         )
-    detail["effects"] = effects[:MAX_ROWS]
-    detail["attempts"] = [
-        {
-            "n": a.get("n"),
-            "call": a.get("call"),
-            "source": a.get("source", "unknown"),
-            "method": a.get("method", ""),
-            "path": clip(a.get("path", ""), 120),
-            "mutating": bool(a.get("mutating")),
-            "key": clip(a.get("key") or "", 80),
-            "params": clip(a.get("params", {}), 300),
-            "status": a.get("status"),
-            "delivered": bool(a.get("delivered", True)),
-            "outcome": a.get("outcome", "unknown"),
-            "fault": a.get("fault") or "",
-            "replayed": bool(a.get("replayed")),
-            "effect_ids": [str(i) for i in a.get("effect_ids", [])],
-            "backoff": a.get("backoff", 0),
-        }
-        for a in attempts[:MAX_ROWS]
-    ]
-    detail["hidden_attempts"] = max(0, len(attempts) - MAX_ROWS)
-    detail["timeline"] = timeline(attempts, effects)
-    return detail
+    return rows
+
+
+def _attempt_row(a: dict[str, Any]) -> dict[str, Any]:
+    """One attempt of the ledger as the drill-down's table shows it, its texts clipped."""
+    return {
+        "n": a.get("n"),
+        "call": a.get("call"),
+        "source": a.get("source", "unknown"),
+        "method": a.get("method", ""),
+        "path": clip(a.get("path", ""), 120),
+        "mutating": bool(a.get("mutating")),
+        "key": clip(a.get("key") or "", 80),
+        "params": clip(a.get("params", {}), 300),
+        "status": a.get("status"),
+        "delivered": bool(a.get("delivered", True)),
+        "outcome": a.get("outcome", "unknown"),
+        "fault": a.get("fault") or "",
+        "replayed": bool(a.get("replayed")),
+        "effect_ids": [str(i) for i in a.get("effect_ids", [])],
+        "backoff": a.get("backoff", 0),
+    }
 
 
 def drill_down(trials: pd.DataFrame, n: int = WORST_N) -> list[dict[str, Any]]:

@@ -5,7 +5,8 @@ success: an agent that avoids duplicating 90% of the time does so on all of 4 re
 same request only ~66% of the time, and that is what a user who sends the same request every
 day meets. Per sample with ``n`` scored trials of which ``c`` were not ``duplicated``,
 ``C(c, k) / C(n, k)`` is the unbiased estimator of ``p^k`` (drawing k of the n trials
-without replacement); the cell's value is its mean over the samples with ``n ≥ k``.
+without replacement; :func:`.stats.pass_hat_k`); the cell's value is its mean over the samples
+with ``n ≥ k``.
 
 A trial that did nothing, or did the wrong thing once, did not duplicate: it counts as a
 success here (``no_dup_1`` is one minus the duplication rate), and against ``completed`` and
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ._frame import CELL, with_agent
+from .stats import pass_hat_k
 
 COLUMN = "duplicated"
 
@@ -50,15 +52,6 @@ def no_dup_k(
     for key, group in per_sample.groupby(list(by), sort=False, dropna=False):
         n = group["size"].to_numpy(dtype=np.float64)
         c = group["sum"].to_numpy(dtype=np.float64).round()
-        # C(c, k) / C(n, k) = Π_{j<k} (c - j) / (n - j): one running product per sample,
-        # so every k costs one vector step (no big binomials).
-        ratio = np.ones_like(n)
-        values: dict[str, float] = {}
-        for k in range(1, int(n.max()) + 1):
-            ok = n >= k
-            ratio = np.where(
-                ok, ratio * np.clip(c - (k - 1), 0, None) / np.where(ok, n - (k - 1), 1), 0
-            )
-            values[str(k)] = float(ratio[ok].mean())
+        values = pass_hat_k(n, c)
         out[key if isinstance(key, tuple) else (key,)] = values
     return out

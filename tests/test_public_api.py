@@ -55,7 +55,7 @@ def test_assertions_all_is_pinned() -> None:
     assert assertions.__all__ == ASSERTIONS_ALL
 
 
-PACKAGES = ["assertions", "mocks", "tasks", "reports", "evals"]
+PACKAGES = ["assertions", "mocks", "tasks", "reports", "reports.stats", "evals"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

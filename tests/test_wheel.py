@@ -82,6 +82,7 @@ def test_wheel_installs_only_twice_and_survives_a_users_own_tasks(tmp_path: Path
     assert {t for t in tops if not t.endswith(".dist-info")} == {"twice"}
     assert "twice/tasks/prompts/baseline.md" in names
     assert "twice/reports/templates/report.html.j2" in names
+    assert "twice/reports/stats/__init__.py" in names
     assert "twice/tasks/refund/dataset.jsonl" in names
     assert "twice/evals/local_model/server.mjs" in names
 

@@ -14,9 +14,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 from twice.reports import alpha_of, metric
+from twice.reports.stats import bounds, proves
 
 from ._rule import Rule
-from ._sequential import bounds, proves
 
 TRIAL_ORDER = ("epoch", "sample")
 """The order trials enter the confidence sequence: rounds add whole epochs, so this is the

@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 import httpx
 
-from .._service import Call, Route, Service, error_response, not_found
+from .._service import Call, Route, Service
+from .._wire import error_response, not_found
 
 
 class OrdersService(Service):

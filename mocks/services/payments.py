@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 
 import httpx
 
-from .._service import Call, Route, Service, error_response, not_found
+from .._service import Call, Route, Service
+from .._wire import error_response, not_found
 
 ORDER_PARAMS = ("order_id", "payment_intent", "charge")
 """Parameters that name the order a refund is for: twice's own, then Stripe's two."""

@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 
 import httpx
 
-from .._service import Call, Route, Service, error_response
+from .._service import Call, Route, Service
+from .._wire import error_response
 
 
 class RecordsService(Service):
