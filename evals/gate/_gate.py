@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
+from twice.mocks import UsageError
 from twice.reports import (
     AGENT_CRASHED,
     CELL,
@@ -66,7 +67,7 @@ from ._sequential_rules import rule_state
 Status = Literal["pass", "fail", "skip"]
 
 
-class GateError(ValueError):
+class GateError(UsageError, ValueError):
     """A gate file that cannot be used: names the bad value and what would be accepted."""
 
 

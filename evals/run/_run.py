@@ -35,7 +35,7 @@ from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
 from twice.assertions import score_trial
-from twice.mocks import LEDGER_STORE_KEY, Ledger
+from twice.mocks import LEDGER_STORE_KEY, Ledger, RunError
 from twice.reports import (
     CELL,
     SHARD_DIR,
@@ -1322,7 +1322,7 @@ def _evaluate_and_summarise(
     )  # fmt: skip
 
 
-class RunOutputError(OSError):
+class RunOutputError(RunError, OSError):
     """A file of the run's own (``summary.json``, ``report.html``) could not be written after
     the trials ran (a full disk, ``ulimit -f``): the run fails (exit 1), its logs stay."""
 

@@ -69,7 +69,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from twice.assertions import score_trial
-from twice.mocks import FAULTS, KEY_HEADER, Services, get_fault
+from twice.mocks import FAULTS, KEY_HEADER, Services, UsageError, get_fault
 from twice.tasks import (
     AGENT_FAULTS_REFUSED,
     PROTECTIONS,
@@ -119,7 +119,7 @@ _TRIAL_PATH = re.compile(r"^/t/(?P<id>[^/]+)/(?P<service>[^/]+)(?P<rest>/.*)?$")
 _CONTROL_PATH = re.compile(r"^/_twice/trials(?:/(?P<id>[^/]+)(?:/(?P<what>ledger|verdict))?)?/?$")
 
 
-class ControlError(Exception):
+class ControlError(UsageError):
     """A control request the server refuses: HTTP status and one line naming the bad field."""
 
     def __init__(self, status: int, message: str, field: str | None = None) -> None:
@@ -861,7 +861,7 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-class ServeError(Exception):
+class ServeError(UsageError):
     """Bad ``twice serve`` usage (exit 2): one line naming the bad value."""
 
 
