@@ -49,6 +49,7 @@ from ._metrics import (
     GATEABLE,
     Metric,
     crashed,
+    errored,
     metric,
     metric_names,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "crashed",
     "difference",
     "drill_down",
+    "errored",
     "file_stamp",
     "find_files",
     "find_relative",

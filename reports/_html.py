@@ -24,7 +24,7 @@ from ._compare import FLAGS, baseline_comparison, default_reference, prompt_comp
 from ._drill import WORST_N, clip, drill_down
 from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES, RETRY_SOURCES, local_path, with_agent
 from ._logs import read_header
-from ._metrics import COMPARED, crashed, metric
+from ._metrics import COMPARED, errored, metric
 from ._storage import Location, as_location, parent_of, write_text
 
 TEMPLATE = "report.html.j2"
@@ -655,7 +655,7 @@ def _sources(trials: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any] | Non
 
 def _errors(trials: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
-    for cell, group in trials[crashed(trials)].groupby(list(CELL), sort=True):
+    for cell, group in trials[errored(trials)].groupby(list(CELL), sort=True):
         messages = group["error"].replace("", "(not scored)").value_counts().head(3)
         out.append(
             {

@@ -50,7 +50,7 @@ from twice.reports import (
     alpha_of,
     as_location,
     baseline_test,
-    crashed,
+    errored,
     is_remote,
     metric,
     metric_names,
@@ -324,7 +324,7 @@ def _cells(trials: pd.DataFrame) -> list[_Cell]:
     out = []
     for key, group in trials.groupby(list(CELL), sort=True, dropna=False):
         scored = group[group["completed"].notna()]
-        errors = int(crashed(group).sum())
+        errors = int(errored(group).sum())
         out.append(_Cell(dict(zip(CELL, key, strict=True)), len(group), errors, scored))
     return out
 
