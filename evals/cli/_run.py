@@ -14,6 +14,7 @@ import click
 from twice.mocks import RunError
 from twice.reports import MAX_SHARDS, Shard
 
+from ..gate import GateConfig
 from ..run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, RunResult
 from ..suite import DEFAULT_OUTAGE_WINDOW, Suite, SuiteError, suite_from_flags
 from ._common import (
@@ -254,7 +255,7 @@ def run(
         if until_decided is not None:
             from ..run import load_decision_gate
 
-            gate = load_decision_gate(until_decided)  # a bad gate file before the suite
+            gate = (until_decided, load_decision_gate(until_decided))  # before the suite
         suite = suite_from_flags(
             config=config, models=models, prompts=prompts, tasks=tasks, faults=faults,
             protections=protections, epochs=epochs, limit=limit, agent_cmd=agent_cmd,
@@ -267,16 +268,8 @@ def run(
             _announce(mode)
             result = _run_suite(suite, mode, settings)
         else:
-            assert until_decided is not None  # the gate is read from it
-            from ..run import run_sequential_cli
-
-            def run_rounds(run_args: dict[str, Any]) -> RunResult:
-                return run_sequential_cli(
-                    suite, gate, until_decided, Path(mode.out), batch=batch,
-                    max_trials=max_trials, **run_args,
-                )  # fmt: skip
-
-            result = _run_in_one_process(suite, run_rounds, settings)
+            rounds = {"batch": batch, "max_trials": max_trials}
+            result = _run_rounds(suite, mode, *gate, settings, rounds)
     if result.interrupted:
         another_signal_exits(result.exit_code)
     _print_result(result, mode, sequential=gate is not None)
@@ -469,6 +462,23 @@ def _run_suite(suite: Suite, mode: _Mode, settings: dict[str, Any]) -> RunResult
         timeout=settings["timeout"], max_retries=settings["max_retries"],
     )  # fmt: skip
     return run_parallel(plan, mode.workers, report=settings["report"], at_once=mode.at_once)
+
+
+def _run_rounds(
+    suite: Suite,
+    mode: _Mode,
+    gate_path: Path,
+    gate: GateConfig,
+    settings: dict[str, Any],
+    rounds: dict[str, Any],
+) -> RunResult:
+    """``--until-decided``: the suite in rounds until ``gate`` decides each cell."""
+    from ..run import run_sequential_cli
+
+    def run_one(run_args: dict[str, Any]) -> RunResult:
+        return run_sequential_cli(suite, gate, gate_path, Path(mode.out), **rounds, **run_args)
+
+    return _run_in_one_process(suite, run_one, settings)
 
 
 def _run_in_one_process(
