@@ -7,7 +7,7 @@ place (``evals/cli/_main.py``)::
     TwiceError                      exit 1 unless a subclass says otherwise
     ├── UsageError                  exit 2: bad input (a flag, a file, a log directory)
     │   ├── SuiteError (ValueError)         twice.evals: a suite that cannot be planned
-    │   │   ├── CredentialError             a model whose API key is missing or bad
+    │   │   ├── CredentialError             a -M model argument that carries a credential
     │   │   └── LogDirLockedError           a log directory another run holds
     │   ├── GateError (ValueError)          twice.evals: a gate file that cannot be read
     │   ├── ServeError                      twice.evals: twice serve cannot start as asked
