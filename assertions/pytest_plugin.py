@@ -48,6 +48,7 @@ from twice.mocks import (
     Ledger,
     NoFault,
     PaymentsService,
+    RunError,
     Service,
     Services,
     get_fault,
@@ -82,7 +83,7 @@ class UnmockedRequestWarning(UserWarning):
     """A request matched no mocked service and went to the real network."""
 
 
-class UnmockedRequestError(Exception):
+class UnmockedRequestError(RunError):
     """Raised to the client for a request that matched no mocked service (unless
     ``unmocked`` lets it through)."""
 

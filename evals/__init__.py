@@ -5,6 +5,8 @@ A facade over sub-packages with one job each (``docs/architecture.md`` draws the
 ``local_model``.
 """
 
+from twice.mocks import RunError, TwiceError, UsageError
+
 from ._rates import CellRates, EvalRates, eval_rates
 from .gate import (
     BaselinePolicy,
@@ -68,13 +70,16 @@ __all__ = [
     "Matrix",
     "RequestLog",
     "Rule",
+    "RunError",
     "RunResult",
     "ServeError",
     "ServerOptions",
     "Suite",
     "SuiteError",
     "TrialConfig",
+    "TwiceError",
     "TwiceServer",
+    "UsageError",
     "build_tasks",
     "check_model_args",
     "eval_rates",

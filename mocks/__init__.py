@@ -4,6 +4,7 @@ The stub model provider is registered with inspect through the package's entry p
 (``mocks._registry``), so ``--model stub/NAME`` resolves from any inspect command.
 """
 
+from ._errors import RunError, TwiceError, UsageError
 from ._faults import (
     CRASH_HEADER,
     FAULTS,
@@ -108,6 +109,7 @@ __all__ = [
     "RecordsService",
     "ResetAfterCommit",
     "Route",
+    "RunError",
     "Schedule",
     "ServerErrorAfterCommit",
     "Service",
@@ -117,6 +119,8 @@ __all__ = [
     "TicketsService",
     "TimeoutBeforeCommit",
     "TravelService",
+    "TwiceError",
+    "UsageError",
     "describe_effect",
     "error_response",
     "flush_ledger",

@@ -61,6 +61,7 @@ from inspect_ai.model import (
 from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
 from inspect_ai.util import store
 
+from ._errors import RunError
 from ._inspect_compat import sample_state as _sample_state
 from ._live import TrialScoped
 
@@ -94,7 +95,7 @@ def keep_stub_config(state: Any, plan: list[dict[str, Any]], prompt: str, seed: 
         _CONFIGS.keep(state, config)
 
 
-class StubCannotPlay(RuntimeError):
+class StubCannotPlay(RunError, RuntimeError):
     """A stub model asked to call a tool of its plan that the agent does not offer.
 
     Not a finding about the agent: the control cannot play its part, so the trial is an

@@ -42,6 +42,7 @@ from ._metrics import (
     GATEABLE,
     Metric,
     crashed,
+    errored,
     metric,
     metric_names,
 )
@@ -115,6 +116,7 @@ __all__ = [
     "crashed",
     "difference",
     "drill_down",
+    "errored",
     "file_stamp",
     "find_files",
     "find_relative",

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ._frame import CELL, with_agent
-from ._metrics import AGENT_CRASHED, CATALOGUE, crashed
+from ._metrics import AGENT_CRASHED, CATALOGUE, errored
 from ._passk import no_dup_k
 from ._storage import Location, as_location, write_text
 from .stats import wilson_bounds as _wilson_bounds  # noqa: F401  (tests check it bit for bit)
@@ -20,7 +20,7 @@ from .stats import wilson_many
 def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     """Aggregate the trial frame per cell.
 
-    Rates are over the trials that were scored; ``errors`` counts trials that crashed (they are
+    Rates are over the trials that were scored; ``errors`` counts trials that errored (they are
     reported, never dropped silently). Columns: the cell keys, ``trials``, ``errors``, then every
     metric of the catalogue (``reports.CATALOGUE``) in its order, each rate followed by its
     interval ``<prefix>_ci`` as ``[lo, hi]``, then ``crashed_rate``/``crashed_ci`` (trials whose
@@ -47,10 +47,10 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     masked = trials[metric_columns].astype(float).where(scored, math.nan)
     masked[keys] = trials[keys]
     masked["_scored"] = scored.astype(int)
-    masked["_crashed"] = crashed(trials).astype(int)
+    masked["_errored"] = errored(trials).astype(int)
     masked["_tokens"] = trials["total_tokens"]
     grouped = masked.groupby(keys, sort=True, dropna=False)
-    sums = grouped[[*metric_columns, "_scored", "_crashed"]].sum()
+    sums = grouped[[*metric_columns, "_scored", "_errored"]].sum()
     # Per column: a trial scored before a metric existed (an older log) has no value for it,
     # and its rate is over the trials that have one, not a 0 it never measured.
     counts = grouped[metric_columns].count()
@@ -60,7 +60,7 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     index = [key if isinstance(key, tuple) else (key,) for key in size.index]
     out: dict[str, Any] = {name: [key[i] for key in index] for i, name in enumerate(keys)}
     out["trials"] = size.to_numpy()
-    out["errors"] = sums["_crashed"].to_numpy()
+    out["errors"] = sums["_errored"].to_numpy()
 
     def rate(column: str, ci: str, name: str) -> None:
         k = sums[column].to_numpy().round()

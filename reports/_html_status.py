@@ -12,13 +12,13 @@ import pandas as pd
 from ._drill import clip
 from ._frame import CELL, PARSE_COLUMNS, PARSE_SHAPES
 from ._html_run import agents_as_models
-from ._metrics import crashed
+from ._metrics import errored
 
 
 def errors(trials: pd.DataFrame) -> list[dict[str, Any]]:
     """Cells with errored trials (not scored), with their commonest messages."""
     out = []
-    for cell, group in trials[crashed(trials)].groupby(list(CELL), sort=True):
+    for cell, group in trials[errored(trials)].groupby(list(CELL), sort=True):
         messages = group["error"].replace("", "(not scored)").value_counts().head(3)
         out.append(
             {

@@ -9,6 +9,7 @@ the rest of twice).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -170,10 +171,29 @@ def metric_names(kind: Literal["rate", "mean"] | None = None) -> list[str]:
     return [m.name for m in GATEABLE if kind is None or m.kind == kind]
 
 
-def crashed(trials: pd.DataFrame) -> pd.Series:
-    """Which trials crashed: an error was recorded, or the trial was never scored.
+def errored(trials: pd.DataFrame) -> pd.Series:
+    """Which trials errored: an error was recorded, or the trial was never scored.
 
     The one definition of "errored trial" behind ``errors`` in ``summary.json``, the gate's
-    refusal to gate on partial results, the report's crash list and the drill-down severity.
+    refusal to gate on partial results, the report's list of errored trials and the
+    drill-down severity. Not the ``crashed`` column, which says an agent under test raised
+    (a finding about the agent, in a trial that was scored).
     """
     return (trials["error"] != "") | trials["completed"].isna()
+
+
+def crashed(trials: pd.DataFrame) -> pd.Series:
+    """Deprecated name of :func:`errored` (which trials errored).
+
+    "Crashed" is the word for an agent under test that raised (the ``crashed`` column).
+
+    Warns:
+        DeprecationWarning: always; call :func:`errored`.
+    """
+    warnings.warn(
+        "twice.reports.crashed() is deprecated: it selects errored trials, so call "
+        "twice.reports.errored(); 'crashed' is the column of agents under test that raised",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return errored(trials)

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from twice.mocks import UsageError
 
-class LogReadError(Exception):
+
+class LogReadError(UsageError):
     """A log directory that is missing, empty, or holds a log that cannot be read."""
 
 

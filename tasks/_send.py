@@ -46,6 +46,7 @@ from twice.mocks import (
     REPLAYED_HEADER,
     SOURCE_HEADER,
     UNKNOWN_OUTCOME,
+    RunError,
 )
 
 from ._action_log import ActionLog, ActionRecord
@@ -87,7 +88,7 @@ class TrialState(Protocol):
         ...
 
 
-class RunCrashed(Exception):
+class RunCrashed(RunError):
     """The agent run died right after a commit (the ``crash_after_commit`` fault).
 
     Raised by the tool layer; ``resumable_generate`` catches it and restarts the agent loop

@@ -24,13 +24,28 @@ ALLOWED = {
     "bench": set(PACKAGES),
 }
 BARE = "bare"
+ERROR_ROOT = {"TwiceError", "UsageError", "RunError"}
+"""All ``reports`` may import from ``twice.mocks``: the root of twice's exceptions and its two
+kinds, which every package must be able to subclass. Nothing else of the mocks."""
 
 
-def imported_packages(source: str) -> set[str]:
-    """twice packages a module imports (``twice.tasks`` → ``tasks``); a bare name → ``bare``."""
+def imported_packages(source: str, *, error_root_exempt: bool = False) -> set[str]:
+    """twice packages a module imports (``twice.tasks`` → ``tasks``); a bare name → ``bare``.
+
+    With ``error_root_exempt``, ``from twice.mocks import`` of names in :data:`ERROR_ROOT`
+    only does not count.
+    """
     found: set[str] = set()
     modules: list[str] = []
     for node in ast.walk(ast.parse(source)):
+        if (
+            error_root_exempt
+            and isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module == "twice.mocks"
+            and {alias.name for alias in node.names} <= ERROR_ROOT
+        ):
+            continue
         if isinstance(node, ast.Import):
             modules.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -63,7 +78,9 @@ def _is_import_module(func: ast.expr) -> bool:
 def test_layering_imports_point_one_way(package: str) -> None:
     bad = {}
     for path in (ROOT / package).rglob("*.py"):
-        wrong = imported_packages(path.read_text(encoding="utf-8")) - ALLOWED[package] - {package}
+        source = path.read_text(encoding="utf-8")
+        found = imported_packages(source, error_root_exempt=package == "reports")
+        wrong = found - ALLOWED[package] - {package}
         if wrong:
             bad[str(path.relative_to(ROOT))] = sorted(wrong)
     assert not bad, f"{package} may import only twice.{sorted(ALLOWED[package])}: {bad}"
@@ -72,6 +89,20 @@ def test_layering_imports_point_one_way(package: str) -> None:
 def test_layering_check_catches_a_violation() -> None:
     source = "from twice.tasks import refund\nimport twice.evals.cli\nfrom twice import reports\n"
     assert imported_packages(source) == {"tasks", "evals", "reports"}
+
+
+def test_layering_reports_may_import_only_the_error_root_from_mocks() -> None:
+    allowed = "from twice.mocks import RunError, UsageError\n"
+    assert imported_packages(allowed, error_root_exempt=True) == set()
+    for wrong in (
+        "from twice.mocks import Ledger\n",
+        "from twice.mocks import UsageError, Ledger\n",
+        "import twice.mocks\n",
+        "from twice import mocks\n",
+        "from twice.mocks._errors import UsageError\n",
+    ):
+        assert imported_packages(wrong, error_root_exempt=True) == {"mocks"}, wrong
+    assert imported_packages(allowed) == {"mocks"}  # only reports is exempt
 
 
 def test_layering_check_catches_a_bare_import() -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
+from twice.mocks import UsageError
 
 from ._common import LOCATION, check_writable_output, echo_some, errored_lines, read_trials
 
@@ -54,12 +55,9 @@ def gate(
 
     if junit is not None and not is_remote(junit):
         check_writable_output(junit, "--junit")
-    try:
-        cfg = load_gate(config)
-    except GateError as ex:
-        raise click.UsageError(str(ex)) from None
+    cfg = load_gate(config)
     if not cfg.rules and baseline_dir is None:
-        raise click.UsageError(
+        raise GateError(
             f"{config} has no [[rule]] blocks and no --baseline was given: nothing to check"
         )
     logs, frame = read_trials(log_dir, "LOG_DIR")
@@ -78,7 +76,7 @@ def gate(
     if problems and not allow_errors:
         echo_some(problems, "error")
         if junit:
-            _junit_or_exit(lambda: write_junit([], junit, errors=problems), junit)
+            _write_junit(lambda: write_junit([], junit, errors=problems), junit)
         click.echo(
             f"twice gate: {len(problems)} errored log(s)/trial(s); a gate on partial results "
             "could pass by accident. Rerun `twice run` with the same --log-dir to resume, or "
@@ -98,16 +96,19 @@ def gate(
     click.echo(format_gate(result))
     if junit:
         suite = "twice gate (sequential: anytime-valid bounds)" if sequential else "twice gate"
-        _junit_or_exit(lambda: write_junit(result.checks, junit, suite=suite), junit)
+        _write_junit(lambda: write_junit(result.checks, junit, suite=suite), junit)
         click.echo(f"junit:  {junit}")
     sys.exit(0 if result.passed else 1)
 
 
-def _junit_or_exit(write: Callable[[], object], junit: str) -> None:
-    """Write the JUnit file, or end with exit 2 and one line saying why (a path that passed
-    the up-front check can still fail: a full disk, a file-size limit, a /sys path as root)."""
+def _write_junit(write: Callable[[], object], junit: str) -> None:
+    """Write the JUnit file (a path that passed the up-front check can still fail: a full
+    disk, a file-size limit, a /sys path as root).
+
+    Raises:
+        UsageError: naming the file and why it cannot be written.
+    """
     try:
         write()
     except OSError as ex:
-        click.echo(f"error: cannot write --junit {junit!r}: {ex.strerror or ex}", err=True)
-        sys.exit(2)
+        raise UsageError(f"cannot write --junit {junit!r}: {ex.strerror or ex}") from None

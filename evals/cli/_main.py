@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 import click
+from twice.mocks import TwiceError
 
 from .._inspect_compat import init_dotenv
 from ..run import batch_gc
@@ -24,7 +25,27 @@ from ._serve import serve
 from ._trials import trials
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class TwiceGroup(click.Group):
+    """The ``twice`` command group: where a twice exception becomes an exit code.
+
+    Every command raises what went wrong as a :class:`~twice.mocks.TwiceError` and none
+    exits on its own for one: its ``exit_code`` (2 for a ``UsageError``, 1 for a
+    ``RunError``) is the exit status, after one line ``error: MESSAGE`` on stderr with any
+    credential of the environment redacted. click's own usage errors (a bad flag value) stay
+    click's. Here rather than in ``main`` so that a test's ``CliRunner`` sees the same.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TwiceError as ex:
+            from twice.tasks import scrub
+
+            click.echo(f"error: {scrub(str(ex))}", err=True)
+            ctx.exit(ex.exit_code)
+
+
+@click.group(cls=TwiceGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="twice")
 def cli() -> None:
     """twice: catch AI agents doing a mutating action twice."""

@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
-from twice.reports import MAX_SHARDS
+from twice.mocks import RunError
+from twice.reports import MAX_SHARDS, Shard
 
-from ..run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EXIT_INTERRUPTED
-from ..suite import DEFAULT_OUTAGE_WINDOW, SuiteError, suite_from_flags
+from ..gate import GateConfig
+from ..run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, RunResult
+from ..suite import DEFAULT_OUTAGE_WINDOW, Suite, SuiteError, suite_from_flags
 from ._common import (
     LOCATION,
     another_signal_exits,
@@ -235,21 +238,107 @@ def run(
 
     With no flags, runs the default offline suite of stub models.
     """
-    from twice.reports import LogReadError, StorageError
-    from twice.tasks import scrub
-
-    from ..run import (
-        ERRORED_IN,
-        LAST_INTERRUPT,
-        RunOutputError,
-        default_log_dir,
-        format_table,
-        run_suite,
+    _check_until_decided(
+        until_decided, batch, max_trials, agent_cmd, epochs, shard, workers, log_dir
     )
-    from ..scale import WorkerPlan, default_workers, run_parallel, usable_cpus
-    from ..suite import parse_shard, shard_cells
+    settings: dict[str, Any] = {
+        "model_args": parse_model_args(model_arg),  # bad -M values before anything else
+        "max_connections": max_connections,
+        "display": display or default_display(),
+        "report": not no_report,
+        "timeout": timeout,
+        "max_retries": max_retries,
+    }
+    resume = _Resume(log_dir or "", "rerun the same command")
+    with _run_failures(resume):
+        gate = None
+        if until_decided is not None:
+            from ..run import load_decision_gate
 
-    rerun = "rerun the same command"
+            gate = (until_decided, load_decision_gate(until_decided))  # before the suite
+        suite = suite_from_flags(
+            config=config, models=models, prompts=prompts, tasks=tasks, faults=faults,
+            protections=protections, epochs=epochs, limit=limit, agent_cmd=agent_cmd,
+            agent_timeout=agent_timeout, hang_seconds=hang_seconds, agents=agents,
+            mocks=_mocks(mocks), outage_window=outage_window,
+        )  # fmt: skip
+        mode = _run_mode(suite, log_dir, shard, workers, decided=gate is not None)
+        resume.out, resume.rerun = mode.out, mode.rerun
+        if gate is None:  # a sequential run announces itself, naming its gate
+            _announce(mode)
+            result = _run_suite(suite, mode, settings)
+        else:
+            rounds = {"batch": batch, "max_trials": max_trials}
+            result = _run_rounds(suite, mode, *gate, settings, rounds)
+    if result.interrupted:
+        another_signal_exits(result.exit_code)
+    _print_result(result, mode, sequential=gate is not None)
+    sys.exit(result.exit_code)
+
+
+@dataclass
+class _Resume:
+    """Where a run's logs go and how to resume it, as far as known when it fails."""
+
+    out: str
+    rerun: str
+
+
+@contextmanager
+def _run_failures(resume: _Resume) -> Iterator[None]:
+    """Say how a run that failed after it started can be resumed.
+
+    A failure to write the run's own files, or to read its logs back, is a run that failed
+    (exit 1), not bad input, whatever the exception's own kind; a stop outside the trials
+    exits as the signal says.
+
+    Raises:
+        RunError: naming the failure and what to do next.
+    """
+    from twice.reports import LogReadError, StorageError
+
+    from ..run import EXIT_INTERRUPTED, LAST_INTERRUPT, RunOutputError
+
+    try:
+        yield
+    except RunOutputError as ex:
+        fix = (
+            f"the logs and summary.json are written: make room (or raise the limit), then "
+            f"`twice report {resume.out}`"
+            if ex.summary_written
+            else f"the logs are kept and summary.json says incomplete: make room (or raise "
+            f"the limit), then {resume.rerun} to resume"
+        )
+        raise RunError(f"{ex}; {fix}") from None
+    except LogReadError as ex:
+        # A log that vanished or changed while the run read its logs back: another process
+        # writing into the same directory (object storage has no lock), not a twice bug.
+        # Object storage that failed (denied, expired credentials) says so on its own.
+        hint = (
+            ""
+            if isinstance(ex, StorageError)
+            else "; is another run writing into this log directory? Give each run its own --log-dir"
+        )
+        raise RunError(f"{ex}{hint}, then {resume.rerun} to resume") from None
+    except KeyboardInterrupt:
+        # Stopped outside the trials (while loading or summarising): nothing to resume from
+        # but the logs, which the same command picks up.
+        name = LAST_INTERRUPT.signal or "SIGINT"
+        click.echo(f"twice: interrupted by {name}; {resume.rerun} to resume", err=True)
+        sys.exit(EXIT_INTERRUPTED.get(name, 130))
+
+
+def _check_until_decided(
+    until_decided: Path | None,
+    batch: int | None,
+    max_trials: int | None,
+    agent_cmd: str | None,
+    epochs: int | None,
+    shard: str | None,
+    workers: int | None,
+    log_dir: str | None,
+) -> None:
+    """Refuse the flags that do not combine with ``--until-decided`` (or need it)."""
     if until_decided is None and (batch is not None or max_trials is not None):
         raise click.UsageError("--batch and --max-trials only apply with --until-decided GATE.toml")
     if until_decided is not None and agent_cmd is not None:
@@ -265,143 +354,162 @@ def run(
         )
     if until_decided is not None and log_dir and "://" in log_dir:
         raise click.UsageError(f"--until-decided needs a local --log-dir, not {log_dir!r}")
-    parsed_model_args = parse_model_args(model_arg)  # bad -M values before anything else
-    try:
-        gate = None
-        if until_decided is not None:
-            from ..run import load_decision_gate
 
-            gate = load_decision_gate(until_decided)  # a bad gate file before the suite
-        suite = suite_from_flags(
-            config=config,
-            models=models,
-            prompts=prompts,
-            tasks=tasks,
-            faults=faults,
-            protections=protections,
-            epochs=epochs,
-            limit=limit,
-            agent_cmd=agent_cmd,
-            agent_timeout=agent_timeout,
-            hang_seconds=hang_seconds,
-            agents=agents,
-            mocks=_mocks(mocks),
-            outage_window=outage_window,
-        )
-        part = parse_shard(shard) if shard is not None else None  # "": an unset $VAR
-        if part and workers and workers > 1:
-            raise SuiteError("--shard runs one shard in this process: drop --workers")
-        out = log_dir or str(default_log_dir())
-        n_cells = sum(1 for _ in suite.cells())
-        local = suite.local_model
-        default = 1 if part or local or gate is not None else default_workers(n_cells)
-        n_workers = min(workers or default, n_cells)
-        split = _existing_split(out)
-        at_once = None
-        if split is not None and part is None and workers is None and not (local or gate):
-            # A rerun resumes split as the run already in the directory (a cluster's, maybe,
-            # split 20 ways), running no more shards at a time than this machine has CPUs.
-            n_workers, at_once = split, min(split, usable_cpus())
-        if workers is not None and workers != split and workers > max_workers():
-            raise click.BadParameter(
-                f"{workers} is not in the range 1-{max_workers()}: at most "
-                f"{WORKERS_PER_CPU} per usable CPU ({usable_cpus()} here); each worker is a "
-                "Python process with inspect loaded, and more only queue for the same CPUs",
-                param_hint="--workers",
-            )
-        asked = part.count if part else n_workers
-        if split is not None and asked != split:
-            raise SuiteError(_split_conflict(out, split, asked))
-        if local is not None and n_workers > 1:
-            raise SuiteError(
-                "a suite with a [local_model] runs in one process (one model server): "
-                "drop --workers or set it to 1"
-            )
-        # Without --log-dir each run gets a new directory: the same command would start over.
-        rerun = "rerun the same command" if log_dir else f"rerun it with --log-dir {out}"
-        shown = display or default_display()  # the display this run uses
-        where = f", shard {part}" if part else f", {n_workers} workers" if n_workers > 1 else ""
-        if at_once is not None and at_once < n_workers:
-            where = f", {n_workers} shards {at_once} at a time"
-        # A shard's counts are out of its own cells, not the suite's.
-        mine = len(shard_cells(list(suite.cells()), part)) if part else n_cells
-        if gate is None:  # a sequential run announces itself, naming its gate
-            shown_cells = f"{mine} of {n_cells}" if part else f"{n_cells}"
-            click.echo(f"twice: running {shown_cells} cell(s){where}, logs in {out}", err=True)
-        if n_workers > 1:
-            # Each worker is given the parsed suite and settings, and runs its share.
-            plan = WorkerPlan(
-                suite, out, model_args=parsed_model_args, max_connections=max_connections,
-                # a worker's stdout is discarded: only "log" (to stderr, whose tail shows
-                # when a worker fails) is worth a worker's time
-                display="log" if shown == "log" else "none",
-                timeout=timeout, max_retries=max_retries,
-            )  # fmt: skip
-            result = run_parallel(plan, n_workers, report=not no_report, at_once=at_once)
-        else:
-            # twice run and --until-decided alike: the suite's model server around the run,
-            # its generate settings and the same bounds on every model call.
-            run_args: dict[str, Any] = {
-                "model_args": parsed_model_args,
-                "max_connections": max_connections,
-                "display": shown,
-                "report": not no_report,
-                "generate_config": local.generate_config() if local else None,
-                "timeout": timeout,
-                "max_retries": max_retries,
-            }
-            with _local_server(local) as server:
-                if gate is not None and until_decided is not None:
-                    from ..run import run_sequential_cli
 
-                    result = run_sequential_cli(
-                        suite, gate, until_decided, Path(out), batch=batch,
-                        max_trials=max_trials, **run_args,
-                    )  # fmt: skip
-                else:
-                    result = run_suite(suite, out, shard=part, **run_args)
-                if server is not None:
-                    _server_end(server, result.failed)
-    except SuiteError as ex:
-        raise click.UsageError(scrub(str(ex))) from None
-    except RunOutputError as ex:
-        fix = (
-            f"the logs and summary.json are written: make room (or raise the limit), then "
-            f"`twice report {out}`"
-            if ex.summary_written
-            else f"the logs are kept and summary.json says incomplete: make room (or raise "
-            f"the limit), then {rerun} to resume"
+@dataclass(frozen=True)
+class _Mode:
+    """How a ``twice run`` runs: where its logs go, which shard, how many processes."""
+
+    out: str
+    """The log directory (the one given, or a new default one)."""
+    part: Shard | None
+    """The shard ``--shard`` asked for; None for the whole suite."""
+    workers: int
+    """Worker processes (1: this process runs the suite)."""
+    at_once: int | None
+    """Most workers at a time, when a rerun resumes a directory split more ways than CPUs."""
+    cells: int
+    """The suite's cells."""
+    mine: int
+    """The cells this run counts: a shard's own, else the suite's."""
+    rerun: str
+    """How to resume it, as a user is told: without ``--log-dir`` each run gets a new
+    directory, and the same command would start over."""
+
+
+def _run_mode(
+    suite: Suite, log_dir: str | None, shard: str | None, workers: int | None, *, decided: bool
+) -> _Mode:
+    """Decide how the run runs: its log directory, its shard, its worker count (resuming a
+    directory split as it already is).
+
+    Raises:
+        SuiteError: for a shard or worker count that does not fit the suite or the directory.
+        click.BadParameter: for more ``--workers`` than this machine takes.
+    """
+    from ..run import default_log_dir
+    from ..scale import default_workers, usable_cpus
+    from ..suite import parse_shard, shard_cells
+
+    part = parse_shard(shard) if shard is not None else None  # "": an unset $VAR
+    if part and workers and workers > 1:
+        raise SuiteError("--shard runs one shard in this process: drop --workers")
+    out = log_dir or str(default_log_dir())
+    cells = list(suite.cells())
+    local = suite.local_model
+    default = 1 if part or local or decided else default_workers(len(cells))
+    n_workers = min(workers or default, len(cells))
+    split = _existing_split(out)
+    at_once = None
+    if split is not None and part is None and workers is None and not (local or decided):
+        # A rerun resumes split as the run already in the directory (a cluster's, maybe,
+        # split 20 ways), running no more shards at a time than this machine has CPUs.
+        n_workers, at_once = split, min(split, usable_cpus())
+    if workers is not None and workers != split and workers > max_workers():
+        raise click.BadParameter(
+            f"{workers} is not in the range 1-{max_workers()}: at most "
+            f"{WORKERS_PER_CPU} per usable CPU ({usable_cpus()} here); each worker is a "
+            "Python process with inspect loaded, and more only queue for the same CPUs",
+            param_hint="--workers",
         )
-        click.echo(f"error: {scrub(str(ex))}; {fix}", err=True)
-        sys.exit(1)
-    except LogReadError as ex:
-        # A log that vanished or changed while the run read its logs back: another process
-        # writing into the same directory (object storage has no lock), not a twice bug.
-        # Object storage that failed (denied, expired credentials) says so on its own.
-        hint = (
-            ""
-            if isinstance(ex, StorageError)
-            else "; is another run writing into this log directory? Give each run its own --log-dir"
+    asked = part.count if part else n_workers
+    if split is not None and asked != split:
+        raise SuiteError(_split_conflict(out, split, asked))
+    if local is not None and n_workers > 1:
+        raise SuiteError(
+            "a suite with a [local_model] runs in one process (one model server): "
+            "drop --workers or set it to 1"
         )
-        click.echo(f"error: {scrub(str(ex))}{hint}, then {rerun} to resume", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        # Stopped outside the trials (while loading or summarising): nothing to resume from
-        # but the logs, which the same command picks up.
-        name = LAST_INTERRUPT.signal or "SIGINT"
-        click.echo(f"twice: interrupted by {name}; {rerun} to resume", err=True)
-        sys.exit(EXIT_INTERRUPTED.get(name, 130))
-    if result.interrupted:
-        another_signal_exits(result.exit_code)
-    if gate is None:  # a sequential run printed its table and decisions already
+    # A shard's counts are out of its own cells, not the suite's.
+    mine = len(shard_cells(cells, part)) if part else len(cells)
+    rerun = "rerun the same command" if log_dir else f"rerun it with --log-dir {out}"
+    return _Mode(out, part, n_workers, at_once, len(cells), mine, rerun)
+
+
+def _announce(mode: _Mode) -> None:
+    """Say what runs, how, and where its logs go."""
+    where = (
+        f", shard {mode.part}"
+        if mode.part
+        else f", {mode.workers} workers"
+        if mode.workers > 1
+        else ""
+    )
+    if mode.at_once is not None and mode.at_once < mode.workers:
+        where = f", {mode.workers} shards {mode.at_once} at a time"
+    shown_cells = f"{mode.mine} of {mode.cells}" if mode.part else f"{mode.cells}"
+    click.echo(f"twice: running {shown_cells} cell(s){where}, logs in {mode.out}", err=True)
+
+
+def _run_suite(suite: Suite, mode: _Mode, settings: dict[str, Any]) -> RunResult:
+    """Run the suite (or ``mode``'s shard of it) in this process or in ``mode.workers``
+    worker processes, each given the parsed suite and settings."""
+    from ..run import run_suite
+    from ..scale import WorkerPlan, run_parallel
+
+    if mode.workers <= 1:
+
+        def run_one(run_args: dict[str, Any]) -> RunResult:
+            return run_suite(suite, mode.out, shard=mode.part, **run_args)
+
+        return _run_in_one_process(suite, run_one, settings)
+    plan = WorkerPlan(
+        suite, mode.out, model_args=settings["model_args"],
+        max_connections=settings["max_connections"],
+        # a worker's stdout is discarded: only "log" (to stderr, whose tail shows when a
+        # worker fails) is worth a worker's time
+        display="log" if settings["display"] == "log" else "none",
+        timeout=settings["timeout"], max_retries=settings["max_retries"],
+    )  # fmt: skip
+    return run_parallel(plan, mode.workers, report=settings["report"], at_once=mode.at_once)
+
+
+def _run_rounds(
+    suite: Suite,
+    mode: _Mode,
+    gate_path: Path,
+    gate: GateConfig,
+    settings: dict[str, Any],
+    rounds: dict[str, Any],
+) -> RunResult:
+    """``--until-decided``: the suite in rounds until ``gate`` decides each cell."""
+    from ..run import run_sequential_cli
+
+    def run_one(run_args: dict[str, Any]) -> RunResult:
+        return run_sequential_cli(suite, gate, gate_path, Path(mode.out), **rounds, **run_args)
+
+    return _run_in_one_process(suite, run_one, settings)
+
+
+def _run_in_one_process(
+    suite: Suite, run_one: Callable[[dict[str, Any]], RunResult], settings: dict[str, Any]
+) -> RunResult:
+    """``run_one`` (twice run or --until-decided alike) with the suite's model server around
+    it, its generate settings and the same bounds on every model call."""
+    local = suite.local_model
+    run_args = {**settings, "generate_config": local.generate_config() if local else None}
+    with _local_server(local) as server:
+        result = run_one(run_args)
+        if server is not None:
+            _server_end(server, result.failed)
+    return result
+
+
+def _print_result(result: RunResult, mode: _Mode, *, sequential: bool) -> None:
+    """The table and where the files are (a sequential run printed its own), then what went
+    wrong, on stderr."""
+    from ..run import ERRORED_IN, format_table
+
+    rerun = mode.rerun
+    if not sequential:
         if result.reused:
-            ran = mine - result.reused
+            ran = mode.mine - result.reused
             click.echo(
-                f"twice: resumed {out}: {result.reused} of {mine} cell(s) were already "
+                f"twice: resumed {mode.out}: {result.reused} of {mode.mine} cell(s) were already "
                 f"finished and reused; {ran} new or unfinished cell(s) run",
                 err=True,
             )
-        say_uncounted(out, result.uncounted, "this run does not plan")
+        say_uncounted(mode.out, result.uncounted, "this run does not plan")
         click.echo(format_table(result.table))
         click.echo(f"\nsummary: {result.summary_path}")
         if result.report_path:
@@ -416,7 +524,7 @@ def run(
             err=True,
         )
     for line in result.failed:
-        # An unreachable model's crashed trials are said by its one line above.
+        # An unreachable model's errored trials are said by its one line above.
         if not (result.unreachable and ERRORED_IN in line):
             click.echo(f"error: {line}", err=True)
     if result.missing:
@@ -426,14 +534,13 @@ def run(
         )
         more = f" and {len(result.missing) - 5} more" if len(result.missing) > 5 else ""
         click.echo(
-            f"twice: incomplete: {len(result.missing)} of {mine} cell(s) did not finish "
+            f"twice: incomplete: {len(result.missing)} of {mode.mine} cell(s) did not finish "
             f"({shown}{more}); summary.json is marked incomplete. {rerun.capitalize()} "
             "to resume.",
             err=True,
         )
     if result.interrupted:
         click.echo(f"twice: interrupted by {result.interrupted}", err=True)
-    sys.exit(result.exit_code)
 
 
 def _mocks(values: tuple[str, ...]) -> dict[str, str]:
@@ -458,20 +565,16 @@ def _local_server(options: Any) -> Iterator[Any]:
     if options is None:
         yield None
         return
-    from ..local_model import LocalModelError, local_model_server
+    from ..local_model import local_model_server
 
     click.echo(f"twice: starting the local model server ({options.name})", err=True)
-    try:
-        with local_model_server(options) as server:
-            click.echo(f"twice: local model server ready at {server.base_url}", err=True)
-            from ..run import LAST_INTERRUPT
+    with local_model_server(options) as server:
+        click.echo(f"twice: local model server ready at {server.base_url}", err=True)
+        from ..run import LAST_INTERRUPT
 
-            # A run stopped at once (a second Ctrl-C) unwinds nothing: tell the server too.
-            LAST_INTERRUPT.at_once.append(server.proc.terminate if server.proc else lambda: None)
-            yield server
-    except LocalModelError as ex:
-        click.echo(f"error: {ex}", err=True)
-        sys.exit(1)
+        # A run stopped at once (a second Ctrl-C) unwinds nothing: tell the server too.
+        LAST_INTERRUPT.at_once.append(server.proc.terminate if server.proc else lambda: None)
+        yield server
     click.echo("twice: local model server stopped", err=True)
 
 

@@ -59,16 +59,12 @@ def serve(
     "task" is a built-in task or one given with --task. A lost reply is held open until the
     client times out (at most hang_seconds); reset_after_commit closes the connection at once.
     """
-    from ..serve import ServeError
     from ..serve import serve as run_server
 
     try:
         stopped_by = run_server(
             host=host, port=port, db=db, token=token, tasks=tasks, hang_seconds=hang_seconds
         )
-    except ServeError as ex:
-        click.echo(f"error: {ex}", err=True)
-        sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
     if stopped_by is not None:  # a signal it was started ignoring (a script's `&` job)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
+from twice.mocks import UsageError
 from twice.reports import (
     AGENT_CRASHED,
     CELL,
@@ -49,7 +50,7 @@ from twice.reports import (
     alpha_of,
     as_location,
     baseline_test,
-    crashed,
+    errored,
     is_remote,
     metric,
     metric_names,
@@ -66,7 +67,7 @@ from ._sequential_rules import rule_state
 Status = Literal["pass", "fail", "skip"]
 
 
-class GateError(ValueError):
+class GateError(UsageError, ValueError):
     """A gate file that cannot be used: names the bad value and what would be accepted."""
 
 
@@ -323,7 +324,7 @@ def _cells(trials: pd.DataFrame) -> list[_Cell]:
     out = []
     for key, group in trials.groupby(list(CELL), sort=True, dropna=False):
         scored = group[group["completed"].notna()]
-        errors = int(crashed(group).sum())
+        errors = int(errored(group).sum())
         out.append(_Cell(dict(zip(CELL, key, strict=True)), len(group), errors, scored))
     return out
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twice.mocks import RunError
+
 SERVER_DIR = Path(__file__).parent
 """``server.mjs``, the npm manifest and lock, and the hash-pinned weight requirements."""
 
@@ -66,7 +68,7 @@ MODEL_STRING = f"openai-api/{SERVICE}/{MODEL.name}"
 """How a suite names the local model: an ordinary inspect provider string."""
 
 
-class LocalModelError(RuntimeError):
+class LocalModelError(RunError, RuntimeError):
     """The local model cannot be installed, started or kept running; says what to do."""
 
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from inspect_ai.model import Model
+from twice.mocks import RunError
 from twice.tasks import scrub, scrub_value, secret_values
 
 from ..suite import DEFAULT_OUTAGE_WINDOW
@@ -71,7 +72,7 @@ ANNOUNCE_AFTER = 2.0
 by then the calls a burst hit are all waiting, so the line counts them."""
 
 
-class ModelUnreachableError(RuntimeError):
+class ModelUnreachableError(RunError, RuntimeError):
     """Raised for every model call once the model's endpoint is known unreachable."""
 
 

@@ -35,7 +35,7 @@ from inspect_ai import Task, eval_set, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import Model, get_model
 from twice.assertions import score_trial
-from twice.mocks import LEDGER_STORE_KEY, Ledger
+from twice.mocks import LEDGER_STORE_KEY, Ledger, RunError
 from twice.reports import (
     CELL,
     SHARD_DIR,
@@ -48,7 +48,7 @@ from twice.reports import (
     as_location,
     cells,
     check_log_dir,
-    crashed,
+    errored,
     file_stamp,
     find_relative,
     frame_of,
@@ -131,7 +131,7 @@ class RunResult:
     summary_path: Location
     report_path: Location | None
     failed: list[str]
-    """Human lines for every eval that errored or trial that crashed."""
+    """Human lines for every eval or trial that errored."""
     missing: list[Cell] = field(default_factory=list)
     """Planned cells with no finished log (an interrupted or failed run)."""
     interrupted: str | None = None
@@ -148,7 +148,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        """True when every planned cell ran to completion and no trial crashed."""
+        """True when every planned cell ran to completion and no trial errored."""
         return not (self.failed or self.missing or self.interrupted or self.unreachable)
 
     @property
@@ -416,7 +416,7 @@ def _readable(error: str) -> str:
 
 def run_failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
     """One line per failed eval, and per cell with errored trials (inspect sample errors,
-    :func:`twice.reports.crashed`, left out of the rates) with its first error, so the
+    :func:`twice.reports.errored`, left out of the rates) with its first error, so the
     terminal says why and not only where."""
     lines = []
     for log in logs:
@@ -425,7 +425,7 @@ def run_failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) 
             lines.append(f"eval {log.eval.task} on {log.eval.model} {log.status}: {message}")
     first: dict[tuple[Any, ...], str] = {}
     if not frame.empty and table["errors"].any():
-        bad = frame[crashed(frame)]
+        bad = frame[errored(frame)]
         for keys, group in bad.groupby(list(CELL), sort=False):
             text = str(group["error"].iloc[0] or "").strip().splitlines()
             first[keys] = _readable(text[0])[:300] if text else "never scored"
@@ -1322,7 +1322,7 @@ def _evaluate_and_summarise(
     )  # fmt: skip
 
 
-class RunOutputError(OSError):
+class RunOutputError(RunError, OSError):
     """A file of the run's own (``summary.json``, ``report.html``) could not be written after
     the trials ran (a full disk, ``ulimit -f``): the run fails (exit 1), its logs stay."""
 

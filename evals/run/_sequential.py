@@ -532,18 +532,13 @@ def load_decision_gate(gate_path: Path) -> GateConfig:
     """The gate of ``--until-decided`` (read before anything else, as bad usage).
 
     Raises:
-        click.UsageError: for a bad gate file or one with no rules to decide.
+        GateError: for a bad gate file or one with no rules to decide.
     """
-    import click
-
     from ..gate import GateError, load_gate
 
-    try:
-        gate = load_gate(gate_path)
-    except GateError as ex:
-        raise click.UsageError(str(ex)) from None
+    gate = load_gate(gate_path)
     if not gate.rules:
-        raise click.UsageError(f"{gate_path} has no [[rule]] blocks: nothing to decide")
+        raise GateError(f"{gate_path} has no [[rule]] blocks: nothing to decide")
     return gate
 
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
-from typing import Any
+from typing import Any, TypeAlias
 
 from twice.reports import LogRecords, Shard
 
@@ -101,9 +101,8 @@ def run_workers(
     report's imports) on the core the first worker freed, not after the last. Its errors are
     ignored: whatever it prepares is done again, and any error raised then, when needed.
     """
-    procs: list[tuple[Shard, subprocess.Popen[bytes] | _ForkedWorker, float, Any, str]] = []
+    procs: list[_Running] = []
     private = new_hand_off_dir()
-    pickled: list[str] = []  # the plan's file, once a worker is a fresh interpreter
     received: list[int] = []
 
     def pass_on(signum: int, frame: FrameType | None) -> None:
@@ -114,71 +113,101 @@ def run_workers(
             if proc.poll() is None:
                 proc.send_signal(signum)
 
-    def running() -> int:
-        return sum(1 for _, proc, *_ in procs if proc.poll() is None)
-
     limit = count if at_once is None else max(1, min(at_once, count))
     saved = _handle_stop_signals(pass_on)
     try:
-        for i in range(1, count + 1):
-            while not received and running() >= limit:
-                time.sleep(_FIRST_EXIT_POLL)  # signals reach their handler between looks
-            if received:  # stopping: the shards not yet begun stay missing
-                break
-            shard = Shard(i, count)
-            hand_off = os.path.join(private, f"records-{i}.pickle")
-            # stderr to a file, not a pipe: a worker blocked on a full pipe would never end.
-            err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finally)
-            if _can_fork():  # asked each time: a thread started meanwhile rules it out
-                proc: subprocess.Popen[bytes] | _ForkedWorker = _fork_worker(
-                    plan, shard, err, hand_off, saved
-                )
-            else:
-                if not pickled:
-                    pickled.append(_pickle_plan(plan, private))
-                proc = _spawn_worker(pickled[0], shard, err, hand_off)
-            procs.append((shard, proc, time.perf_counter(), err, hand_off))
-            if received:  # a signal came while this worker was being started
-                proc.send_signal(received[0])
+        _start_workers(plan, count, limit, procs, received, private, saved)
         _wait_for_first(procs, idle)
-        out = []
-        for shard, proc, t0, err, hand_off in procs:
-            code = proc.wait()
-            seconds = time.perf_counter() - t0
-            err.seek(0)
-            tail = err.read().decode("utf-8", "replace").strip().splitlines()[-5:]
-            said = WorkerOutcome.read(outcome_path(hand_off))
-            errors = None if said is None else said.errors
-            out.append(
-                WorkerExit(shard, code, seconds, "\n".join(tail), errors, load_records(hand_off))
-            )
+        out = _collect(procs)
         if not received:
             return out
         name = signal.Signals(received[0]).name
         return [replace(w, interrupted=name) for w in out]
     except BaseException:
-
-        def kill_now(signum: int, frame: FrameType | None) -> None:
-            for _, proc, *_ in procs:  # yet another signal: the user will not wait 30 s
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-
-        _handle_stop_signals(kill_now)
-        for _, proc, *_ in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        for _, proc, *_ in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _stop_workers(procs)
         raise
     finally:
         _restore_signals(saved)
         for _, _, _, err, _ in procs:
             err.close()
         shutil.rmtree(private, ignore_errors=True)
+
+
+def _start_workers(
+    plan: WorkerPlan,
+    count: int,
+    limit: int,
+    procs: list[_Running],
+    received: list[int],
+    private: str,
+    handlers: dict[int, Any],
+) -> None:
+    """Start shard ``i/count`` for every i, at most ``limit`` running at a time, appending
+    each to ``procs``; stop starting once a stop signal was ``received`` (the shards not yet
+    begun stay missing)."""
+    pickled: list[str] = []  # the plan's file, once a worker is a fresh interpreter
+
+    def running() -> int:
+        return sum(1 for _, proc, *_ in procs if proc.poll() is None)
+
+    for i in range(1, count + 1):
+        while not received and running() >= limit:
+            time.sleep(_FIRST_EXIT_POLL)  # signals reach their handler between looks
+        if received:
+            return
+        shard = Shard(i, count)
+        hand_off = os.path.join(private, f"records-{i}.pickle")
+        # stderr to a file, not a pipe: a worker blocked on a full pipe would never end.
+        err = tempfile.TemporaryFile()  # noqa: SIM115 (closed by run_workers)
+        if _can_fork():  # asked each time: a thread started meanwhile rules it out
+            proc: subprocess.Popen[bytes] | _ForkedWorker = _fork_worker(
+                plan, shard, err, hand_off, handlers
+            )
+        else:
+            if not pickled:
+                pickled.append(_pickle_plan(plan, private))
+            proc = _spawn_worker(pickled[0], shard, err, hand_off)
+        procs.append((shard, proc, time.perf_counter(), err, hand_off))
+        if received:  # a signal came while this worker was being started
+            proc.send_signal(received[0])
+
+
+def _collect(procs: Sequence[_Running]) -> list[WorkerExit]:
+    """Wait for every worker and read how each ended: its code, its stderr's last lines,
+    what it said in its outcome file and the records it handed back."""
+    out = []
+    for shard, proc, t0, err, hand_off in procs:
+        code = proc.wait()
+        seconds = time.perf_counter() - t0
+        err.seek(0)
+        tail = err.read().decode("utf-8", "replace").strip().splitlines()[-5:]
+        said = WorkerOutcome.read(outcome_path(hand_off))
+        errors = None if said is None else said.errors
+        out.append(
+            WorkerExit(shard, code, seconds, "\n".join(tail), errors, load_records(hand_off))
+        )
+    return out
+
+
+def _stop_workers(procs: Sequence[_Running]) -> None:
+    """Stop the workers still running when the parent stops waiting (a second signal, an
+    error): SIGINT, then SIGKILL after 30 s, at once on yet another signal."""
+
+    def kill_now(signum: int, frame: FrameType | None) -> None:
+        for _, proc, *_ in procs:  # yet another signal: the user will not wait 30 s
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+
+    _handle_stop_signals(kill_now)
+    for _, proc, *_ in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for _, proc, *_ in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 _FIRST_EXIT_POLL = 0.05
@@ -261,6 +290,11 @@ class _ForkedWorker:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+_Running: TypeAlias = "tuple[Shard, subprocess.Popen[bytes] | _ForkedWorker, float, Any, str]"
+"""A started worker: its shard, its process, when it started, its stderr file and the path
+it hands its records back in."""
 
 
 FORK_ENV = "TWICE_WORKERS_FORK"

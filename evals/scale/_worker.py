@@ -9,17 +9,12 @@ from __future__ import annotations
 import pickle
 import sys
 
+from twice.mocks import RunError, TwiceError
 from twice.reports import LogReadError, Shard
 from twice.tasks import remember_command_secrets, scrub
 
-from ..run import (
-    EXIT_INTERRUPTED,
-    LAST_INTERRUPT,
-    RunOutputError,
-    batch_gc,
-    run_suite,
-)
-from ..suite import SuiteError, parse_shard
+from ..run import EXIT_INTERRUPTED, LAST_INTERRUPT, batch_gc, run_suite
+from ..suite import parse_shard
 from ._hand_off import save_records, stop_with_parent
 from ._plan import WorkerOutcome, WorkerPlan
 
@@ -46,10 +41,10 @@ def work(plan: WorkerPlan, shard: Shard, outcome: str, records: str) -> int:
             max_retries=plan.max_retries,
             keep_records=lambda found: save_records(records, found),
         )
-    except SuiteError as ex:
-        said = WorkerOutcome(2, (scrub(str(ex)),))
-    except (RunOutputError, LogReadError) as ex:
-        said = WorkerOutcome(1, (scrub(str(ex)),))
+    except LogReadError as ex:  # its own logs, read back: the run failed, not its input
+        said = WorkerOutcome(RunError.exit_code, (scrub(str(ex)),))
+    except TwiceError as ex:
+        said = WorkerOutcome(ex.exit_code, (scrub(str(ex)),))
     except KeyboardInterrupt:
         name = LAST_INTERRUPT.signal or "SIGINT"
         said = WorkerOutcome(EXIT_INTERRUPTED.get(name, 130), (f"interrupted by {name}",))

@@ -155,25 +155,7 @@ def merge(
     logs = read_log_dir(log_dir, partial=partial)
     shards = logs.shards
     summaries = [dict(s) for _, s in sorted(logs.shard_summaries.items())]
-    extra: dict[str, Any] = {}
-    missing: list[Cell] = []
-    if planned is not None:
-        finished = finished_in(logs, planned)[0]
-        missing = [c for c in planned if c not in finished]
-        extra = incomplete_fields(missing, prompt_names(planned), interrupted)  # errors below
-    elif shards is not None:
-        extra = shards_status(summaries)
-        if logs.missing and extra.get("complete", True):
-            # Every shard finished, yet a log its eval-set.json plans is gone (deleted,
-            # left out of an artifact): the merged run is not complete, whatever they say.
-            extra = {
-                **extra, "complete": False, "status": "incomplete",
-                "missing_logs": list(logs.missing),
-            }  # fmt: skip
-    else:  # one process's directory: its own summary says whether an interrupt stopped it
-        top = read_summary(log_dir)
-        if top.get("complete") is False and top.get("interrupted"):
-            extra = {"interrupted": top["interrupted"]}
+    extra, missing = _run_state(log_dir, logs, summaries, planned, interrupted)
     known = known or {}
     unread = [p for p in logs.files if str(p) not in known]
     frame = frame_of(logs.files, {**known, **log_records(unread)})
@@ -210,6 +192,40 @@ def merge(
         lambda tmp: write_summary(table, tmp, run=run, **extra),
     )
     return Merged(logs, frame, table, run, path, missing, extra)
+
+
+def _run_state(
+    log_dir: Location,
+    logs: LogDir,
+    summaries: list[dict[str, Any]],
+    planned: list[Cell] | None,
+    interrupted: str | None,
+) -> tuple[dict[str, Any], list[Cell]]:
+    """What the merged summary says of the run's state before its trials are read, and the
+    planned cells without a finished log.
+
+    A ``--workers`` run knows its plan; a directory of shards has the shards' own summaries
+    to say it; a one-process directory only its own summary, for an interrupt.
+    """
+    if planned is not None:
+        finished = finished_in(logs, planned)[0]
+        missing = [c for c in planned if c not in finished]
+        # the errored trials are added once the trials are read
+        return incomplete_fields(missing, prompt_names(planned), interrupted), missing
+    if logs.shards is not None:
+        extra = shards_status(summaries)
+        if logs.missing and extra.get("complete", True):
+            # Every shard finished, yet a log its eval-set.json plans is gone (deleted,
+            # left out of an artifact): the merged run is not complete, whatever they say.
+            extra = {
+                **extra, "complete": False, "status": "incomplete",
+                "missing_logs": list(logs.missing),
+            }  # fmt: skip
+        return extra, []
+    top = read_summary(log_dir)
+    if top.get("complete") is False and top.get("interrupted"):
+        return {"interrupted": top["interrupted"]}, []
+    return {}, []
 
 
 def mark_unmerged(log_dir: Location, reason: str) -> bool:
@@ -253,7 +269,7 @@ def run_with_workers(
     ``at_once`` as :func:`run_workers`.
 
     Returns:
-        One line per worker that failed (exit 1: an eval errored or a trial crashed; or killed
+        One line per worker that failed (exit 1: an eval or a trial errored; or killed
         by a signal other than SIGINT/SIGTERM, e.g. the OOM killer) with what it said went
         wrong, else its last lines of output (every shard's logs are still merged), what the
         workers read of their logs, and the signal that stopped the run (passed on by this

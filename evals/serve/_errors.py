@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from twice.mocks import UsageError
 
-class ControlError(Exception):
+
+class ControlError(UsageError):
     """A control request the server refuses: HTTP status and one line naming the bad field."""
 
     def __init__(self, status: int, message: str, field: str | None = None) -> None:
@@ -13,5 +15,5 @@ class ControlError(Exception):
         self.field = field
 
 
-class ServeError(Exception):
+class ServeError(UsageError):
     """Bad ``twice serve`` usage (exit 2): one line naming the bad value."""

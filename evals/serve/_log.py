@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twice.mocks import UsageError
+
 from ..locks import hold_lock
 
 SCHEMA = """
@@ -41,7 +43,7 @@ KINDS = ("create", "request", "observe", "context", "delete")
 tool layer's state after an MCP tool call, a trial deleted."""
 
 
-class DamagedLog(ValueError):
+class DamagedLog(UsageError, ValueError):
     """A record of the log that cannot be read back (the file was edited or corrupted)."""
 
 

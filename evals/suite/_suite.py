@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from twice.mocks import FAULTS, STUB_MODELS
+from twice.mocks import FAULTS, STUB_MODELS, UsageError
 from twice.tasks import (
     AGENT_FAULTS_REFUSED,
     PROTECTIONS,
@@ -100,7 +100,7 @@ lost reply's connection-error form."""
 AXES = ("models", "agents", "prompts", "tasks", "faults", "protections")
 
 
-class SuiteError(ValueError):
+class SuiteError(UsageError, ValueError):
     """A suite that cannot run: names the bad value and what would be accepted."""
 
 

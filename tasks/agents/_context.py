@@ -6,15 +6,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from twice.mocks import RunError, UsageError
+
 BRIDGE_MODEL = "inspect"
 """The model name an agent must send for inspect's agent bridge to answer with the eval's model."""
 
 
-class AgentError(ValueError):
+class AgentError(UsageError, ValueError):
     """An agent that cannot be run as asked: names the bad value and what is accepted."""
 
 
-class AgentLimitError(RuntimeError):
+class AgentLimitError(RunError, RuntimeError):
     """The agent did something the in-process agent bridge cannot serve (a documented limit).
 
     Raised out of the agent's trial as a sample error (not scored as ``crashed``): it is a

@@ -13,7 +13,7 @@ from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageTool, ModelOutput
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import LimitExceededError, store
-from twice.mocks import raise_if_stub_could_not_play
+from twice.mocks import RunError, raise_if_stub_could_not_play
 
 from .._redact import scrub, scrub_value, scrubbed_fields, secret_values
 from ._context import AgentContext, AgentLimitError
@@ -64,7 +64,7 @@ def agent_time_limit(seconds: float | None) -> Iterator[None]:
         _time_limit = before
 
 
-class AgentTimedOut(Exception):
+class AgentTimedOut(RunError):
     """The agent was still running when the trial's time limit ended."""
 
 

@@ -1129,9 +1129,9 @@ def test_a_refused_workers_rerun_gives_the_workers_reason_once(
     assert twice("run", *four, *FOUR_FAULTS, "--workers", "2", "--log-dir", log_dir).exit_code == 0
     result = twice("run", *ONE_CELL, *FOUR_FAULTS, "--workers", "2", "--log-dir", log_dir)
     assert result.exit_code == 2, result.output
-    assert result.stderr.count("Usage:") == 1, result.stderr
+    assert result.stderr.count("error: ") == 1 and "Usage:" not in result.stderr, result.stderr
     # ... said as one process says it: the run's arguments, not a worker's.
-    assert "\nError: log directory " in result.stderr, result.stderr
+    assert "\nerror: log directory " in result.stderr, result.stderr
     assert "refused the run" not in result.stderr, result.stderr
     assert "run with 2 sample(s) × 1 epoch(s); this run asks for 1 × 1" in result.stderr
 
@@ -1147,8 +1147,8 @@ def test_a_missing_api_key_under_workers_reads_as_it_does_in_one_process(
     one = twice(*args, "--workers", "1", "--log-dir", tmp_path / "one")
     two = twice(*args, "--workers", "2", "--log-dir", tmp_path / "two")
     assert one.exit_code == two.exit_code == 2, (one.output, two.output)
-    said = [r.stderr[r.stderr.index("Error: ") :] for r in (one, two)]
-    assert said[0].startswith("Error: could not load model 'openai/gpt-5-mini'"), said[0]
+    said = [r.stderr[r.stderr.index("error: ") :] for r in (one, two)]
+    assert said[0].startswith("error: could not load model 'openai/gpt-5-mini'"), said[0]
     assert said[1] == said[0], said
 
 
