@@ -4,6 +4,7 @@
 """
 
 from ._aggregate import alpha_of, cells, summary, wilson, write_summary
+from ._cell import CELL, Cell
 from ._compare import (
     BaselineTest,
     Difference,
@@ -14,7 +15,6 @@ from ._compare import (
 )
 from ._drill import WORST_N, drill_down, severity, trial_detail, worst_trials
 from ._frame import (
-    CELL,
     LEDGER_COLUMNS,
     METRICS,
     PARSE_COLUMNS,
@@ -102,6 +102,7 @@ __all__ = [
     "SHARD_DIR",
     "WORST_N",
     "BaselineTest",
+    "Cell",
     "Difference",
     "Location",
     "LogDir",

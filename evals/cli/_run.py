@@ -292,7 +292,7 @@ def run(
         if part and workers and workers > 1:
             raise SuiteError("--shard runs one shard in this process: drop --workers")
         out = log_dir or str(default_log_dir())
-        n_cells = sum(1 for _ in suite.cells())
+        n_cells = len(suite.cells())
         local = suite.local_model
         default = 1 if part or local or gate is not None else default_workers(n_cells)
         n_workers = min(workers or default, n_cells)
@@ -420,10 +420,7 @@ def run(
         if not (result.unreachable and ERRORED_IN in line):
             click.echo(f"error: {line}", err=True)
     if result.missing:
-        shown = ", ".join(
-            f"{c.model} / {c.prompt} / {c.task} / {c.fault} / {c.protection}"
-            for c in result.missing[:5]
-        )
+        shown = ", ".join(c.label for c in result.missing[:5])
         more = f" and {len(result.missing) - 5} more" if len(result.missing) > 5 else ""
         click.echo(
             f"twice: incomplete: {len(result.missing)} of {mine} cell(s) did not finish "

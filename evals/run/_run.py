@@ -23,7 +23,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import version
 from pathlib import Path
 from types import FrameType
@@ -79,7 +79,6 @@ from twice.tasks import (
 from twice.tasks.agents import BUILTIN_AGENTS, REACT, agent_time_limit, take_late_requests
 
 from .._inspect_compat import model_api_names
-from ..gate import cell_label
 from ..local_model import environ
 from ..locks import lock_log_dir
 from ..suite import (
@@ -433,8 +432,7 @@ def run_failures(logs: list[EvalLog], table: pd.DataFrame, frame: pd.DataFrame) 
         if row.errors:
             why = first.get(tuple(getattr(row, c) for c in CELL))
             lines.append(
-                f"{row.errors}{ERRORED_IN}{row.model} / {row.agent} / {row.prompt} / "
-                f"{row.task} / {row.fault} / {row.protection}"
+                f"{row.errors}{ERRORED_IN}{Cell.from_mapping(row._asdict()).label}"
                 + (f"; the first: {why}" if why else "")
             )
     late = take_late_requests()
@@ -621,14 +619,7 @@ def write_atomic(path: Location, write: Callable[[Path], object]) -> Location:
 
 def cell_dict(cell: Cell, names: dict[str, str]) -> dict[str, str]:
     """A cell as summary.json lists it (``missing``), its prompt by name (``names``)."""
-    return {
-        "model": cell.model,
-        "agent": cell.agent,
-        "prompt": names[cell.prompt],
-        "task": cell.task,
-        "fault": cell.fault,
-        "protection": cell.protection,
-    }
+    return replace(cell, prompt=names[cell.prompt]).as_dict()
 
 
 _RUN_FILES = ("summary.json", "eval-set.json", "logs.json")
@@ -707,21 +698,17 @@ def finished_in(logs: LogDir | None, planned: list[Cell]) -> tuple[set[Cell], li
 
 def matched_logs(logs: LogDir, planned: list[Cell]) -> list[tuple[Cell, LogEntry]]:
     """Each counted log of ``logs`` that belongs to a planned cell, with its cell."""
-    by_key: dict[tuple[str, ...], Cell] = {}
+    by_key: dict[tuple[Cell, str], Cell] = {}
     for cell in planned:
         p = load_prompt(cell.prompt)
-        key = (cell.model, cell.agent, cell.task, cell.fault, cell.protection, p.name, p.sha256)
-        by_key[key] = cell
+        by_key[replace(cell, prompt=p.name), p.sha256] = cell
     out = []
     for entry in logs.current:
         # read_log_dir read each header once and kept its twice record: not read again here
         # (every run reads the directory at its start and at its end).
         meta = entry.twice
         try:
-            key = (
-                entry.model, meta.get("agent", REACT), meta["task"], meta["fault"],
-                meta["protection"], meta["prompt"], meta["prompt_sha256"],
-            )  # fmt: skip
+            key = (Cell.from_mapping({**meta, "model": entry.model}), str(meta["prompt_sha256"]))
         except KeyError:
             continue  # not a twice log of this suite
         match = by_key.get(key)
@@ -764,7 +751,7 @@ def refuse_fewer_trials(logs: LogDir | None, run: PreparedRun, suite: Suite) -> 
         samples = samples_per_epoch(task, suite)
         if suite.epochs < entry.epochs or samples < entry.samples:
             raise SuiteError(
-                f"log directory {str(run.log_dir)!r} holds cell {cell_label(asdict(cell))} run "
+                f"log directory {str(run.log_dir)!r} holds cell {cell.label} run "
                 f"with {entry.samples} sample(s) × {entry.epochs} epoch(s); this run asks for "
                 f"{samples} × {suite.epochs}, and fewer would count the old trials or drop "
                 "them: give it another --log-dir, or an --epochs and --limit no smaller"
@@ -1416,12 +1403,7 @@ def format_table(table: pd.DataFrame) -> str:
 
     view = pd.DataFrame(
         {
-            "model": table["model"],
-            "agent": table["agent"],
-            "prompt": table["prompt"],
-            "task": table["task"],
-            "fault": table["fault"],
-            "protection": table["protection"],
+            **{k: table[k] for k in CELL},
             "n": table["trials"],
             "err": table["errors"],
             "complete": table["completion_rate"].map(pct),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ import pandas as pd
 from inspect_ai import Task, task_with
 from inspect_ai.log import EvalLog
 from twice.reports import (
-    CELL,
     Location,
     LogDir,
     alpha_of,
@@ -33,7 +32,7 @@ from twice.reports import (
     write_summary,
 )
 
-from ..gate import METHOD, GateConfig, RuleState, cell_label, rule_state
+from ..gate import METHOD, GateConfig, RuleState, rule_state
 from ..suite import Cell, Suite, SuiteError
 from ._run import (
     DEFAULT_MAX_RETRIES,
@@ -77,7 +76,8 @@ NOT_FAILING = ("pass", NO_RULE)
 class CellState:
     """Where one cell stands."""
 
-    keys: dict[str, str]
+    cell: Cell
+    """The cell, its prompt by name (as its logs and summary.json name it)."""
     samples: int
     epochs: int = 0
     """Epochs planned so far (the task's epoch count in the next ``eval_set``)."""
@@ -94,13 +94,13 @@ class CellState:
 
     @property
     def label(self) -> str:
-        """``model / prompt / task / fault / protection``."""
-        return cell_label(self.keys)
+        """The cell's label (:attr:`Cell.label`)."""
+        return self.cell.label
 
     def record(self) -> dict[str, Any]:
         """This cell in summary.json's ``run.sequential.cells``."""
         return {
-            **self.keys,
+            **self.cell.as_dict(),
             "trials": self.trials,
             "rounds": self.rounds,
             "round_trials": self.samples * self.epochs_per_round,
@@ -145,16 +145,19 @@ def _fixed_run(log_dir: Location) -> int | None:
     return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else 0
 
 
-def _key(task: Task, model: str) -> dict[str, str]:
+def _key(task: Task, model: str) -> Cell:
+    """The cell a built task runs, its prompt by name, as its log will name it."""
     meta = (task.metadata or {}).get("twice", {})
-    return {
-        "model": model,
-        "agent": str(meta.get("agent") or "react"),
-        "prompt": str(meta.get("prompt", "?")),
-        "task": str(meta.get("task") or task.name),
-        "fault": str(meta.get("fault", "?")),
-        "protection": str(meta.get("protection", "?")),
-    }
+    return Cell.from_mapping(
+        {
+            "model": model,
+            "agent": meta.get("agent"),
+            "prompt": meta.get("prompt", "?"),
+            "task": meta.get("task") or task.name,
+            "fault": meta.get("fault", "?"),
+            "protection": meta.get("protection", "?"),
+        }
+    )
 
 
 def _samples(task: Task, limit: int | None) -> int:
@@ -171,7 +174,7 @@ def _judge(state: CellState, rows: pd.DataFrame, gate: GateConfig) -> bool:
     state.rules = {
         r.name: rule_state(r, scored, gate.confidence, excluded)
         for r in gate.rules
-        if r.matches(state.keys)
+        if r.matches(state.cell.as_dict())
     }
     state.trials, state.scored = len(rows), len(scored)
     states = state.rules.values()
@@ -348,7 +351,7 @@ class _Rounds:
         names = prompt_names(self.prepared.planned)
         frame = self._frame()[0]
         for st in self.states:
-            rows = _rows(frame, st.keys)
+            rows = _rows(frame, st.cell)
             _replay(st, rows, self.gate, self.max_trials)
             if st.stopped_round is None:
                 self._next_round(st)
@@ -368,7 +371,7 @@ class _Rounds:
         unsettled = self._unsettled()
         for st in self.states:
             if st.stopped_round is None:  # what the cell has so far, for the decisions
-                st.trials = len(_rows(frame, st.keys))
+                st.trials = len(_rows(frame, st.cell))
         errored = errored_trials(frame)
         status = incomplete_fields(unsettled, names, state.signal, errored)
         if state.signal:  # what the interrupt cut short, and had already duplicated
@@ -455,7 +458,7 @@ class _Rounds:
                 if st.stopped_round is not None:
                     continue
                 st.rounds = st.epochs // st.epochs_per_round
-                if _judge(st, _rows(frame, st.keys), self.gate):
+                if _judge(st, _rows(frame, st.cell), self.gate):
                     _settle(st, st.rounds)
                 else:
                     grew = self._next_round(st) or grew
@@ -467,12 +470,12 @@ class _Rounds:
                 return logs, frame
 
 
-def _rows(frame: pd.DataFrame, keys: Mapping[str, str]) -> pd.DataFrame:
+def _rows(frame: pd.DataFrame, cell: Cell) -> pd.DataFrame:
     if frame.empty:
         return frame
     mask = pd.Series(True, index=frame.index)
-    for k in CELL:
-        mask &= frame[k].astype(str) == keys[k]
+    for k, v in cell.as_dict().items():
+        mask &= frame[k].astype(str) == v
     return frame[mask]
 
 
@@ -506,17 +509,7 @@ def unmatched_rules(gate: GateConfig, suite: Suite) -> list[str]:
     fails it, so the sequential verdict fails it too."""
     from twice.tasks import load_prompt
 
-    keys = [
-        {
-            "model": c.model,
-            "agent": c.agent,
-            "prompt": load_prompt(c.prompt).name,
-            "task": c.task,
-            "fault": c.fault,
-            "protection": c.protection,
-        }
-        for c in suite.cells()
-    ]
+    keys = [replace(c, prompt=load_prompt(c.prompt).name).as_dict() for c in suite.cells()]
     out = []
     for rule in gate.rules:
         if not any(rule.matches(k) for k in keys):
@@ -571,7 +564,7 @@ def run_sequential_cli(
     from ._run import format_table
 
     cap = max_trials or DEFAULT_MAX_TRIALS
-    n_cells = sum(1 for _ in suite.cells())
+    n_cells = len(suite.cells())
     click.echo(
         f"twice: running {n_cells} cell(s) until {gate_path} decides them (at most {cap} "
         f"trials a cell), logs in {log_dir}",

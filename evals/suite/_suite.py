@@ -30,10 +30,12 @@ import math
 import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from twice.mocks import FAULTS, STUB_MODELS
+from twice.reports import Cell
 from twice.tasks import (
     AGENT_FAULTS_REFUSED,
     PROTECTIONS,
@@ -146,18 +148,6 @@ class Matrix:
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One (model, agent, prompt, task, fault, protection): all its trials share these."""
-
-    model: str
-    prompt: str
-    task: str
-    fault: str
-    protection: str
-    agent: str = REACT
-
-
-@dataclass(frozen=True)
 class Suite:
     """What ``twice run`` runs."""
 
@@ -183,13 +173,22 @@ class Suite:
     connection (``--hang-seconds``): an agent whose own timeout is shorter sees a read
     timeout, and a trial costs that timeout's wall time."""
 
-    def cells(self) -> Iterator[Cell]:
-        """Every distinct cell, in suite order.
+    def cells(self) -> tuple[Cell, ...]:
+        """Every distinct cell, in suite order, planned once per suite.
 
         A prompt given twice under different spellings (``p/my.md`` and ``./p/my.md``: the
         same name and text) is one prompt, named by its first spelling: two cells of it would
         run the same trials twice and count them both.
         """
+        return self._planned
+
+    @cached_property
+    def _planned(self) -> tuple[Cell, ...]:
+        # Planning reads every prompt file; a run asks for its cells at every step, and a
+        # frozen suite's cells cannot change (``replace`` makes a new suite, planned anew).
+        return tuple(self._each_cell())
+
+    def _each_cell(self) -> Iterator[Cell]:
         seen: set[Cell] = set()
         canon = self._prompt_spellings()
         # An agent command is every trial's agent (validate() refuses it with other agents).
@@ -198,7 +197,14 @@ class Suite:
             for model, agent in itertools.product(m.models, (command,) if command else m.agents):
                 for prompt, task in itertools.product((canon[p] for p in m.prompts), m.tasks):
                     for fault, protection in itertools.product(m.faults, m.protections):
-                        cell = Cell(model, prompt, task, fault, protection, agent)
+                        cell = Cell(
+                            model=model,
+                            agent=agent,
+                            prompt=prompt,
+                            task=task,
+                            fault=fault,
+                            protection=protection,
+                        )
                         if cell not in seen:
                             seen.add(cell)
                             yield cell

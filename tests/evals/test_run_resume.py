@@ -388,7 +388,10 @@ def test_two_runs_logs_of_one_cell_in_one_directory_are_refused(tmp_path: Path) 
     for command in (gate, ["report", str(mix)]):
         result = CliRunner().invoke(cli, command)
         assert result.exit_code == 2, result.output
-        assert "holds two logs of cell stub/verify / react / refund / lost_reply" in result.output
+        assert (
+            "holds two logs of cell stub/verify / baseline / refund / lost_reply / bare"
+            in result.output
+        )
         assert "counted twice" in result.output
     assert not (mix / "report.html").exists()
     (*_, last) = sorted(mix.glob("*.eval"))
