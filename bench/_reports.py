@@ -19,7 +19,7 @@ from typing import Any
 from _common import Paired, paired
 from inspect_ai.analysis import samples_df
 from twice.evals import run_metadata
-from twice.evals.suite._suite import DEFAULT_SUITE, load_suite
+from twice.evals.suite._load import DEFAULT_SUITE, load_suite
 from twice.reports import cells, trials_frame, write_report, write_summary
 
 

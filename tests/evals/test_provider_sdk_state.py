@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from inspect_ai.model import _assistant_internal as internal
 from twice.evals.run._speedups import needs_provider_sdk_state, without_provider_sdk_state
-from twice.evals.suite._suite import Cell
+from twice.reports import Cell
 
 STUB = Cell(
     model="stub/retry", prompt="baseline", task="refund", fault="lost_reply", protection="bare"

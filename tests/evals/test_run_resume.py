@@ -219,7 +219,7 @@ def test_finished_cells_read_each_log_header_once(
 ) -> None:
     # A run reads its directory at its start and at its end; each read opens every header
     # once, not again for the cell's twice record (on S3, a GET each).
-    import twice.evals.run._run as run_module
+    import twice.evals.run._resume as run_module
     import twice.reports._logs as logs_module
 
     log_dir = tmp_path / "logs"
@@ -240,7 +240,7 @@ def test_finished_cells_read_each_log_header_once(
     # Another process's view: none of the headers the run above read are cached.
     monkeypatch.setattr(logs_module, "_HEADERS", type(logs_module._HEADERS)())
     planned = list(suite.cells())  # type: ignore[attr-defined]
-    finished, files, cancelled = run_module._finished_cells(log_dir, planned)
+    finished, files, cancelled = run_module.finished_cells(log_dir, planned)
     assert finished == set(planned) and not cancelled
     assert len(files) == 2  # the copy is the same task's log: one of the two counts
     assert sorted(reads) == sorted(str(p) for p in log_dir.glob("*.eval"))  # once each

@@ -67,13 +67,13 @@ def test_a_rule_that_matches_no_cell_fails_the_sequential_verdict_as_it_fails_th
 def test_a_cell_no_rule_covers_is_recorded_as_no_rule_not_as_a_pass() -> None:
     # The failing path: summary.json's run.sequential said "verdict": "pass" (rules {}) for a
     # cell the gate never looked at; only the console said NO RULE.
-    from twice.evals.run._sequential import CellState, _settle, format_decisions
+    from twice.evals.run._decisions import CellState, format_decisions, settle
 
     cell = Cell(
         model="stub/retry", prompt="baseline", task="refund", fault="none", protection="bare"
     )
     state = CellState(cell=cell, samples=4, epochs=1, trials=4)
-    _settle(state, 1)
+    settle(state, 1)
     record = state.record()
     assert (record["verdict"], record["rules"], record["stopped_round"]) == ("no rule", {}, 1)
     assert format_decisions([state], 480).startswith("NO RULE (1 round)    stub/retry")
@@ -237,7 +237,7 @@ def test_a_rule_not_yet_settled_in_a_running_cell_reads_running_not_fail() -> No
     # summary.json's run.sequential.cells said "fail" for a rule whose bound had not been
     # reached yet, while the cell was still running (interrupted between rounds, say).
     from twice.evals.gate._sequential_rules import RuleState
-    from twice.evals.run._sequential import CellState
+    from twice.evals.run._decisions import CellState
 
     cell = Cell(model="m/a", prompt="baseline", task="refund", fault="none", protection="bare")
     state = CellState(cell=cell, samples=4, rounds=1, trials=4)
