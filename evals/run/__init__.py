@@ -1,6 +1,7 @@
 """One run in one process: the suite's cells as inspect tasks, one ``eval_set`` (or rounds of
 them until a gate is decided), and the summary of what the logs hold."""
 
+from ._decisions import CellState
 from ._files import (
     RunOutputError,
     prepare_log_dir,
@@ -15,7 +16,6 @@ from ._secrets import (
     check_model_args,
 )
 from ._sequential import (
-    CellState,
     load_decision_gate,
     run_sequential_cli,
     run_until_decided,
