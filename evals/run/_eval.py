@@ -24,18 +24,12 @@ from twice.tasks.agents import agent_time_limit, take_late_requests
 
 from ..local_model import environ
 from ..locks import lock_log_dir
-from ..suite import (
-    Cell,
-    Suite,
-    SuiteError,
-)
+from ..suite import Cell, Suite, SuiteError
 from ._endpoint import EndpointState
 from ._files import prepare_log_dir
 from ._memory import check_memory
 from ._resume import samples_per_epoch
-from ._secrets import (
-    scrubbed_log_records,
-)
+from ._secrets import scrubbed_log_records
 from ._settings import EvalSettings, PreparedRun
 from ._signals import Interrupts, sigint_to_the_eval, stop_on_sigterm
 from ._speedups import (

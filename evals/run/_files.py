@@ -22,14 +22,9 @@ from twice.reports import (
     write_summary,
     write_text,
 )
-from twice.tasks import (
-    scrub,
-    secret_values,
-)
+from twice.tasks import scrub, secret_values
 
-from ..suite import (
-    SuiteError,
-)
+from ..suite import SuiteError
 
 
 def write_atomic(path: Location, write: Callable[[Path], object]) -> Location:

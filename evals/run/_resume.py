@@ -20,15 +20,9 @@ from twice.reports import (
     read_log_dir,
     replace_local,
 )
-from twice.tasks import (
-    load_prompt,
-)
+from twice.tasks import load_prompt
 
-from ..suite import (
-    Cell,
-    Suite,
-    SuiteError,
-)
+from ..suite import Cell, Suite, SuiteError
 from ._settings import PreparedRun
 
 

@@ -21,31 +21,15 @@ from typing import Any
 
 import pandas as pd
 from inspect_ai.log import EvalLog
-from twice.reports import (
-    Location,
-    LogRecords,
-    Shard,
-    as_location,
-    cells,
-    join,
-    write_summary,
-)
+from twice.reports import Location, LogRecords, Shard, as_location, cells, join, write_summary
 
-from ..suite import (
-    Cell,
-    Suite,
-    shard_cells,
-    shard_dir,
-    suite_digest,
-)
+from ..suite import Cell, Suite, shard_cells, shard_dir, suite_digest
 from ._eval import evaluate, prepared_run
 from ._files import write_atomic, write_run_file
 from ._resume import finished_in, finished_logs, read_or_none, refuse_fewer_trials, rerun_errored
 from ._settings import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EvalSettings, PreparedRun
 from ._signals import EXIT_INTERRUPTED, LAST_INTERRUPT, Interrupts, exit_at_once, stop_signals
-from ._speedups import (
-    gc_for_trials,
-)
+from ._speedups import gc_for_trials
 from ._summary import (
     cell_dict,
     cut_short_cells,

@@ -6,14 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inspect_ai import Task
-from twice.reports import (
-    Location,
-)
+from twice.reports import Location
 
-from ..suite import (
-    DEFAULT_OUTAGE_WINDOW,
-    Cell,
-)
+from ..suite import DEFAULT_OUTAGE_WINDOW, Cell
 from ._endpoint import EndpointState
 
 DEFAULT_TIMEOUT = 300

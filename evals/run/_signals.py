@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from twice.reports import (
-    Location,
-)
+from twice.reports import Location
 
 EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 """Exit codes of an interrupted run: 128 + the signal number, as a shell reports it."""

@@ -24,21 +24,12 @@ from twice.reports import (
     sample_records,
     write_summary,
 )
-from twice.tasks import (
-    CREDENTIAL_ARG,
-    load_prompt,
-    scrub,
-)
+from twice.tasks import CREDENTIAL_ARG, load_prompt, scrub
 from twice.tasks.agents import REACT, take_late_requests
 
-from ..suite import (
-    Cell,
-    Suite,
-)
+from ..suite import Cell, Suite
 from ._files import write_atomic
-from ._speedups import (
-    gc_for_trials,
-)
+from ._speedups import gc_for_trials
 
 ERRORED_IN = " trial(s) errored in "
 """How a run's error line for a cell's errored trials reads (the CLI matches it)."""

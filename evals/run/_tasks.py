@@ -11,23 +11,11 @@ from urllib.parse import urlsplit
 
 from inspect_ai import Task, task_with
 from inspect_ai.model import Model, get_model
-from twice.tasks import (
-    TASKS,
-    Prompt,
-    file_digest,
-    get_task,
-    load_prompt,
-    twice_metadata,
-)
+from twice.tasks import TASKS, Prompt, file_digest, get_task, load_prompt, twice_metadata
 from twice.tasks.agents import BUILTIN_AGENTS, REACT
 
 from .._inspect_compat import model_api_names
-from ..suite import (
-    DEFAULT_OUTAGE_WINDOW,
-    Cell,
-    Suite,
-    SuiteError,
-)
+from ..suite import DEFAULT_OUTAGE_WINDOW, Cell, Suite, SuiteError
 from ._endpoint import EndpointState, guard_model
 from ._secrets import (
     KEY_ENV_HINT,
