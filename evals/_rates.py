@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from twice.reports import CELL, Cell
 from twice.tasks.agents import REACT
 
 from .suite import Matrix, Suite
-
-_AXES = ("model", "prompt", "task", "fault", "protection")
 
 
 def _axis(value: str | Sequence[str], name: str) -> tuple[str, ...]:
@@ -75,7 +74,7 @@ class CellRates:
         r = {k: _plain(v) for k, v in row.items()}
         mine = pd.DataFrame()
         if trials is not None and not trials.empty:
-            axes = [a for a in (*_AXES, "agent") if a in r and a in trials.columns]
+            axes = [a for a in CELL if a in r and a in trials.columns]
             hit = pd.Series(True, index=trials.index)
             for a in axes:
                 hit &= trials[a] == r[a]
@@ -104,11 +103,15 @@ class CellRates:
     def __getitem__(self, key: str) -> Any:
         return self.row[key]
 
+    @property
+    def cell(self) -> Cell:
+        """The cell these rates are of."""
+        return Cell.from_mapping({k: getattr(self, k) for k in CELL})
+
     def label(self) -> str:
         """``stub/retry / baseline / refund / lost_reply / bare`` (the agent after the model
-        when it is not ``react``)."""
-        axes = _AXES if self.agent == REACT else ("model", "agent", *_AXES[1:])
-        return " / ".join(str(getattr(self, a)) for a in axes)
+        when it is not ``react``): :attr:`Cell.label`."""
+        return self.cell.label
 
     def trials_where(self, column: str) -> list[str]:
         """The trials (``sample#epoch``) where a per-trial metric column is true
@@ -217,10 +220,10 @@ class EvalRates:
             ValueError: for an unknown axis name.
             LookupError: when no cell or several cells match, listing the cells.
         """
-        unknown = set(axes) - {*_AXES, "agent"}
+        unknown = set(axes) - set(CELL)
         if unknown:
             raise ValueError(
-                f"unknown axis {', '.join(sorted(unknown))}; expected: {', '.join(_AXES)}, agent"
+                f"unknown axis {', '.join(sorted(unknown))}; expected: {', '.join(CELL)}"
             )
         found = [c for c in self.cells if all(getattr(c, k) == v for k, v in axes.items())]
         if len(found) != 1:

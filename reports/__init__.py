@@ -1,13 +1,14 @@
 """Logs → one tidy frame (a row per trial) → per-cell rates with intervals → summary/report.
 
-``reports`` reads only inspect logs: it imports nothing from the rest of twice.
+``reports`` reads only inspect logs: of the rest of twice it imports only the error root
+(``twice.mocks``' ``TwiceError``, ``UsageError``, ``RunError``).
 """
 
 from ._aggregate import cells, summary, write_summary
+from ._cell import CELL, Cell
 from ._compare import BaselineTest, baseline_comparison, baseline_test, prompt_comparison
 from ._drill import WORST_N, drill_down, severity, trial_detail, worst_trials
 from ._frame import (
-    CELL,
     LEDGER_COLUMNS,
     METRICS,
     PARSE_COLUMNS,
@@ -97,6 +98,7 @@ __all__ = [
     "SHARD_DIR",
     "WORST_N",
     "BaselineTest",
+    "Cell",
     "Difference",
     "Location",
     "LogDir",

@@ -19,6 +19,9 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 from inspect_ai.log import read_eval_log
 
+# Re-exported: the frame's modules name a cell's columns from here.
+from ._cell import CELL as CELL
+from ._cell import DEFAULT_AGENT as DEFAULT_AGENT
 from ._logs import read_header, read_log_dir
 from ._metrics import CATALOGUE
 from ._storage import Location, LogReadError, as_location, is_remote, name_of, open_binary
@@ -27,11 +30,6 @@ METRICS: tuple[str, ...] = tuple(m.column for m in CATALOGUE)
 """Per-trial metric columns: the catalogue's columns, which are the names twice's scorer writes
 (``assertions.METRICS``)."""
 
-CELL: tuple[str, ...] = ("model", "agent", "prompt", "task", "fault", "protection")
-"""The columns that identify a cell. ``agent`` is the agent under test (``react``: twice's own
-loop; logs written before agents existed read as ``react``)."""
-
-DEFAULT_AGENT = "react"
 AGENT_KEY = "twice:agent"
 """Store key under which an agent under test records ``{"agent", "crashed", "error"}``."""
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from inspect_ai.log import EvalLog, read_eval_log
 
+from ._cell import CELL, Cell
 from ._shards import (
     ShardSet,
     find_shards,
@@ -172,9 +173,7 @@ class LogDir:
             if cell is None or cell in counted:
                 continue
             counted.add(cell)  # once per cell
-            model, agent, task, fault, protection, prompt = cell
-            who = model if agent == "react" else f"{model} · {agent}"
-            labels.append(" / ".join((who, prompt, task, fault, protection)))
+            labels.append(cell.label)
         return labels
 
     def problems(self) -> list[str]:
@@ -353,15 +352,12 @@ def read_log_dir(log_dir: Location, *, partial: bool = False) -> LogDir:
     )
 
 
-def _cell_of(e: LogEntry) -> tuple[str, ...] | None:
-    """The cell a twice log belongs to (model, agent, task, fault, protection, prompt name)."""
-    t = e.twice
-    if not all(k in t for k in ("task", "fault", "protection", "prompt")):
+def _cell_of(e: LogEntry) -> Cell | None:
+    """The cell a twice log belongs to, its prompt by name (None: not a twice log)."""
+    try:
+        return Cell.from_mapping({**e.twice, "model": e.model})
+    except KeyError:
         return None
-    return (e.model, str(t.get("agent", "react")), *(str(t[k]) for k in _AXES))
-
-
-_AXES = ("task", "fault", "protection", "prompt")
 
 
 def _with_unfinished(part: LogDir, summary: Mapping[str, Any]) -> LogDir:
@@ -377,12 +373,9 @@ def _with_unfinished(part: LogDir, summary: Mapping[str, Any]) -> LogDir:
     for m in unfinished:
         if not isinstance(m, Mapping):
             continue
-        key = (str(m.get("model")), str(m.get("agent", "react")), *(str(m.get(k)) for k in _AXES))
-        if key not in logged:
-            cell = " / ".join(
-                str(m.get(k)) for k in ("model", "prompt", "task", "fault", "protection")
-            )
-            extra.append(f"cell {cell} of {name_of(part.root)} ({status})")
+        cell = Cell.from_mapping({k: m.get(k) for k in CELL})
+        if cell not in logged:
+            extra.append(f"cell {cell.label} of {name_of(part.root)} ({status})")
     return replace(part, missing=part.missing + tuple(extra))
 
 
@@ -420,13 +413,13 @@ def _first_clash(
 ) -> tuple[str, Location, Location] | None:
     """The first cell that two different origins (shards, or log files) both hold:
     ``(cell label, first origin, second origin)``."""
-    seen: dict[tuple[str, ...], Location] = {}
+    seen: dict[Cell, Location] = {}
     for e, origin in entries:
         cell = _cell_of(e)
         if cell is None:
             continue
         if cell in seen and seen[cell] != origin:
-            return " / ".join(cell), seen[cell], origin
+            return cell.label, seen[cell], origin
         seen[cell] = origin
     return None
 

@@ -268,14 +268,14 @@ def echo_some(problems: list[str], label: str) -> None:
 
 
 def errored_lines(logs: Any, frame: Any) -> list[str]:
-    from twice.reports import errored
+    from twice.reports import Cell, errored
 
     problems: list[str] = list(logs.problems())
     for row in frame[errored(frame)].itertuples():
         first = str(row.error).strip().splitlines()[0] if row.error else "not scored"
         problems.append(
-            f"trial {row.sample} epoch {row.epoch} of {row.model} / {row.prompt} / {row.task} / "
-            f"{row.fault} / {row.protection} errored: {first}"
+            f"trial {row.sample} epoch {row.epoch} of "
+            f"{Cell.from_mapping(row._asdict()).label} errored: {first}"
         )
     return problems
 

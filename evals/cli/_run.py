@@ -395,7 +395,7 @@ def _run_mode(
     if part and workers and workers > 1:
         raise SuiteError("--shard runs one shard in this process: drop --workers")
     out = log_dir or str(default_log_dir())
-    cells = list(suite.cells())
+    cells = suite.cells()
     local = suite.local_model
     default = 1 if part or local or decided else default_workers(len(cells))
     n_workers = min(workers or default, len(cells))
@@ -528,10 +528,7 @@ def _print_result(result: RunResult, mode: _Mode, *, sequential: bool) -> None:
         if not (result.unreachable and ERRORED_IN in line):
             click.echo(f"error: {line}", err=True)
     if result.missing:
-        shown = ", ".join(
-            f"{c.model} / {c.prompt} / {c.task} / {c.fault} / {c.protection}"
-            for c in result.missing[:5]
-        )
+        shown = ", ".join(c.label for c in result.missing[:5])
         more = f" and {len(result.missing) - 5} more" if len(result.missing) > 5 else ""
         click.echo(
             f"twice: incomplete: {len(result.missing)} of {mode.mine} cell(s) did not finish "

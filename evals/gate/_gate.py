@@ -47,6 +47,7 @@ from twice.reports import (
     AGENT_CRASHED,
     CELL,
     COMPARED,
+    Cell,
     alpha_of,
     as_location,
     baseline_test,
@@ -299,15 +300,16 @@ def _num(name: str, x: float) -> str:
 
 
 def cell_label(cell: Mapping[str, Any]) -> str:
-    """``model / prompt / task / fault / protection``, with ``/ agent`` after the model for
-    an agent under test (twice's own loop, ``react``, is left out so its labels stay as they
-    were before agents existed)."""
-    return " / ".join(str(cell[k]) for k in CELL if not (k == "agent" and cell[k] == "react"))
+    """The label of a cell given as a mapping with the :data:`CELL` keys (a summary entry, a
+    frame row): ``Cell.from_mapping(cell).label``."""
+    return Cell.from_mapping(cell).label
 
 
 @dataclass(frozen=True)
-class _Cell:
-    keys: dict[str, Any]
+class _CellTrials:
+    """One cell of the trial frame, as the gate checks it."""
+
+    cell: Cell
     trials: int
     errors: int
     scored: pd.DataFrame
@@ -320,22 +322,23 @@ def _with_crashed(trials: pd.DataFrame) -> pd.DataFrame:
     return trials if column in trials else trials.assign(**{column: 0.0})
 
 
-def _cells(trials: pd.DataFrame) -> list[_Cell]:
+def _cells(trials: pd.DataFrame) -> list[_CellTrials]:
     out = []
     for key, group in trials.groupby(list(CELL), sort=True, dropna=False):
         scored = group[group["completed"].notna()]
         errors = int(errored(group).sum())
-        out.append(_Cell(dict(zip(CELL, key, strict=True)), len(group), errors, scored))
+        cell = Cell.from_mapping(dict(zip(CELL, key, strict=True)))
+        out.append(_CellTrials(cell, len(group), errors, scored))
     return out
 
 
-def _check_rule(rule: Rule, cell: _Cell, confidence: float) -> Check:
+def _check_rule(rule: Rule, cell: _CellTrials, confidence: float) -> Check:
     column = metric(rule.metric).column
     # A trial scored before the metric existed (an older log) has no value for it: it is not
     # a trial that measured 0, so it does not count toward min_trials.
     values = cell.scored[column].dropna() if column in cell.scored else pd.Series(dtype=float)
     n = len(values)
-    label = cell_label(cell.keys)
+    label = cell.cell.label
     excluded = f"; {cell.errors} errored trial(s) excluded" if cell.errors else ""
     if unmeasured := len(cell.scored) - n:
         excluded += f"; {unmeasured} trial(s) scored before twice measured {column}"
@@ -394,7 +397,7 @@ def _certain_fail(rule: Rule, lo: float, hi: float) -> bool:
     return lo > rule.bound if rule.direction == "max" else hi < rule.bound
 
 
-def _no_match(rule: Rule, cells: list[_Cell]) -> Check:
+def _no_match(rule: Rule, cells: list[_CellTrials]) -> Check:
     want = ", ".join(f"{axis}={list(p)}" for axis, p in rule.filters.items()) or "(no filters)"
     if not cells:  # e.g. --allow-errors on a run interrupted before any trial finished
         return Check(
@@ -402,7 +405,8 @@ def _no_match(rule: Rule, cells: list[_Cell]) -> Check:
             f"no cell matches {want}: the logs hold no scored trial",
         )  # fmt: skip
     present = {
-        axis: sorted({str(c.keys[axis]) for c in cells}) for axis in (rule.filters or {"model": ()})
+        axis: sorted({getattr(c.cell, axis) for c in cells})
+        for axis in (rule.filters or {"model": ()})
     }
     have = "; ".join(f"{axis}: {', '.join(v)}" for axis, v in present.items())
     return Check(
@@ -410,17 +414,19 @@ def _no_match(rule: Rule, cells: list[_Cell]) -> Check:
     )
 
 
-def _check_baseline(name: str, cell: _Cell, base: pd.DataFrame, policy: BaselinePolicy) -> Check:
+def _check_baseline(
+    name: str, cell: _CellTrials, base: pd.DataFrame, policy: BaselinePolicy
+) -> Check:
     column = metric(name).column
-    label = cell_label(cell.keys)
+    label = cell.cell.label
     mask = pd.Series(True, index=base.index)
     for key in policy.match:
-        mask &= base[key].astype(str) == str(cell.keys[key])
+        mask &= base[key].astype(str) == getattr(cell.cell, key)
     paired = base[mask & base["completed"].notna()]
     n1, n0 = len(cell.scored), len(paired)
     if n0 == 0 or n1 == 0:
         which = "the baseline has no scored trials" if n0 == 0 else "this cell has no scored trials"
-        pairing = ", ".join(f"{k}={cell.keys[k]}" for k in policy.match) or "all trials"
+        pairing = ", ".join(f"{k}={getattr(cell.cell, k)}" for k in policy.match) or "all trials"
         return Check("baseline", name, label, "skip", f"{which} for {pairing}")
     k1, k0 = int(cell.scored[column].sum()), int(paired[column].sum())
     test = baseline_test(name, k1, n1, k0, n0, alpha=policy.alpha)
@@ -441,13 +447,15 @@ def _check_baseline(name: str, cell: _Cell, base: pd.DataFrame, policy: Baseline
     )
 
 
-def _no_pair(name: str, cells: list[_Cell], base: pd.DataFrame, policy: BaselinePolicy) -> Check:
+def _no_pair(
+    name: str, cells: list[_CellTrials], base: pd.DataFrame, policy: BaselinePolicy
+) -> Check:
     """A baseline metric no cell could be compared on fails: a gate that compared nothing (a
     renamed agent, a baseline of other tasks) must not pass a release as "no regression"."""
     scored = base[base["completed"].notna()]
     differ = []
     for key in policy.match:
-        ours = sorted({str(c.keys[key]) for c in cells})
+        ours = sorted({getattr(c.cell, key) for c in cells})
         theirs = sorted(set(scored[key].astype(str)))
         if set(ours) != set(theirs):
             differ.append(f"{key}: {', '.join(ours) or '-'} vs baseline {', '.join(theirs) or '-'}")
@@ -459,10 +467,10 @@ def _no_pair(name: str, cells: list[_Cell], base: pd.DataFrame, policy: Baseline
     )  # fmt: skip
 
 
-def _check_sequential(rule: Rule, cell: _Cell, confidence: float) -> Check:
+def _check_sequential(rule: Rule, cell: _CellTrials, confidence: float) -> Check:
     excluded = f"; {cell.errors} errored trial(s) excluded" if cell.errors else ""
     state = rule_state(rule, cell.scored, confidence, excluded)
-    return Check("rule", rule.name, cell_label(cell.keys), state.status, state.message)
+    return Check("rule", rule.name, cell.cell.label, state.status, state.message)
 
 
 def evaluate_gate(
@@ -489,7 +497,7 @@ def evaluate_gate(
     checks: list[Check] = []
     check = _check_rule if sequential is None else _check_sequential
     for rule in config.rules:
-        matched = [c for c in cells if rule.matches(c.keys)]
+        matched = [c for c in cells if rule.matches(c.cell.as_dict())]
         if not matched:
             checks.append(_no_match(rule, cells))
         checks.extend(check(rule, c, config.confidence) for c in matched)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ import pandas as pd
 from inspect_ai import Task, task_with
 from inspect_ai.log import EvalLog
 from twice.reports import (
-    CELL,
     Location,
     LogDir,
     alpha_of,
@@ -33,86 +32,42 @@ from twice.reports import (
     write_summary,
 )
 
-from ..gate import METHOD, GateConfig, RuleState, cell_label, rule_state
+from ..gate import METHOD, GateConfig
 from ..suite import Cell, Suite, SuiteError
-from ._run import (
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_TIMEOUT,
-    LAST_INTERRUPT,
-    EvalSettings,
-    Interrupts,
-    PreparedRun,
-    RunResult,
-    _finished_cells,
-    _read_or_none,
-    _stop_on_sigterm,
+from ._decisions import (
+    NOT_FAILING,
+    CellState,
+    cell_rows,
+    epochs_held,
+    format_decisions,
+    judge,
+    planned_cell,
+    replay,
+    samples_of,
+    settle,
+)
+from ._eval import evaluate, prepared_run
+from ._files import write_atomic
+from ._resume import finished_cells, read_or_none, rerun_errored
+from ._run import RunResult
+from ._settings import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, EvalSettings, PreparedRun
+from ._signals import LAST_INTERRUPT, Interrupts, stop_on_sigterm
+from ._summary import (
     cell_dict,
     cut_short_cells,
     errored_trials,
-    evaluate,
+    format_table,
     incomplete_fields,
-    prepared_run,
     prompt_names,
     ran_trials,
-    rerun_errored,
     run_failures,
     run_metadata,
-    write_atomic,
 )
 
 DEFAULT_MAX_TRIALS = 480
 """Trials per cell at most (20 rounds of a 24-sample task such as send_email; 17 of the
 refund task's 28): enough to pass a cell whose true rate is 1% against a 5% bound in about
 97% of runs (``bench/``)."""
-
-
-NO_RULE = "no rule"
-"""The verdict of a cell that no gate rule covers."""
-
-NOT_FAILING = ("pass", NO_RULE)
-"""Verdicts that fail nothing: the run's gate passes when every cell has one."""
-
-
-@dataclass
-class CellState:
-    """Where one cell stands."""
-
-    keys: dict[str, str]
-    samples: int
-    epochs: int = 0
-    """Epochs planned so far (the task's epoch count in the next ``eval_set``)."""
-    trials: int = 0
-    scored: int = 0
-    rounds: int = 0
-    status: str = "running"
-    """``pass``/``fail`` once settled, ``undecided`` at the cap, ``running`` before;
-    ``no rule`` when no gate rule covers the cell (run one round, gated by nothing)."""
-    stopped_round: int | None = None
-    rules: dict[str, RuleState] = field(default_factory=dict)
-    epochs_per_round: int = 1
-    """``--batch`` rounded up to whole epochs of this cell's samples."""
-
-    @property
-    def label(self) -> str:
-        """``model / prompt / task / fault / protection``."""
-        return cell_label(self.keys)
-
-    def record(self) -> dict[str, Any]:
-        """This cell in summary.json's ``run.sequential.cells``."""
-        return {
-            **self.keys,
-            "trials": self.trials,
-            "rounds": self.rounds,
-            "round_trials": self.samples * self.epochs_per_round,
-            "stopped_round": self.stopped_round,
-            "verdict": self.status,
-            # A rule not settled while its cell still runs has no verdict yet: its state
-            # reads "fail" only until the bound is reached, and a reader took it for one.
-            "rules": {
-                name: s.status if s.settled or self.stopped_round is not None else "running"
-                for name, s in self.rules.items()
-            },
-        }
 
 
 def sequential_record(log_dir: Location, logs: LogDir | None = None) -> dict[str, Any] | None:
@@ -143,71 +98,6 @@ def _fixed_run(log_dir: Location) -> int | None:
         return None
     epochs = run.get("epochs")
     return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else 0
-
-
-def _key(task: Task, model: str) -> dict[str, str]:
-    meta = (task.metadata or {}).get("twice", {})
-    return {
-        "model": model,
-        "agent": str(meta.get("agent") or "react"),
-        "prompt": str(meta.get("prompt", "?")),
-        "task": str(meta.get("task") or task.name),
-        "fault": str(meta.get("fault", "?")),
-        "protection": str(meta.get("protection", "?")),
-    }
-
-
-def _samples(task: Task, limit: int | None) -> int:
-    n = len(task.dataset)
-    return min(n, limit) if limit else n
-
-
-def _judge(state: CellState, rows: pd.DataFrame, gate: GateConfig) -> bool:
-    """Check every rule on the cell's trials; True when the cell's verdict is settled: one
-    rule has failed for good (the cell fails whatever the others do), or all are settled."""
-    scored = rows[rows["completed"].notna()]
-    errors = len(rows) - len(scored)
-    excluded = f"; {errors} errored trial(s) excluded" if errors else ""
-    state.rules = {
-        r.name: rule_state(r, scored, gate.confidence, excluded)
-        for r in gate.rules
-        if r.matches(state.keys)
-    }
-    state.trials, state.scored = len(rows), len(scored)
-    states = state.rules.values()
-    return any(s.settled and s.status == "fail" for s in states) or all(s.settled for s in states)
-
-
-def _settle(state: CellState, round_: int) -> None:
-    state.stopped_round = round_
-    if not state.rules:  # nothing decided it: not a pass that summary.json could boast
-        state.status = NO_RULE
-    elif any(s.status == "fail" for s in state.rules.values()):
-        state.status = "fail"
-    else:
-        state.status = "pass"
-
-
-def _epochs_held(rows: pd.DataFrame) -> int:
-    """The highest epoch of a cell's trials in its logs (0: none)."""
-    return int(rows["epoch"].max()) if len(rows) else 0
-
-
-def _replay(state: CellState, rows: pd.DataFrame, gate: GateConfig, max_trials: int) -> None:
-    """Resume: re-judge the cell at each complete round already in its logs, as the first run
-    did, so a resumed run stops where an uninterrupted one would have (never past
-    ``max_trials``: rounds beyond it, from a run with a higher cap, are not looked at)."""
-    done_epochs = _epochs_held(rows)
-    per_round = state.epochs_per_round
-    within = max_trials // (state.samples * per_round) if state.samples else 0
-    for r in range(1, min(done_epochs // per_round, within) + 1):
-        upto = rows[rows["epoch"] <= r * per_round]
-        if len(upto) < state.samples * r * per_round:
-            break  # this round did not finish
-        state.epochs, state.rounds = r * per_round, r
-        if _judge(state, upto, gate):
-            _settle(state, r)
-            return
 
 
 def run_until_decided(
@@ -268,31 +158,8 @@ def run_until_decided(
     planned = list(suite.cells())
     states: list[CellState] = []
 
-    header = {
-        "method": METHOD,
-        "confidence": gate.confidence,
-        "alpha": alpha_of(gate.confidence),
-        "gate": gate_path,
-        "batch": batch,
-        "max_trials": max_trials,
-    }
-
-    def plan(tasks: list[Task]) -> None:
-        # Before the log directory is touched: a cap below one round is bad input.
-        for task, cell in zip(tasks, planned, strict=True):
-            # Every log says it is sequential (summary.json may go missing): its gate's bounds.
-            meta = task.metadata or {}
-            task.metadata = {**meta, "twice": {**meta.get("twice", {}), "sequential": header}}
-            s = _samples(task, suite.limit)
-            epochs = max(1, math.ceil((batch or s) / s)) if s else 1
-            if s * epochs > max_trials:
-                raise SuiteError(
-                    f"--max-trials {max_trials} is below one round of {s * epochs} trials of "
-                    f"{task.name} ({s} sample(s) × {epochs} epoch(s)); raise it or lower "
-                    "--batch/--limit"
-                )
-            states.append(CellState(_key(task, cell.model), s, epochs_per_round=epochs))
-
+    header = _header(gate, gate_path, batch, max_trials)
+    plan = _planner(planned, states, header, suite.limit, batch, max_trials)
     with prepared_run(
         suite, log_dir, settings, model_args=model_args, planned=planned, check=plan
     ) as prepared:
@@ -304,11 +171,53 @@ def run_until_decided(
                 + "; its rounds would rewrite that run's logs to fewer epochs and drop trials: "
                 "give --until-decided its own --log-dir"
             )
-        rerun_errored(_read_or_none(prepared.log_dir), prepared.planned)
+        rerun_errored(read_or_none(prepared.log_dir), prepared.planned)
         record: dict[str, Any] = {**header, "cells": []}
         run = {**run_metadata(suite, model_args), "sequential": record, "epochs": None}
         rounds = _Rounds(prepared, settings, states, gate, max_trials, record, run)
         return rounds.run(suite.limit, progress, report), states
+
+
+def _header(gate: GateConfig, gate_path: str, batch: int | None, max_trials: int) -> dict[str, Any]:
+    """How the run decides (summary.json's ``run.sequential``, and every log's copy)."""
+    return {
+        "method": METHOD,
+        "confidence": gate.confidence,
+        "alpha": alpha_of(gate.confidence),
+        "gate": gate_path,
+        "batch": batch,
+        "max_trials": max_trials,
+    }
+
+
+def _planner(
+    planned: list[Cell],
+    states: list[CellState],
+    header: dict[str, Any],
+    limit: int | None,
+    batch: int | None,
+    max_trials: int,
+) -> Callable[[list[Task]], None]:
+    """The check :func:`prepared_run` gives the built tasks: it marks each task's logs as
+    sequential and appends each cell's state to ``states``; a cap below one round is bad
+    input, refused before the log directory is touched."""
+
+    def plan(tasks: list[Task]) -> None:
+        for task, cell in zip(tasks, planned, strict=True):
+            # Every log says it is sequential (summary.json may go missing): its gate's bounds.
+            meta = task.metadata or {}
+            task.metadata = {**meta, "twice": {**meta.get("twice", {}), "sequential": header}}
+            s = samples_of(task, limit)
+            epochs = max(1, math.ceil((batch or s) / s)) if s else 1
+            if s * epochs > max_trials:
+                raise SuiteError(
+                    f"--max-trials {max_trials} is below one round of {s * epochs} trials of "
+                    f"{task.name} ({s} sample(s) × {epochs} epoch(s)); raise it or lower "
+                    "--batch/--limit"
+                )
+            states.append(CellState(planned_cell(task, cell.model), s, epochs_per_round=epochs))
+
+    return plan
 
 
 @dataclass
@@ -327,7 +236,7 @@ class _Rounds:
         """The planned cells' trials in the log directory, and whether one of their logs
         was cancelled. Trials an interrupt cut short are dropped: they did not run (a resumed
         run runs them), so a round they belong to is not complete."""
-        _, files, cancelled = _finished_cells(self.prepared.log_dir, self.prepared.planned)
+        _, files, cancelled = finished_cells(self.prepared.log_dir, self.prepared.planned)
         frame = ran_trials(files, True)
         return (frame if not frame.empty else trials_frame([])), cancelled
 
@@ -348,8 +257,8 @@ class _Rounds:
         names = prompt_names(self.prepared.planned)
         frame = self._frame()[0]
         for st in self.states:
-            rows = _rows(frame, st.keys)
-            _replay(st, rows, self.gate, self.max_trials)
+            rows = cell_rows(frame, st.cell)
+            replay(st, rows, self.gate, self.max_trials)
             if st.stopped_round is None:
                 self._next_round(st)
             self._refuse_dropping(st, rows)
@@ -359,7 +268,7 @@ class _Rounds:
         state.signal = None
         logs: list[EvalLog] = []
         # Between rounds too, SIGTERM stops the run as Ctrl-C does (a KeyboardInterrupt here).
-        with _stop_on_sigterm(state):
+        with stop_on_sigterm(state):
             try:
                 logs, frame = self._rounds(limit, progress, state, names)
             except KeyboardInterrupt:
@@ -368,11 +277,11 @@ class _Rounds:
         unsettled = self._unsettled()
         for st in self.states:
             if st.stopped_round is None:  # what the cell has so far, for the decisions
-                st.trials = len(_rows(frame, st.keys))
+                st.trials = len(cell_rows(frame, st.cell))
         errored = errored_trials(frame)
         status = incomplete_fields(unsettled, names, state.signal, errored)
         if state.signal:  # what the interrupt cut short, and had already duplicated
-            files = _finished_cells(self.prepared.log_dir, self.prepared.planned)[1]
+            files = finished_cells(self.prepared.log_dir, self.prepared.planned)[1]
             cut_short = cut_short_cells(ran_trials(files, False))
             if cut_short:
                 status["cut_short"] = cut_short
@@ -401,7 +310,7 @@ class _Rounds:
         ``--max-trials`` changed since the logs were written; its next ``eval_set`` would then
         rewrite its log to fewer epochs, dropping the trials beyond them. Checked before
         anything is written."""
-        held = _epochs_held(rows)
+        held = epochs_held(rows)
         if held > st.epochs:
             raise SuiteError(
                 f"log directory {str(self.prepared.log_dir)!r} holds {held} epoch(s) of "
@@ -455,8 +364,8 @@ class _Rounds:
                 if st.stopped_round is not None:
                     continue
                 st.rounds = st.epochs // st.epochs_per_round
-                if _judge(st, _rows(frame, st.keys), self.gate):
-                    _settle(st, st.rounds)
+                if judge(st, cell_rows(frame, st.cell), self.gate):
+                    settle(st, st.rounds)
                 else:
                     grew = self._next_round(st) or grew
             # After every round, so an interrupted run's directory already says it is
@@ -467,56 +376,13 @@ class _Rounds:
                 return logs, frame
 
 
-def _rows(frame: pd.DataFrame, keys: Mapping[str, str]) -> pd.DataFrame:
-    if frame.empty:
-        return frame
-    mask = pd.Series(True, index=frame.index)
-    for k in CELL:
-        mask &= frame[k].astype(str) == keys[k]
-    return frame[mask]
-
-
-def format_decisions(states: list[CellState], max_trials: int) -> str:
-    """Per cell: the verdict, the round it stopped at and the trials it used."""
-    lines = []
-    total = 0
-    for st in states:
-        total += st.trials
-        when = f"after round {st.stopped_round}" if st.stopped_round else "not run"
-        if st.stopped_round is None and st.trials:
-            when = "the run stopped first"
-        verdict = {
-            "pass": "PASS (settled)",
-            "fail": "FAIL (settled)",
-            "undecided": f"UNDECIDED at the {max_trials}-trial cap (the gate fails it)",
-            "running": "NOT SETTLED",
-            NO_RULE: "NO RULE (1 round)",
-        }[st.status]
-        lines.append(f"{verdict:<20} {st.label}: {when}, {st.trials} trial(s)")
-        for name, rs in st.rules.items():
-            if rs.status == "fail" or st.status not in NOT_FAILING:
-                lines.append(f"      {name!r}: {rs.message}")
-    lines.append(f"{total} trial(s) in {len(states)} cell(s); {METHOD}")
-    return "\n".join(lines)
-
-
 def unmatched_rules(gate: GateConfig, suite: Suite) -> list[str]:
     """One line per rule of ``gate`` that matches no cell of ``suite`` (a typo in a filter,
     or a rule for cells this suite does not run): no round decides it, and ``twice gate``
     fails it, so the sequential verdict fails it too."""
     from twice.tasks import load_prompt
 
-    keys = [
-        {
-            "model": c.model,
-            "agent": c.agent,
-            "prompt": load_prompt(c.prompt).name,
-            "task": c.task,
-            "fault": c.fault,
-            "protection": c.protection,
-        }
-        for c in suite.cells()
-    ]
+    keys = [replace(c, prompt=load_prompt(c.prompt).name).as_dict() for c in suite.cells()]
     out = []
     for rule in gate.rules:
         if not any(rule.matches(k) for k in keys):
@@ -563,10 +429,8 @@ def run_sequential_cli(
     """
     import click
 
-    from ._run import format_table
-
     cap = max_trials or DEFAULT_MAX_TRIALS
-    n_cells = sum(1 for _ in suite.cells())
+    n_cells = len(suite.cells())
     click.echo(
         f"twice: running {n_cells} cell(s) until {gate_path} decides them (at most {cap} "
         f"trials a cell), logs in {log_dir}",

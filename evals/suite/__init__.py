@@ -1,20 +1,19 @@
 """The suite: what ``twice run`` runs (models × agents × prompts × tasks × faults ×
 protections), read from flags or a TOML file, and the deal of its cells into shards."""
 
+from twice.reports import Cell
+
 from ._hang import DEFAULT_HANG_SECONDS, MAX_HANG_SECONDS, check_hang_seconds
+from ._load import load_suite, read_shipped, suite_from_flags
 from ._shards import cell_digest, parse_shard, shard_cells, shard_dir, suite_digest
 from ._suite import (
     AGENT_TIMEOUT,
     AXES,
     DEFAULT_OUTAGE_WINDOW,
-    Cell,
     Matrix,
     Suite,
     SuiteError,
     command_agent_name,
-    load_suite,
-    read_shipped,
-    suite_from_flags,
 )
 
 __all__ = [

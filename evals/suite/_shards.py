@@ -15,9 +15,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from twice.reports import MAX_SHARDS, Location, Shard, join
+from twice.reports import MAX_SHARDS, Cell, Location, Shard, join
 
-from ._suite import Cell, SuiteError
+from ._suite import SuiteError
 
 
 def parse_shard(text: str) -> Shard:

@@ -1,25 +1,8 @@
-"""The suite matrix: models × agents × prompts × tasks × faults × protections, from flags or TOML.
+"""The suite matrix: models × agents × prompts × tasks × faults × protections, and its cells.
 
-A suite file holds one or more ``[[matrix]]`` blocks; the suite is their union (a cell named
-by two blocks runs once). Top-level keys set run options::
-
-    epochs = 1
-    [[matrix]]
-    models = ["stub/retry", "stub/verify"]
-    agents = ["react"]                          # or openai-agents, langgraph, langgraph-retry,
-                                                # pydantic-ai, path/to/agent.py:function
-    prompts = ["baseline", "cautious"]          # built-in names or prompt file paths
-    tasks = ["refund"]
-    faults = ["lost_reply", "timeout_before_commit"]
-    protections = ["bare"]
-
-An optional ``[local_model]`` table (keys of :class:`ServerOptions`) makes the run start
-twice's local model server first and stop it at the end (``evals/real.toml``).
-``agent_cmd = "node my_agent.js"`` at the top level runs that command as the agent of every
-trial, against ``twice serve`` (see ``twice run --agent-cmd``); ``hang_seconds = 5`` then
-bounds how long its trials hold a lost reply open (``twice run --hang-seconds``).
-``outage_window = 300`` sets the seconds a model endpoint may fail every call before the run
-ends (``--outage-window``).
+A suite is one or more :class:`Matrix` blocks (from flags, or a suite file read by
+``load_suite``); its cells are their union (a cell named by two blocks runs once), planned
+once per suite. ``validate`` checks every name before anything runs.
 """
 
 from __future__ import annotations
@@ -27,13 +10,13 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
-import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from functools import cached_property
 from typing import Any
 
 from twice.mocks import FAULTS, STUB_MODELS, UsageError
+from twice.reports import Cell
 from twice.tasks import (
     AGENT_FAULTS_REFUSED,
     PROTECTIONS,
@@ -42,55 +25,16 @@ from twice.tasks import (
     get_task,
     load_prompt,
     normal_spec,
-    read_regular_file,
     remember_command_secrets,
     scrub,
     secret_values,
     secrets_in,
 )
-from twice.tasks.agents import AGENT_TASKS, BUILTIN_AGENTS, REACT, AgentError
+from twice.tasks.agents import REACT, AgentError
 from twice.tasks.agents import check_agent as _check_agent_name
 
-from ..local_model import ServerOptions, parse_options
+from ..local_model import ServerOptions
 from ._hang import DEFAULT_HANG_SECONDS, check_hang_seconds
-
-DEFAULT_SUITE = Path(__file__).parent.parent / "default.toml"
-"""The suite ``twice run`` runs with no flags: every stub model, offline."""
-
-
-def shipped_file(path: str | Path) -> Path:
-    """``path``, or, when no such file exists and it names a file twice ships as a repository
-    path (``evals/gate.toml``) or by name (``gate.toml``), the installed copy: the README's
-    commands and the cluster recipes then work outside a twice checkout too."""
-    p = Path(path)
-    if p.exists() or p.suffix != ".toml" or p.parent not in (Path("."), Path("evals")):
-        return p
-    installed = DEFAULT_SUITE.parent / p.name
-    return installed if installed.is_file() else p
-
-
-def read_shipped(path: str | Path, what: str) -> tuple[Path, bytes]:
-    """Read a suite or gate file: ``path``, or the installed copy it names
-    (:func:`shipped_file`).
-
-    Raises:
-        ValueError: naming the file and why it cannot be read; for a missing one, also the
-            files twice ships (``--config gate`` means ``gate.toml``).
-    """
-    p = shipped_file(path)
-    try:  # a FIFO is refused, never waited on; a directory or unreadable file is named
-        return p, read_regular_file(p, what)
-    except ValueError as ex:
-        if p.exists():
-            raise
-        gates = what.startswith("gate")  # the shipped gate files have "gate" in their name
-        names = ", ".join(
-            sorted(
-                f.name for f in DEFAULT_SUITE.parent.glob("*.toml") if ("gate" in f.name) == gates
-            )
-        )
-        raise ValueError(f"{ex}; twice ships {names} (give one of those, or a path)") from None
-
 
 STUB_NAMES = [f"stub/{n}" for n in STUB_MODELS]
 DEFAULT_FAULTS = ["none", "lost_reply", "reset_after_commit", "timeout_before_commit"]
@@ -146,18 +90,6 @@ class Matrix:
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One (model, agent, prompt, task, fault, protection): all its trials share these."""
-
-    model: str
-    prompt: str
-    task: str
-    fault: str
-    protection: str
-    agent: str = REACT
-
-
-@dataclass(frozen=True)
 class Suite:
     """What ``twice run`` runs."""
 
@@ -183,13 +115,22 @@ class Suite:
     connection (``--hang-seconds``): an agent whose own timeout is shorter sees a read
     timeout, and a trial costs that timeout's wall time."""
 
-    def cells(self) -> Iterator[Cell]:
-        """Every distinct cell, in suite order.
+    def cells(self) -> tuple[Cell, ...]:
+        """Every distinct cell, in suite order, planned once per suite.
 
         A prompt given twice under different spellings (``p/my.md`` and ``./p/my.md``: the
         same name and text) is one prompt, named by its first spelling: two cells of it would
         run the same trials twice and count them both.
         """
+        return self._planned
+
+    @cached_property
+    def _planned(self) -> tuple[Cell, ...]:
+        # Planning reads every prompt file; a run asks for its cells at every step, and a
+        # frozen suite's cells cannot change (``replace`` makes a new suite, planned anew).
+        return tuple(self._each_cell())
+
+    def _each_cell(self) -> Iterator[Cell]:
         seen: set[Cell] = set()
         canon = self._prompt_spellings()
         # An agent command is every trial's agent (validate() refuses it with other agents).
@@ -198,7 +139,14 @@ class Suite:
             for model, agent in itertools.product(m.models, (command,) if command else m.agents):
                 for prompt, task in itertools.product((canon[p] for p in m.prompts), m.tasks):
                     for fault, protection in itertools.product(m.faults, m.protections):
-                        cell = Cell(model, prompt, task, fault, protection, agent)
+                        cell = Cell(
+                            model=model,
+                            agent=agent,
+                            prompt=prompt,
+                            task=task,
+                            fault=fault,
+                            protection=protection,
+                        )
                         if cell not in seen:
                             seen.add(cell)
                             yield cell
@@ -236,57 +184,23 @@ class Suite:
         Raises:
             SuiteError: naming the bad value and the accepted ones.
         """
-        seen: dict[str, tuple[str, str]] = {}
+        named: dict[str, tuple[str, str]] = {}
         for m in self.matrices:
             for axis in AXES:
                 if not getattr(m, axis):
                     raise SuiteError(
                         f"a [[matrix]] block in {self.source} has an empty {axis!r} list"
                     )
-            for name in m.tasks:  # a built-in name, or a task of your own (imported here)
-                try:
-                    get_task(name)
-                except ValueError as ex:
-                    raise SuiteError(str(ex)) from None
-                except SystemExit as ex:
-                    raise SuiteError(_exited("task", name, ex)) from None
+            _check_tasks(m.tasks)
             _check(m.faults, FAULTS, "fault")
             _check(m.protections, PROTECTIONS, "protection")
-            for prompt in m.prompts:
-                try:
-                    p = load_prompt(prompt)
-                except ValueError as ex:
-                    raise SuiteError(str(ex)) from None
-                leaked = secrets_in(p.text)
-                if leaked:
-                    # It would be sent to every model and kept in every log header.
-                    raise SuiteError(
-                        f"prompt {p.source!r} contains the value of ${leaked[0]}; twice never "
-                        "sends a credential to a model or writes one to a log: take it out of "
-                        "the prompt"
-                    )
-                # The report and summary.json name a prompt by its file stem: two different
-                # texts under one name would be merged into one row.
-                sha, source = seen.setdefault(p.name, (p.sha256, p.source))
-                if sha != p.sha256:
-                    raise SuiteError(
-                        f"two different prompts are both named {p.name!r} ({source} and "
-                        f"{p.source}); a prompt file is named by its stem, so rename one of them"
-                    )
-            for model in m.models:
-                provider, _, rest = model.partition("/")
-                if not provider or not rest.strip("/"):
-                    raise SuiteError(
-                        f"model {model!r} is not an inspect model string; expected "
-                        "'<provider>/<model>', e.g. openai/gpt-5-mini, "
-                        "anthropic/claude-sonnet-4-5, "
-                        f"or one of the stubs: {', '.join(STUB_NAMES)}"
-                    )
-                if model.startswith("stub/") and model not in STUB_NAMES:
-                    raise SuiteError(
-                        f"unknown stub model {model!r}; expected one of: {', '.join(STUB_NAMES)}"
-                    )
+            _check_prompts(m.prompts, named)
+            _check_models(m.models)
         self._validate_agents()
+        self._validate_settings()
+
+    def _validate_settings(self) -> None:
+        """Check the run settings: counts, the outage window, the agent command's bounds."""
         if isinstance(self.epochs, bool) or self.epochs < 1:
             raise SuiteError(f"epochs must be a positive integer, got {self.epochs!r}")
         if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
@@ -369,6 +283,60 @@ class Suite:
             )
 
 
+def _check_tasks(tasks: Sequence[str]) -> None:
+    """Each task a built-in name, or a task of your own (imported here)."""
+    for name in tasks:
+        try:
+            get_task(name)
+        except ValueError as ex:
+            raise SuiteError(str(ex)) from None
+        except SystemExit as ex:
+            raise SuiteError(_exited("task", name, ex)) from None
+
+
+def _check_prompts(prompts: Sequence[str], named: dict[str, tuple[str, str]]) -> None:
+    """Each prompt readable, free of credentials, and the only text under its name
+    (``named``: name → (digest, source) of the prompts seen so far, in every block)."""
+    for prompt in prompts:
+        try:
+            p = load_prompt(prompt)
+        except ValueError as ex:
+            raise SuiteError(str(ex)) from None
+        leaked = secrets_in(p.text)
+        if leaked:
+            # It would be sent to every model and kept in every log header.
+            raise SuiteError(
+                f"prompt {p.source!r} contains the value of ${leaked[0]}; twice never "
+                "sends a credential to a model or writes one to a log: take it out of "
+                "the prompt"
+            )
+        # The report and summary.json name a prompt by its file stem: two different
+        # texts under one name would be merged into one row.
+        sha, source = named.setdefault(p.name, (p.sha256, p.source))
+        if sha != p.sha256:
+            raise SuiteError(
+                f"two different prompts are both named {p.name!r} ({source} and "
+                f"{p.source}); a prompt file is named by its stem, so rename one of them"
+            )
+
+
+def _check_models(models: Sequence[str]) -> None:
+    """Each model an inspect model string; a stub one of twice's."""
+    for model in models:
+        provider, _, rest = model.partition("/")
+        if not provider or not rest.strip("/"):
+            raise SuiteError(
+                f"model {model!r} is not an inspect model string; expected "
+                "'<provider>/<model>', e.g. openai/gpt-5-mini, "
+                "anthropic/claude-sonnet-4-5, "
+                f"or one of the stubs: {', '.join(STUB_NAMES)}"
+            )
+        if model.startswith("stub/") and model not in STUB_NAMES:
+            raise SuiteError(
+                f"unknown stub model {model!r}; expected one of: {', '.join(STUB_NAMES)}"
+            )
+
+
 def _exited(kind: str, spec: str, ex: SystemExit) -> str:
     """Why a file of the user's that ended the process as it was imported cannot be run: a
     script's ``sys.exit()`` at import would otherwise end ``twice run`` with its code and no
@@ -400,204 +368,3 @@ def _check(values: Sequence[str], known: dict[str, Any], what: str) -> None:
     for v in values:
         if v not in known:
             raise SuiteError(f"unknown {what} {v!r}; expected one of: {', '.join(known)}")
-
-
-def _str_list(block: dict[str, Any], key: str, where: str) -> tuple[str, ...] | None:
-    if key not in block:
-        return None
-    value = block[key]
-    # A bare string is refused, not taken as a list of one: every axis is a list, and the
-    # one spelling is what the file reads as everywhere else (flags replace it whole).
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        got = _toml_type(value) + (f" {value!r}" if len(repr(value)) <= 80 else "")
-        raise SuiteError(
-            f"{where}: {key!r} must be a list of strings, e.g. {key} = [{_EXAMPLES[key]!r}], "
-            f"got {got}"
-        )
-    return tuple(value)
-
-
-_EXAMPLES = {
-    "models": "stub/retry",
-    "agents": REACT,
-    "prompts": "baseline",
-    "tasks": "refund",
-    "faults": "lost_reply",
-    "protections": "bare",
-}
-
-
-def _toml_type(value: Any) -> str:
-    """A TOML value's type as the file spells it, with its article, for messages."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, list):
-        return "a list holding a non-string"
-    names = {str: "a string", int: "an integer", float: "a float", dict: "a table"}
-    return next((n for t, n in names.items() if isinstance(value, t)), type(value).__name__)
-
-
-def load_suite(path: str | Path) -> Suite:
-    """Read a suite TOML file.
-
-    Raises:
-        SuiteError: for a missing, unreadable or non-regular file (a FIFO is refused, not
-            waited on), text that is not UTF-8 TOML, unknown keys, or values of the wrong
-            type (``epochs``/``limit`` must be positive integers), naming the problem.
-    """
-    try:
-        p, raw = read_shipped(path, "suite file")
-    except ValueError as ex:
-        raise SuiteError(str(ex)) from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8-sig"))
-    except UnicodeDecodeError as ex:
-        raise SuiteError(
-            f"suite file {str(p)!r} is not UTF-8 text ({ex.reason} at byte {ex.start}); "
-            "expected a TOML file"
-        ) from None
-    except tomllib.TOMLDecodeError as ex:
-        raise SuiteError(f"suite file {str(p)!r} is not valid TOML: {ex}") from None
-    known_top = {
-        "matrix", "epochs", "limit", "description", "local_model", "agent_cmd", "agent_timeout",
-        "outage_window",
-        "hang_seconds",
-    }  # fmt: skip
-    unknown = set(data) - known_top
-    if unknown:
-        raise SuiteError(
-            f"{p}: unknown key(s) {', '.join(sorted(unknown))}; "
-            f"expected: {', '.join(sorted(known_top))}"
-        )
-    blocks = data.get("matrix")
-    if not isinstance(blocks, list) or not blocks:
-        raise SuiteError(f"{p}: needs at least one [[matrix]] block")
-    matrices = []
-    for i, block in enumerate(blocks, start=1):
-        where = f"{p} [[matrix]] #{i}"
-        if not isinstance(block, dict):
-            raise SuiteError(
-                f"{where}: is {block!r}; expected a table of axes ([[matrix]] with models = [...])"
-            )
-        extra = set(block) - set(AXES)
-        if extra:
-            raise SuiteError(
-                f"{where}: unknown key(s) {', '.join(sorted(extra))}; expected: {', '.join(AXES)}"
-            )
-        axes = {axis: _str_list(block, axis, where) for axis in AXES}
-        if axes["models"] is None:
-            raise SuiteError(f"{where}: needs 'models'")
-        matrices.append(Matrix(**{k: v for k, v in axes.items() if v is not None}))
-    epochs = _count(data, "epochs", p)
-    limit = _count(data, "limit", p)
-    outage_window = _count(data, "outage_window", p)
-    agent_cmd = data.get("agent_cmd")
-    if agent_cmd is not None and not isinstance(agent_cmd, str):
-        raise SuiteError(f"{p}: 'agent_cmd' must be a string (a shell command), got {agent_cmd!r}")
-    named = next((i for i, b in enumerate(blocks, start=1) if "agents" in b), None)
-    if agent_cmd is not None and named is not None:
-        # 'react' included: the command is the agent of every trial, and runs alone.
-        raise SuiteError(
-            f"{p} [[matrix]] #{named}: 'agents' does not combine with agent_cmd, which runs "
-            "its command as the agent of every trial (run other agents in a suite of their own)"
-        )
-    agent_timeout = data.get("agent_timeout", AGENT_TIMEOUT)
-    hang_seconds = data.get("hang_seconds", DEFAULT_HANG_SECONDS)
-    local_model = None
-    if "local_model" in data:
-        try:
-            local_model = parse_options(data["local_model"], str(p))
-        except ValueError as ex:
-            raise SuiteError(str(ex)) from None
-    return Suite(
-        tuple(matrices),
-        epochs=epochs or 1,
-        limit=limit,
-        source=str(p),
-        local_model=local_model,
-        agent_cmd=agent_cmd,
-        agent_timeout=agent_timeout,
-        outage_window=outage_window or DEFAULT_OUTAGE_WINDOW,
-        hang_seconds=hang_seconds,
-    )
-
-
-def _count(data: dict[str, Any], key: str, where: Path) -> int | None:
-    """A positive integer setting; ``true`` is not a count (TOML booleans are not numbers)."""
-    if key not in data:
-        return None
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SuiteError(f"{where}: {key!r} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def suite_from_flags(
-    *,
-    config: str | None,
-    models: Sequence[str],
-    prompts: Sequence[str],
-    agents: Sequence[str] = (),
-    mocks: dict[str, str] | None = None,
-    tasks: Sequence[str],
-    faults: Sequence[str],
-    protections: Sequence[str],
-    epochs: int | None,
-    limit: int | None,
-    agent_cmd: str | None = None,
-    agent_timeout: float | None = None,
-    outage_window: int | None = None,
-    hang_seconds: float | None = None,
-) -> Suite:
-    """The suite a ``twice run`` command line asks for.
-
-    With ``--config`` the file is the base and flags replace whole axes. Without it, flags
-    build one matrix (defaults: agent react, every task (the built-in framework agents' tasks
-    when ``agents`` names one), faults none/lost_reply/reset_after_commit/timeout_before_commit,
-    protection bare, prompt baseline); with no flags at all, the default suite runs.
-    """
-    axes = {
-        "models": models,
-        "agents": agents,
-        "prompts": prompts,
-        "tasks": tasks,
-        "faults": faults,
-        "protections": protections,
-    }
-    if config is not None:
-        suite = load_suite(config).override(**axes)
-    elif any(axes.values()):
-        if not tasks and any(a in BUILTIN_AGENTS for a in agents):
-            # The built-in framework agents have tools for these tasks only.
-            axes["tasks"] = AGENT_TASKS
-        suite = Suite(
-            (
-                Matrix(
-                    models=tuple(models) or tuple(STUB_NAMES),
-                    **{k: tuple(v) for k, v in axes.items() if v and k != "models"},
-                ),
-            )
-        )
-    else:
-        suite = load_suite(DEFAULT_SUITE)
-    if epochs is not None:
-        suite = replace(suite, epochs=epochs)
-    if limit is not None:
-        suite = replace(suite, limit=limit)
-    if agent_cmd is not None:
-        suite = replace(suite, agent_cmd=agent_cmd)
-    if suite.agent_cmd is not None and agents:
-        raise SuiteError(
-            f"--agent-cmd runs its command as the agent of every trial; it does not combine "
-            f"with --agent {agents[0]!r} (run that agent in its own --log-dir)"
-        )
-    if agent_timeout is not None:
-        suite = replace(suite, agent_timeout=agent_timeout)
-    if outage_window is not None:  # the flag wins over the suite file's key
-        suite = replace(suite, outage_window=outage_window)
-    if hang_seconds is not None:
-        suite = replace(suite, hang_seconds=hang_seconds)
-    if mocks:
-        suite = replace(suite, mocks=dict(mocks))
-    suite.validate()
-    return suite

@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 from twice.evals.cli import cli
 from twice.evals.serve import _eval as _serve_eval
 from twice.evals.serve._eval import server_url
-from twice.evals.suite._suite import SuiteError, command_agent_name, load_suite, suite_from_flags
+from twice.evals.suite import SuiteError, command_agent_name, load_suite, suite_from_flags
 from twice.tasks import secret_values
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -63,7 +63,7 @@ def test_eval_rates_cell_lookup_errors_list_the_cells(tmp_path: Path) -> None:
         rates.one()
     with pytest.raises(LookupError, match=r"0 cells match \{'model': 'stub/x'\}"):
         rates.cell(model="stub/x")
-    with pytest.raises(ValueError, match=r"unknown axis models; expected: model, prompt"):
+    with pytest.raises(ValueError, match=r"unknown axis models; expected: model, agent, prompt"):
         rates.cell(models="stub/retry")
 
 

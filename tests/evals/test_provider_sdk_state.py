@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 from inspect_ai.model import _assistant_internal as internal
 from twice.evals.run._speedups import needs_provider_sdk_state, without_provider_sdk_state
-from twice.evals.suite._suite import Cell
+from twice.reports import Cell
 
-STUB = Cell("stub/retry", "baseline", "refund", "lost_reply", "bare")
+STUB = Cell(
+    model="stub/retry", prompt="baseline", task="refund", fault="lost_reply", protection="bare"
+)
 
 # A stub run in a fresh interpreter (this one has imported the SDKs for other tests); it
 # prints the SDK modules it ended up with, and the run's trial count.
@@ -73,12 +75,50 @@ def test_a_run_without_a_report_imports_no_comparison_statistics(
 @pytest.mark.parametrize(
     "cell",
     [
-        Cell("openai/gpt-5-mini", "baseline", "refund", "lost_reply", "bare"),
-        Cell("anthropic/claude-sonnet-4-5", "baseline", "refund", "lost_reply", "bare"),
-        Cell("openai-api/local/qwen", "baseline", "refund", "lost_reply", "bare"),
-        Cell("stub/retry", "baseline", "refund", "lost_reply", "bare", agent="openai-agents"),
-        Cell("stub/retry", "baseline", "refund", "lost_reply", "bare", agent="my_agent.py:build"),
-        Cell("stub/retry", "baseline", "my_task.py:refund", "lost_reply", "bare"),
+        Cell(
+            model="openai/gpt-5-mini",
+            prompt="baseline",
+            task="refund",
+            fault="lost_reply",
+            protection="bare",
+        ),
+        Cell(
+            model="anthropic/claude-sonnet-4-5",
+            prompt="baseline",
+            task="refund",
+            fault="lost_reply",
+            protection="bare",
+        ),
+        Cell(
+            model="openai-api/local/qwen",
+            prompt="baseline",
+            task="refund",
+            fault="lost_reply",
+            protection="bare",
+        ),
+        Cell(
+            model="stub/retry",
+            agent="openai-agents",
+            prompt="baseline",
+            task="refund",
+            fault="lost_reply",
+            protection="bare",
+        ),
+        Cell(
+            model="stub/retry",
+            agent="my_agent.py:build",
+            prompt="baseline",
+            task="refund",
+            fault="lost_reply",
+            protection="bare",
+        ),
+        Cell(
+            model="stub/retry",
+            prompt="baseline",
+            task="my_task.py:refund",
+            fault="lost_reply",
+            protection="bare",
+        ),
     ],
     ids=["openai", "anthropic", "openai-api", "framework-agent", "own-agent", "own-task"],
 )
@@ -90,7 +130,9 @@ def test_any_cell_that_may_call_a_provider_keeps_inspect_as_it_is(cell: Cell) ->
 
 
 def test_the_flags_are_restored_after_a_stub_run() -> None:
-    assert not needs_provider_sdk_state([STUB, Cell("mockllm/model", "b", "refund", "f", "p")])
+    assert not needs_provider_sdk_state(
+        [STUB, Cell(model="mockllm/model", prompt="b", task="refund", fault="f", protection="p")]
+    )
     before = (internal._HAS_OPENAI, internal._HAS_ANTHROPIC)
     assert before == (True, True)  # both SDKs are dependencies of twice
     with pytest.raises(RuntimeError), without_provider_sdk_state([STUB]):

@@ -376,7 +376,7 @@ def test_scrub_value_reaches_into_inspect_objects_and_leaves_clean_ones_alone() 
 def test_a_call_that_timed_out_on_every_attempt_names_timeout_not_only_retries() -> None:
     # The line said "(the model call's retries, --max-retries, ran out)": more retries of a
     # hanging model only wait longer; --timeout is the setting that decides.
-    from twice.evals.run._run import _readable
+    from twice.evals.run._summary import _readable
 
     gave_up = "RetryError(<Future at 0x7f3a2c state=finished raised {}>)"
     line = _readable(gave_up.format("APITimeoutError"))

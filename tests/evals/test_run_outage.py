@@ -30,7 +30,7 @@ from twice.evals.run._endpoint import (
     is_transient,
     retry_after,
 )
-from twice.evals.suite._suite import DEFAULT_OUTAGE_WINDOW, SuiteError, load_suite, suite_from_flags
+from twice.evals.suite import DEFAULT_OUTAGE_WINDOW, SuiteError, load_suite, suite_from_flags
 
 Twice = Callable[..., Any]
 MODEL = "openai-api/fake/refunder"

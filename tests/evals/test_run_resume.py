@@ -219,7 +219,7 @@ def test_finished_cells_read_each_log_header_once(
 ) -> None:
     # A run reads its directory at its start and at its end; each read opens every header
     # once, not again for the cell's twice record (on S3, a GET each).
-    import twice.evals.run._run as run_module
+    import twice.evals.run._resume as run_module
     import twice.reports._logs as logs_module
 
     log_dir = tmp_path / "logs"
@@ -240,7 +240,7 @@ def test_finished_cells_read_each_log_header_once(
     # Another process's view: none of the headers the run above read are cached.
     monkeypatch.setattr(logs_module, "_HEADERS", type(logs_module._HEADERS)())
     planned = list(suite.cells())  # type: ignore[attr-defined]
-    finished, files, cancelled = run_module._finished_cells(log_dir, planned)
+    finished, files, cancelled = run_module.finished_cells(log_dir, planned)
     assert finished == set(planned) and not cancelled
     assert len(files) == 2  # the copy is the same task's log: one of the two counts
     assert sorted(reads) == sorted(str(p) for p in log_dir.glob("*.eval"))  # once each
@@ -388,7 +388,10 @@ def test_two_runs_logs_of_one_cell_in_one_directory_are_refused(tmp_path: Path) 
     for command in (gate, ["report", str(mix)]):
         result = CliRunner().invoke(cli, command)
         assert result.exit_code == 2, result.output
-        assert "holds two logs of cell stub/verify / react / refund / lost_reply" in result.output
+        assert (
+            "holds two logs of cell stub/verify / baseline / refund / lost_reply / bare"
+            in result.output
+        )
         assert "counted twice" in result.output
     assert not (mix / "report.html").exists()
     (*_, last) = sorted(mix.glob("*.eval"))

@@ -127,7 +127,9 @@ def test_shards_are_disjoint_cover_the_suite_and_balanced(n: int) -> None:
 
 def test_cell_digest_is_sha256_of_the_axes() -> None:
     # Pinned: the split must be the same on every machine and Python (never ``hash()``).
-    cell = Cell("stub/retry", "baseline", "refund", "lost_reply", "bare")
+    cell = Cell(
+        model="stub/retry", prompt="baseline", task="refund", fault="lost_reply", protection="bare"
+    )
     assert cell_digest(cell) == "867ed860e0b6e9a2e555add9c0188114f73575c68680df1b3a111e7f296e935e"
 
 

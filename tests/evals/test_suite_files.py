@@ -104,3 +104,26 @@ def test_an_axis_given_as_anything_but_a_list_of_strings_is_refused(
         load_suite(path)
     with pytest.raises(SuiteError, match=re.escape(f"got {shown}") + "$"):
         load_suite(path)
+
+
+def test_suite_plans_its_cells_once_reading_each_prompt_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A run asks for its cells at every step (tasks, resume, summary, shards): each ask
+    # re-read and re-hashed every prompt file.
+    import twice.evals.suite._suite as suite_module
+    from twice.evals import Matrix, Suite
+
+    reads: list[str] = []
+    real = suite_module.load_prompt
+
+    def counting(spec: str) -> object:
+        reads.append(spec)
+        return real(spec)
+
+    monkeypatch.setattr(suite_module, "load_prompt", counting)
+    suite = Suite((Matrix(models=("stub/retry", "stub/verify"), prompts=("baseline", "cautious")),))
+    first = suite.cells()
+    assert suite.cells() is first and isinstance(first, tuple)
+    assert suite.models() == ["stub/retry", "stub/verify"] and suite.agents() == ["react"]
+    assert sorted(reads) == ["baseline", "cautious"]

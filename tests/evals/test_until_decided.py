@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from twice.evals.cli import cli
-from twice.reports import log_files
+from twice.reports import Cell, log_files
 
 GATE = Path(__file__).parents[2] / "evals" / "gate.toml"
 COMMON = ("--task", "refund", "--fault", "lost_reply", "--limit", "4", "--display", "none")
@@ -67,12 +67,13 @@ def test_a_rule_that_matches_no_cell_fails_the_sequential_verdict_as_it_fails_th
 def test_a_cell_no_rule_covers_is_recorded_as_no_rule_not_as_a_pass() -> None:
     # The failing path: summary.json's run.sequential said "verdict": "pass" (rules {}) for a
     # cell the gate never looked at; only the console said NO RULE.
-    from twice.evals.run._sequential import CellState, _settle, format_decisions
+    from twice.evals.run._decisions import CellState, format_decisions, settle
 
-    keys = {"model": "stub/retry", "agent": "react", "prompt": "baseline", "task": "refund",
-            "fault": "none", "protection": "bare"}  # fmt: skip
-    state = CellState(keys=keys, samples=4, epochs=1, trials=4)
-    _settle(state, 1)
+    cell = Cell(
+        model="stub/retry", prompt="baseline", task="refund", fault="none", protection="bare"
+    )
+    state = CellState(cell=cell, samples=4, epochs=1, trials=4)
+    settle(state, 1)
     record = state.record()
     assert (record["verdict"], record["rules"], record["stopped_round"]) == ("no rule", {}, 1)
     assert format_decisions([state], 480).startswith("NO RULE (1 round)    stub/retry")
@@ -236,9 +237,10 @@ def test_a_rule_not_yet_settled_in_a_running_cell_reads_running_not_fail() -> No
     # summary.json's run.sequential.cells said "fail" for a rule whose bound had not been
     # reached yet, while the cell was still running (interrupted between rounds, say).
     from twice.evals.gate._sequential_rules import RuleState
-    from twice.evals.run._sequential import CellState
+    from twice.evals.run._decisions import CellState
 
-    state = CellState(keys={"model": "m/a"}, samples=4, rounds=1, trials=4)
+    cell = Cell(model="m/a", prompt="baseline", task="refund", fault="none", protection="bare")
+    state = CellState(cell=cell, samples=4, rounds=1, trials=4)
     state.rules = {"open": RuleState("fail", False, "…"), "lost": RuleState("fail", True, "…")}
     assert state.record()["rules"] == {"open": "running", "lost": "fail"}
     state.stopped_round = 3  # at the cap, undecided: the rule's state is its verdict
