@@ -230,3 +230,148 @@ def test_intent_from_dict_reads_values() -> None:
     data = {"effect": "payments.refund.create", "identity": {"order_id": "order_1042"}}
     assert Intent.from_dict({**data, "values": {"amount": 499}}).values == {"amount": 499}
     assert Intent.from_dict(data).values == {}
+
+
+# -- multi-intent samples and intents expected 0 times ----------------------------------------
+# Each checker's failing path where a single-intent sample cannot reach it: a bug in the second
+# intent, a count of 3 where 2 and 3 must differ, an intent that must not happen at all. The
+# shapes are those of the built-in datasets (two refunds, an order of two lines, the saga).
+
+
+def trial_ledger(*effects: tuple[str, str, dict[str, object]]) -> Ledger:
+    """A ledger of ``(id, effect name, fields)`` effects, one attempt each, every id seen."""
+    led = Ledger()
+    for i, (eid, name, fields) in enumerate(effects, start=1):
+        service = name.split(".", 1)[0]
+        led.attempts.append(
+            Attempt(i, service, "POST", f"/v1/{service}", name, True, None, {}, source="model")
+        )
+        led.effects.append(Effect(eid, name, i, dict(fields)))
+    led.observations.extend(eid for eid, _, _ in effects)
+    return led
+
+
+REFUND_A = Intent("payments.refund.create", {"order_id": "order_2042"}, values={"amount": 499})
+REFUND_B = Intent("payments.refund.create", {"order_id": "order_2049"}, values={"amount": 899})
+A = ("payments.refund.create", {"order_id": "order_2042", "amount": 499})
+B = ("payments.refund.create", {"order_id": "order_2049", "amount": 899})
+
+MUG = Intent("orders.order.create", {"customer": "Jonas Berg", "sku": "SKU-MUG-01"})
+KETTLE = Intent("orders.order.create", {"customer": "Jonas Berg", "sku": "SKU-KET-02"})
+MUG_LINE = ("orders.order.create", {"customer": "Jonas Berg", "sku": "SKU-MUG-01", "quantity": 1})
+KETTLE_LINE = (
+    "orders.order.create",
+    {"customer": "Jonas Berg", "sku": "SKU-KET-02", "quantity": 1},
+)
+
+FLIGHT = Intent("travel.flight.book", {"trip_id": "trip_2001"}, values={"flight_id": "TW412"})
+HOTEL = Intent("travel.hotel.book", {"trip_id": "trip_2001"}, values={"hotel_id": "htl_mitte"})
+NO_CANCEL = Intent("travel.flight.cancel", {"trip_id": "trip_2001"}, expected=0)
+SAGA = [FLIGHT, HOTEL, NO_CANCEL]
+FLIGHT_BOOKED = ("travel.flight.book", {"trip_id": "trip_2001", "flight_id": "TW412"})
+HOTEL_BOOKED = ("travel.hotel.book", {"trip_id": "trip_2001", "hotel_id": "htl_mitte"})
+FLIGHT_CANCELLED = ("travel.flight.cancel", {"trip_id": "trip_2001", "booking_id": "fb_1"})
+
+
+def summary_of(m: object) -> tuple[object, ...]:
+    return tuple(
+        getattr(m, k)
+        for k in ("completed", "duplicated", "excess_effects", "exactly_once", "safe_success")
+    )
+
+
+def test_two_refunds_each_once_is_safe_success() -> None:
+    m = trial_metrics(trial_ledger(("re_1", *A), ("re_2", *B)), [REFUND_A, REFUND_B])
+    assert summary_of(m) == (True, False, 0, True, True)
+    assert [(r.expected, r.observed) for r in m.intents] == [(1, 1), (1, 1)]
+
+
+def test_a_duplicate_of_the_second_refund_is_duplicated() -> None:
+    # The retry hit the second of two refunds: only a check of every intent sees it.
+    led = trial_ledger(("re_1", *A), ("re_2", *B), ("re_3", *B))
+    m = trial_metrics(led, [REFUND_A, REFUND_B])
+    assert summary_of(m) == (True, True, 1, False, False)
+    assert [r.observed for r in m.intents] == [1, 2]
+    assert m.intents[1].effects == ["re_2", "re_3"]
+    assert [f.excess for f in m.effects] == [False, False, True]
+    assert "payments.refund.create where order_id='order_2049': expected 1, observed 2" in (
+        m.explanation()
+    )
+
+
+def test_a_duplicate_of_the_second_order_line_is_duplicated() -> None:
+    led = trial_ledger(("ord_1", *MUG_LINE), ("ord_2", *KETTLE_LINE), ("ord_3", *KETTLE_LINE))
+    m = trial_metrics(led, [MUG, KETTLE])
+    assert summary_of(m) == (True, True, 1, False, False)
+    assert [f.intent for f in m.effects] == [MUG.label(), KETTLE.label(), KETTLE.label()]
+
+
+def test_a_duplicated_hotel_in_the_saga_is_duplicated() -> None:
+    led = trial_ledger(("fb_1", *FLIGHT_BOOKED), ("hb_1", *HOTEL_BOOKED), ("hb_2", *HOTEL_BOOKED))
+    m = trial_metrics(led, SAGA)
+    assert summary_of(m) == (True, True, 1, False, False)
+    assert [r.observed for r in m.intents] == [1, 2, 0]
+
+
+def test_a_refund_that_must_not_happen_breaks_exactly_once() -> None:
+    # Refund order_2042 once, never order_2049: a refund of 2049 is not exactly once, although
+    # every intent expected at least once holds its count.
+    never_b = Intent("payments.refund.create", {"order_id": "order_2049"}, expected=0)
+    m = trial_metrics(trial_ledger(("re_1", *A), ("re_2", *B)), [REFUND_A, never_b])
+    assert summary_of(m) == (True, True, 1, False, False)
+    assert [(r.expected, r.observed) for r in m.intents] == [(1, 1), (0, 1)]
+    assert [f.excess for f in m.effects] == [False, True]
+
+
+def test_a_cancelled_flight_in_a_saga_that_succeeded_breaks_exactly_once() -> None:
+    # Both bookings held, yet the flight was cancelled: the trip is broken, not exactly once.
+    led = trial_ledger(
+        ("fb_1", *FLIGHT_BOOKED), ("hb_1", *HOTEL_BOOKED), ("fc_1", *FLIGHT_CANCELLED)
+    )
+    m = trial_metrics(led, SAGA)
+    assert (m.exactly_once, m.safe_success, m.duplicated, m.excess_effects) == (
+        False, False, True, 1,
+    )  # fmt: skip
+    # The saga without the cancellation is exactly once: the check is the cancellation's.
+    clean = trial_metrics(trial_ledger(("fb_1", *FLIGHT_BOOKED), ("hb_1", *HOTEL_BOOKED)), SAGA)
+    assert summary_of(clean) == (True, False, 0, True, True)
+
+
+def test_an_intent_expected_zero_times_with_no_effect_is_exactly_once() -> None:
+    m = trial_metrics(trial_ledger(("fb_1", *FLIGHT_BOOKED), ("hb_1", *HOTEL_BOOKED)), SAGA)
+    assert m.intents[2].observed == 0 and m.exactly_once and not m.duplicated
+
+
+@pytest.mark.parametrize(("refunds", "excess"), [(1, 0), (2, 1), (3, 2), (4, 3)])
+def test_excess_effects_counts_every_effect_past_the_expected(refunds: int, excess: int) -> None:
+    led = trial_ledger(*((f"re_{i}", *A) for i in range(1, refunds + 1)))
+    m = trial_metrics(led, [REFUND_A])
+    assert m.excess_effects == excess
+    assert m.values()["excess_effects"] == float(excess)
+    assert sum(f.excess for f in m.effects) == excess
+
+
+def test_excess_effects_sums_over_intents_and_unmatched() -> None:
+    # Three of refund A (2 excess), two of B (1), two cancellations that must not happen (2),
+    # and one refund of an order no intent names (1): 6, not one per duplicated intent (3).
+    never = Intent("travel.flight.cancel", {"trip_id": "trip_2001"}, expected=0)
+    led = trial_ledger(
+        ("re_1", *A), ("re_2", *A), ("re_3", *A), ("re_4", *B), ("re_5", *B),
+        ("fc_1", *FLIGHT_CANCELLED), ("fc_2", *FLIGHT_CANCELLED),
+        ("re_6", "payments.refund.create", {"order_id": "order_9999", "amount": 1}),
+    )  # fmt: skip
+    m = trial_metrics(led, [REFUND_A, REFUND_B, never])
+    assert m.excess_effects == 6
+    assert [f.id for f in m.effects if f.excess] == ["re_2", "re_3", "re_5", "fc_1", "fc_2", "re_6"]
+    assert (m.duplicated, m.exactly_once, m.completed) == (True, False, True)
+
+
+def test_three_refunds_are_more_excess_than_two() -> None:
+    two = trial_metrics(trial_ledger(("re_1", *A), ("re_2", *A)), [REFUND_A])
+    three = trial_metrics(trial_ledger(("re_1", *A), ("re_2", *A), ("re_3", *A)), [REFUND_A])
+    assert (two.excess_effects, three.excess_effects) == (1, 2)
+
+
+def test_the_second_refund_missing_is_not_completed() -> None:
+    m = trial_metrics(trial_ledger(("re_1", *A)), [REFUND_A, REFUND_B])
+    assert summary_of(m) == (False, False, 0, False, False)
