@@ -375,3 +375,52 @@ def test_gate_baseline_and_report_badge_agree(make_trials: Trials) -> None:
         if (flag in ("regression", "mixed")) == gate.passed:
             disagreements.append((k, n, k0, n0, flag, gate.passed))
     assert disagreements == []
+
+
+# -- the baseline's configured alpha is the one the comparison uses ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("alpha", "status"),
+    [(0.05, "fail"), (0.03, "fail"), (0.02, "pass"), (0.01, "pass")],
+)
+def test_gate_baseline_uses_the_configured_alpha(
+    make_trials: Trials, alpha: float, status: str
+) -> None:
+    # 5 of 20 duplicated against 0 of 20: one-sided p = 0.0236. A stricter policy (alpha 0.02
+    # or 0.01) must pass it; the default 0.05 fails it.
+    p = math.comb(20, 5) / math.comb(40, 5)
+    assert round(p, 4) == 0.0236
+    cfg = parse_gate({"baseline": {"metrics": ["duplication_rate"], "alpha": alpha}})
+    assert cfg.baseline.alpha == alpha
+    result = evaluate_gate(
+        make_trials(20, duplicated=5), cfg, baseline=make_trials(20, duplicated=0)
+    )
+    (check,) = result.checks
+    assert check.status == status, check.message
+    sign = "<" if status == "fail" else "≥"
+    assert f"one-sided p = {p:.3g} {sign} alpha {alpha:g}" in check.message
+
+
+def test_gate_baseline_with_a_looser_alpha_fails_a_smaller_regression(make_trials: Trials) -> None:
+    # 5 of 20 against 1 of 20: p = 0.0909 passes at the default 0.05, fails at 0.1.
+    new, old = make_trials(20, duplicated=5), make_trials(20, duplicated=1)
+    default = parse_gate({"baseline": {"metrics": ["duplication_rate"]}})
+    loose = parse_gate({"baseline": {"metrics": ["duplication_rate"], "alpha": 0.1}})
+    assert evaluate_gate(new, default, baseline=old).passed
+    result = evaluate_gate(new, loose, baseline=old)
+    assert not result.passed
+    assert "one-sided p = 0.0909 < alpha 0.1" in result.failures[0].message
+
+
+def test_gate_file_baseline_alpha_reaches_the_comparison(
+    make_trials: Trials, tmp_path: Path
+) -> None:
+    # From the TOML file, as `twice gate --baseline` reads it.
+    path = tmp_path / "gate.toml"
+    path.write_text('[baseline]\nalpha = 0.01\nmetrics = ["duplication_rate"]\n')
+    cfg = load_gate(path)
+    result = evaluate_gate(
+        make_trials(20, duplicated=5), cfg, baseline=make_trials(20, duplicated=0)
+    )
+    assert result.passed and "≥ alpha 0.01" in result.checks[0].message
