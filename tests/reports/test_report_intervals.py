@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
-from twice.reports import cells, summary, wilson
+from twice.reports import CATALOGUE, cells, summary, wilson
 from twice.reports._aggregate import _wilson_bounds
 
 
@@ -107,3 +107,69 @@ def test_every_rate_of_a_synthetic_run_lies_in_its_interval(synthetic_small: obj
     doc = summary(cells(trials_frame(Path(synthetic_small.log_dir))))  # type: ignore[attr-defined]
     for name, rate, (lo, hi) in _summary_intervals(doc):
         assert 0.0 <= lo <= rate <= hi <= 1.0, (name, rate, lo, hi)
+
+
+# -- rates and intervals are over the scored trials ----------------------------------------------
+
+
+def _cell_with_errors() -> pd.DataFrame:
+    """One cell of 10 trials: 7 scored (2 duplicated, 6 completed, 5 safe), 3 errored.
+
+    One errored trial still carries metric values (written before it crashed): an errored
+    trial's values must count nowhere, whatever they hold.
+    """
+    keys = {"model": "m/a", "agent": "react", "prompt": "p", "task": "refund"}
+    keys |= {"fault": "lost_reply", "protection": "bare"}
+    rows = []
+    for i in range(10):
+        scored = i < 7
+        dup = float(i < 2) if scored else math.nan
+        done = float(i < 6) if scored else math.nan
+        row = {m.column: 0.0 if scored else math.nan for m in CATALOGUE}
+        row |= {
+            "completed": done,
+            "duplicated": dup,
+            "exactly_once": 1.0 - dup,
+            "safe_success": done * (1.0 - dup),
+            "excess_effects": dup,
+        }
+        if i == 9:  # errored after some metrics were written
+            row |= {"duplicated": 1.0, "excess_effects": 4.0, "exactly_once": 0.0}
+        rows.append(
+            {
+                **keys,
+                **row,
+                "sample": f"s{i}",
+                "epoch": 1,
+                "error": "" if scored else "RuntimeError('boom')",
+                "total_tokens": 10,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_rates_and_intervals_are_over_scored_trials_only() -> None:
+    # Errored trials are counted (errors) and left out of every rate and its interval: counting
+    # them in n would narrow every interval and drag every rate toward 0.
+    (cell,) = summary(cells(_cell_with_errors()))["cells"]
+    assert (cell["trials"], cell["errors"]) == (10, 3)
+    expected = {
+        "duplication": 2,
+        "completion": 6,
+        "exactly_once": 5,
+        "safe_success": 4,
+        "divergence": 0,
+        "wrong": 0,
+    }
+    for prefix, k in expected.items():
+        assert cell[f"{prefix}_rate"] == k / 7, prefix
+        assert cell[f"{prefix}_ci"] == list(wilson(k, 7)), prefix
+        assert cell[f"{prefix}_ci"] != list(wilson(k, 10)), prefix
+    assert cell["excess_effects_mean"] == 2 / 7
+
+
+def test_a_cell_of_only_errored_trials_has_no_rate() -> None:
+    only = _cell_with_errors().iloc[7:]
+    (cell,) = summary(cells(only))["cells"]
+    assert (cell["trials"], cell["errors"]) == (3, 3)
+    assert cell["duplication_rate"] is None and cell["duplication_ci"] == [None, None]
