@@ -375,3 +375,145 @@ def test_three_refunds_are_more_excess_than_two() -> None:
 def test_the_second_refund_missing_is_not_completed() -> None:
     m = trial_metrics(trial_ledger(("re_1", *A)), [REFUND_A, REFUND_B])
     assert summary_of(m) == (False, False, 0, False, False)
+
+
+# -- the evidence and the helpers behind the metrics (survivors of make mutation) -------------
+
+
+def test_intent_matches_its_name_and_every_identity_field() -> None:
+    line = Effect("ord_1", "orders.order.create", 1, dict(MUG_LINE[1]))
+    assert MUG.matches(line)
+    assert not KETTLE.matches(line)  # one identity field differs
+    assert not Intent("orders.order.cancel", dict(MUG.identity)).matches(line)  # name differs
+    assert not Intent("orders.order.create", {"customer": "Jonas Berg", "gift": True}).matches(
+        line
+    )  # a field the effect lacks
+    assert Intent("orders.order.create", {}).matches(line)  # no identity: every effect of it
+
+
+def test_intent_label_names_every_identity_field() -> None:
+    assert MUG.label() == "orders.order.create where customer='Jonas Berg', sku='SKU-MUG-01'"
+    assert Intent("email.message.send", {}).label() == "email.message.send"
+
+
+def test_intent_from_dict_defaults() -> None:
+    bare = Intent.from_dict({"effect": "email.message.send"})
+    assert (bare.identity, bare.expected, bare.values) == ({}, 1, {})
+    never = Intent.from_dict({"effect": "travel.flight.cancel", "expected": 0})
+    assert never.expected == 0
+
+
+def test_intent_refusals_say_why_in_full() -> None:
+    with pytest.raises(ValueError) as both:
+        Intent("e.x.y", {"a": 1, "b": 2}, values={"a": 1, "b": 2})
+    assert str(both.value) == (
+        "intent e.x.y where a=1, b=2: a, b is both an identity field and a value; identity "
+        "fields are already compared exactly, so state it once, in identity"
+    )
+    with pytest.raises(ValueError) as zero:
+        Intent("e.x.y", {"a": 1}, expected=0, values={"b": 2})
+    assert str(zero.value) == (
+        "intent e.x.y where a=1 is expected 0 times and states values {'b': 2}; values "
+        "describe an action that should happen, so they need expected >= 1"
+    )
+
+
+def test_a_value_field_the_effect_lacks_is_named_as_missing() -> None:
+    hotel = Intent("travel.hotel.book", {"trip_id": "trip_2001"}, values={"nights": 3})
+    led = trial_ledger(
+        ("hb_1", "travel.hotel.book", {"trip_id": "trip_2001", "nights": 3}),
+        ("hb_2", "travel.hotel.book", {"trip_id": "trip_2001"}),
+    )
+    m = trial_metrics(led, [hotel])
+    assert m.intents[0].wrong_values == ["hb_2: no nights, asked 3"]
+
+
+def test_every_wrong_field_of_an_effect_is_named() -> None:
+    hotel = Intent(
+        "travel.hotel.book",
+        {"trip_id": "trip_2001"},
+        values={"hotel_id": "htl_mitte", "nights": 3},
+    )
+    led = trial_ledger(
+        ("hb_1", "travel.hotel.book", {"trip_id": "trip_2001", "hotel_id": "htl_ost", "nights": 2})
+    )
+    m = trial_metrics(led, [hotel])
+    assert m.intents[0].wrong_values == [
+        "hb_1: hotel_id 'htl_ost', asked 'htl_mitte', nights 2, asked 3"
+    ]
+
+
+def test_matching_on_a_live_trial_refuses_an_effect_name_no_service_makes() -> None:
+    led = trial_ledger(("re_1", *A))
+    led.known_effects = frozenset({"payments.refund.create", "payments.charge.create"})
+    typo = Intent("payments.refunds.create", {"order_id": "order_2042"})
+    with pytest.raises(ValueError) as raised:
+        trial_metrics(led, [typo])
+    assert str(raised.value) == (
+        "intent payments.refunds.create where order_id='order_2042': no service of this trial "
+        "makes 'payments.refunds.create' effects, so a check of them would pass vacuously (a "
+        "misspelt name?); their routes are: payments.charge.create, payments.refund.create"
+    )
+    # A name a service makes, with nothing committed yet: not an error, just not completed.
+    charge = Intent("payments.charge.create", {"order_id": "order_2042"})
+    assert not trial_metrics(led, [charge]).completed
+    # Effects of the name exist: the name is right even if the trial's routes did not list it.
+    led.known_effects = frozenset({"payments.charge.create"})
+    assert trial_metrics(led, [REFUND_A]).safe_success
+
+
+def test_identical_retries_do_not_diverge_but_an_added_field_does() -> None:
+    same = trial_metrics(trial_ledger(("re_1", *A), ("re_2", *A)), [REFUND_A])
+    assert not same.diverged and same.intents[0].diverged_fields == []
+    added = trial_metrics(
+        trial_ledger(("re_1", *A), ("re_2", A[0], {**A[1], "reason": "again"})), [REFUND_A]
+    )
+    assert added.diverged and added.intents[0].diverged_fields == ["reason"]
+
+
+def test_effect_facts_name_attempt_and_source() -> None:
+    led = trial_ledger(("re_1", *A), ("re_2", *A), ("re_3", *B))
+    led.attempts[0].source = "initial"
+    led.attempts[1].source = "transport"
+    led.attempts[2].source = "from-a-future-client"  # not a retry source twice knows
+    led.effects.append(Effect("re_4", "payments.refund.create", 9, dict(B[1])))  # no attempt 9
+    led.effects.append(Effect("re_5", "payments.refund.create", 0, dict(B[1])))  # no attempt 0
+    m = trial_metrics(led, [REFUND_A, REFUND_B])
+    assert [(f.id, f.name, f.attempt, f.source) for f in m.effects] == [
+        ("re_1", "payments.refund.create", 1, "initial"),
+        ("re_2", "payments.refund.create", 2, "transport"),
+        ("re_3", "payments.refund.create", 3, "unknown"),
+        ("re_4", "payments.refund.create", 9, "unknown"),
+        ("re_5", "payments.refund.create", 0, "unknown"),  # not attempt -1, the last one
+    ]
+    assert m.intents[1].evidence[1:] == ["re_4 at attempt 9", "re_5 at attempt 0"]
+
+
+def test_metrics_of_a_hand_built_ledger_without_attempts() -> None:
+    # A ledger of effects alone (written by hand, or by a user's own service): the evidence
+    # says what is known instead of failing with an IndexError.
+    led = Ledger(effects=[Effect("re_1", A[0], 1, dict(A[1])), Effect("re_2", A[0], 2, dict(A[1]))])
+    m = trial_metrics(led, [REFUND_A])
+    assert (m.duplicated, m.excess_effects) == (True, 1)
+    assert m.intents[0].evidence == ["re_1 at attempt 1", "re_2 at attempt 2"]
+    assert [f.source for f in m.effects] == ["unknown", "unknown"]
+
+
+def test_evidence_and_explanation_in_full() -> None:
+    led = trial_ledger(("re_1", *A), ("re_2", A[0], {**A[1], "amount": 500}))
+    led.effects.append(Effect("re_3", "payments.refund.create", 2, {"order_id": "order_9"}))
+    m = trial_metrics(led, [REFUND_A, REFUND_B], end_state_error="order_2049 still open")
+    evidence = m.evidence()
+    assert list(evidence) == ["intents", "unmatched", "end_state", "effects"]
+    assert [i["intent"] for i in evidence["intents"]] == [REFUND_A.label(), REFUND_B.label()]
+    assert evidence["unmatched"] == m.unmatched and len(m.unmatched) == 1
+    assert evidence["end_state"] == "order_2049 still open"
+    assert [e["id"] for e in evidence["effects"]] == ["re_1", "re_2", "re_3"]
+    first, second, *rest = m.explanation().split("\n")
+    assert first == (
+        "payments.refund.create where order_id='order_2042': expected 1, observed 2 "
+        f"({led.describe_effect(led.effects[0])}; {led.describe_effect(led.effects[1])})"
+        "; wrong values: re_2: amount 500, asked 499"
+    )
+    assert second == "payments.refund.create where order_id='order_2049': expected 1, observed 0"
+    assert rest == [f"unmatched effect: {m.unmatched[0]}", "end state: order_2049 still open"]
