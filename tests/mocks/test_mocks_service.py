@@ -624,3 +624,34 @@ def test_the_store_refuses_a_malformed_key_without_reserving_it(key: str) -> Non
     assert len(store) == 0
     assert store.begin("k" * 255, "fp").kind == "new"
     assert store.begin("~ !k", "fp").kind == "new"  # printable ASCII, spaces included
+
+
+def test_a_keyed_retry_with_its_parameters_in_another_order_is_a_replay() -> None:
+    # The same parameters are the same request, whatever order a client serialised them in
+    # (an SDK's retry may rebuild the body): a replay, not a 422 for different parameters.
+    s = services()
+    first = asyncio.run(post(s, "k", body={"order_id": "order_1042", "amount": 499}))
+    again = asyncio.run(post(s, "k", body={"amount": 499, "order_id": "order_1042"}))
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json() and s.ledger.attempts[1].replayed
+    assert len(s.ledger.effects) == 1
+
+
+def test_the_store_decisions_carry_the_saved_row() -> None:
+    from twice.mocks import IdempotencyStore
+
+    store = IdempotencyStore()
+    new = store.begin("k", "fp")
+    assert new.kind == "new" and new.saved is not None and new.saved.state == "in_flight"
+    busy = store.begin("k", "fp")
+    assert busy.kind == "in_flight" and busy.saved is new.saved
+    clash = store.begin("k", "other")
+    assert clash.kind == "conflict" and clash.saved is new.saved
+    store.save("k", 201, {"id": "re_1"})
+    assert (new.saved.state, new.saved.status, new.saved.body) == ("done", 201, {"id": "re_1"})
+    replay = store.begin("k", "fp")
+    assert replay.kind == "replay" and replay.saved is new.saved
+    store.release("k")
+    assert len(store) == 0 and store.begin("k", "fp").kind == "new"
+    store.release("never reserved")  # nothing to forget: not an error
+    assert len(store) == 1
