@@ -517,3 +517,16 @@ def test_evidence_and_explanation_in_full() -> None:
     )
     assert second == "payments.refund.create where order_id='order_2049': expected 1, observed 0"
     assert rest == [f"unmatched effect: {m.unmatched[0]}", "end state: order_2049 still open"]
+
+
+def test_intent_from_dict_reads_identity() -> None:
+    data = {"effect": "payments.refund.create", "identity": {"order_id": "order_1042"}}
+    assert Intent.from_dict(data).identity == {"order_id": "order_1042"}
+
+
+def test_explanation_names_every_wrong_effect_of_an_intent() -> None:
+    led = trial_ledger(
+        ("re_1", A[0], {**A[1], "amount": 3997}), ("re_2", A[0], {**A[1], "amount": 1})
+    )
+    line = trial_metrics(led, [REFUND_A]).explanation()
+    assert line.endswith("; wrong values: re_1: amount 3997, asked 499; re_2: amount 1, asked 499")
