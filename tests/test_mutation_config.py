@@ -112,3 +112,12 @@ def test_mutation_stage_is_what_the_tests_import(tmp_path: Path) -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
     assert Path(found) == stage / "twice" / "mocks" / "__init__.py"
+
+
+def test_mutation_open_module_reports_without_failing_and_is_not_run_by_ci() -> None:
+    module = mutate.Module("m/x.py", ("tests/t.py",), open=True)
+    survivor = ("twice.m.x.x_f__mutmut_2", "survived", "-b = 1\n+b = 2\n")
+    verdict = mutate.judge([module], _outcome(survivor), [])
+    assert verdict.ok and [m.name for m in verdict.pending] == [survivor[0]]
+    assert verdict.lines[0].endswith("(open: survivors not triaged yet)")
+    assert mutate.select([module], [], changed=True) == []

@@ -66,6 +66,9 @@ class Module:
     """Its path in the repository: ``assertions/_metrics.py``."""
     tests: tuple[str, ...]
     why: str = ""
+    open: bool = False
+    """Its survivors are not triaged yet: reported, not failing, and left out of CI's
+    ``--changed`` run until they are."""
 
     @property
     def staged(self) -> str:
@@ -125,7 +128,14 @@ def load_modules(path: Path = MODULES_FILE) -> list[Module]:
     for i, entry in enumerate(data.get("module", []), start=1):
         if not isinstance(entry.get("path"), str) or not entry.get("tests"):
             raise UsageError(f"{path} [[module]] #{i}: needs 'path' and a non-empty 'tests'")
-        modules.append(Module(entry["path"], tuple(entry["tests"]), entry.get("why", "")))
+        modules.append(
+            Module(
+                entry["path"],
+                tuple(entry["tests"]),
+                entry.get("why", ""),
+                bool(entry.get("open", False)),
+            )
+        )
     return modules
 
 
@@ -164,7 +174,7 @@ def select(modules: Sequence[Module], names: Sequence[str], changed: bool) -> li
     chosen = [by_path[n] for n in names] if names else list(modules)
     if changed:
         checked = read_checked()
-        chosen = [m for m in chosen if checked.get(m.path) != m.digest()]
+        chosen = [m for m in chosen if not m.open and checked.get(m.path) != m.digest()]
     return chosen
 
 
@@ -286,6 +296,8 @@ class Verdict:
     stale: list[Equivalent]
     unfinished: list[Mutant]
     lines: list[str]
+    pending: list[Mutant] = field(default_factory=list)
+    """Survivors of modules still open (``open = true`` in modules.toml): reported only."""
 
     @property
     def ok(self) -> bool:
@@ -298,6 +310,7 @@ def judge(
     """Per module: mutants, killed, the kill rate, equivalents; every unlisted survivor."""
     listed = {e.key(): e for e in equivalents if e.module in {m.path for m in modules}}
     unlisted: list[Mutant] = []
+    pending: list[Mutant] = []
     unfinished: list[Mutant] = []
     found: set[tuple[str, tuple[str, ...]]] = set()
     lines = []
@@ -308,16 +321,17 @@ def judge(
         unfinished += [m for m in mutants if m.status not in KILLED | SURVIVED]
         equivalent = [m for m in survived if m.key() in listed]
         found.update(m.key() for m in equivalent)
-        unlisted += [m for m in survived if m.key() not in listed]
+        (pending if module.open else unlisted).extend(m for m in survived if m.key() not in listed)
         real = len(mutants) - len(equivalent)
         rate = f"{len(killed) / real:.1%}" if real else "n/a"
         lines.append(
             f"{module.path}: {len(mutants)} mutants, {len(killed)} killed, "
             f"{len(equivalent)} equivalent, {len(survived) - len(equivalent)} unlisted "
             f"survivors; kill rate {rate} of the non-equivalent"
+            + (" (open: survivors not triaged yet)" if module.open else "")
         )
     stale = [e for key, e in listed.items() if key not in found]
-    return Verdict(unlisted, stale, unfinished, lines)
+    return Verdict(unlisted, stale, unfinished, lines, pending)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -380,6 +394,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"mutation: {len(outcome.mutants)} mutants in {outcome.seconds:.0f} s")
     for m in verdict.unlisted:
         print(f"\nSURVIVED ({m.status}) {m.name}\n{m.diff.rstrip()}")
+    for m in verdict.pending:
+        print(f"\nOPEN ({m.status}) {m.name}\n{m.diff.rstrip()}")
     for e in verdict.stale:
         print(f"\nSTALE equivalent in {e.module} (no such survivor now; delete it):\n{e.diff}")
     for m in verdict.unfinished:
