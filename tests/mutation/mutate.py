@@ -209,6 +209,12 @@ def stage(modules: Sequence[Module], stage_dir: Path) -> Path:
     for package in PACKAGES:
         shutil.copytree(ROOT / package, stage_dir / "twice" / package, ignore=ignore)
     shutil.copytree(ROOT / "tests", stage_dir / "tests", ignore=ignore)
+    # Tests read shipped files by their repository path (evals/gate.toml, docs/...): the
+    # packages are also there, as links, for reading only (imports resolve to twice/).
+    for package in PACKAGES:
+        (stage_dir / package).symlink_to(Path("twice") / package, target_is_directory=True)
+    shutil.copytree(ROOT / "docs", stage_dir / "docs", ignore=ignore)
+    shutil.copy2(ROOT / "README.md", stage_dir / "README.md")
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     pytest_options = pyproject["tool"]["pytest"]["ini_options"]
     tests = sorted({t for m in modules for t in m.tests})
@@ -217,6 +223,7 @@ def stage(modules: Sequence[Module], stage_dir: Path) -> Path:
         "only_mutate": [m.staged for m in modules],
         "pytest_add_cli_args": ["-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0"],
         "pytest_add_cli_args_test_selection": tests,
+        "also_copy": [*PACKAGES, "docs", "README.md"],
     }
     lines = ["[tool.pytest.ini_options]"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in pytest_options.items()]
