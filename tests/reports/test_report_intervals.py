@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -173,3 +174,36 @@ def test_a_cell_of_only_errored_trials_has_no_rate() -> None:
     (cell,) = summary(cells(only))["cells"]
     assert (cell["trials"], cell["errors"]) == (3, 3)
     assert cell["duplication_rate"] is None and cell["duplication_ci"] == [None, None]
+
+
+# -- the interval's level, its interior values, and summary.json as written ----------------------
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.2, 0.01])
+def test_wilson_is_statsmodels_at_its_alpha_for_interior_counts(alpha: float) -> None:
+    # The sweeps above check containment, which an interval at the wrong level (or a lower
+    # bound of 0 for every k) also passes: here the values themselves, at the alpha asked.
+    for k, n in [(1, 10), (3, 10), (9, 10), (1, 2), (37, 120)]:
+        lo, hi = proportion_confint(k, n, alpha=alpha, method="wilson")
+        assert wilson(k, n, alpha=alpha) == (float(lo), float(hi)), (k, n)
+    assert wilson(3, 10, alpha=0.2) != wilson(3, 10)
+
+
+def test_summary_json_of_cells_is_json_with_every_key(tmp_path: Path) -> None:
+    from twice.reports import write_summary
+
+    frame = _cell_with_errors().iloc[:9]  # errored trials without metric values, as logged
+    other = frame.assign(model="a/first", total_tokens=30)  # sorts before m/a
+    table = cells(pd.concat([frame, other], ignore_index=True))
+    assert list(table["model"]) == ["a/first", "m/a"]  # cells in sorted order
+    assert list(table["tokens_mean"]) == [30.0, 10.0]  # over every trial, errored included
+    path = write_summary(table, tmp_path / "summary.json", run={"id": "r1"})
+    text = path.read_text(encoding="utf-8") if isinstance(path, Path) else Path(path).read_text()
+    assert text == json.dumps(summary(table, run={"id": "r1"}), indent=2) + "\n"
+    doc = json.loads(text)
+    assert doc["run"] == {"id": "r1"}
+    first = doc["cells"][0]
+    assert type(first["trials"]) is int and type(first["errors"]) is int  # not numpy scalars
+    assert first["no_dup_k"]["1"] == 5 / 7
+    only_errors = summary(cells(frame.iloc[7:]))["cells"][0]
+    assert only_errors["no_dup_k"] == {} and only_errors["tokens_mean"] == 10.0
