@@ -424,3 +424,68 @@ def test_gate_file_baseline_alpha_reaches_the_comparison(
         make_trials(20, duplicated=5), cfg, baseline=make_trials(20, duplicated=0)
     )
     assert result.passed and "≥ alpha 0.01" in result.checks[0].message
+
+
+# -- boundaries of the rules (survivors of make mutation) ----------------------------------------
+
+
+def test_gate_a_cell_with_exactly_min_trials_is_judged(make_trials: Trials) -> None:
+    # 0 of 24 duplicated: upper bound 13.8% ≤ 20%, with exactly the 24 trials required.
+    result = evaluate_gate(make_trials(24), parse_gate(rule(min_trials=24)))
+    (check,) = result.checks
+    assert check.status == "pass", check.message
+    assert check.message == (
+        "upper 95% bound of duplication_rate = 13.8% ≤ max 20.0% (0 of 24 trials duplicated: "
+        "duplication_rate 0.0%, Wilson 95% interval [0.0%, 13.8%])"
+    )
+    assert not evaluate_gate(make_trials(23), parse_gate(rule(min_trials=24))).passed
+
+
+def test_gate_a_min_rule_passes_at_its_bound(make_trials: Trials) -> None:
+    cfg = parse_gate(
+        {"rule": [{"name": "done", "metric": "completion_rate", "min": 0.9, "statistic": "point"}]}
+    )
+    (check,) = evaluate_gate(make_trials(10, completed=9), cfg).checks
+    assert check.status == "pass"
+    assert check.message.startswith("point of completion_rate = 90.0% ≥ min 90.0% (")
+    (below,) = evaluate_gate(make_trials(10, completed=8), cfg).checks
+    assert below.status == "fail" and "point of completion_rate = 80.0% < min 90.0%" in (
+        below.message
+    )
+
+
+def test_gate_a_min_rule_that_fails_regardless_of_more_trials_says_so(
+    make_trials: Trials,
+) -> None:
+    cfg = parse_gate(
+        {"rule": [{"name": "done", "metric": "completion_rate", "min": 0.9, "min_trials": 60}]}
+    )
+    (check,) = evaluate_gate(make_trials(10, completed=0), cfg).checks
+    assert check.status == "fail"
+    assert check.message == (
+        "fails regardless of more trials: the upper 95% bound is already below min 90.0% with "
+        "10 scored trial(s) of the 60 required (0 of 10 trials completed: completion_rate 0.0%, "
+        "Wilson 95% interval [0.0%, 27.8%])"
+    )
+    (dup,) = evaluate_gate(make_trials(10, duplicated=10), parse_gate(rule(min_trials=60))).checks
+    assert dup.message.startswith(
+        "fails regardless of more trials: the lower 95% bound is already above max 20.0% with "
+        "10 scored trial(s) of the 60 required"
+    )
+
+
+def test_gate_baseline_compares_a_cell_of_one_scored_trial(make_trials: Trials) -> None:
+    cfg = parse_gate({"baseline": {"metrics": ["duplication_rate"]}})
+    (check,) = evaluate_gate(
+        make_trials(1, duplicated=1), cfg, baseline=make_trials(20, duplicated=0)
+    ).checks
+    assert check.status in {"pass", "fail"} and "(1/1) vs baseline 0.0% (0/20)" in check.message
+    skipped = evaluate_gate(
+        make_trials(0, errors=2), cfg, baseline=make_trials(20, duplicated=0)
+    ).checks[0]
+    assert skipped.status == "skip"
+    assert skipped.message == (
+        "this cell has no scored trials for model=m/a, agent=react, prompt=baseline, "
+        "task=refund, fault=lost_reply, protection=bare"
+    )
+    assert skipped.cell == "m/a / baseline / refund / lost_reply / bare"
