@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= logs/demo
 REAL_DIR ?= logs/demo-real
 
-.PHONY: setup demo real-setup demo-real test check bench docs docs-serve clean
+.PHONY: setup demo real-setup demo-real test check bench docs docs-serve mutation mutation-changed clean
 
 setup: $(STAMP)
 
@@ -69,6 +69,22 @@ docs-serve: setup
 	@mkdir -p build/docs-src/twice
 	@for p in mocks tasks assertions evals reports; do ln -sfn ../../../$$p build/docs-src/twice/$$p; done
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+## Mutation testing (mutmut) of the modules that decide a number, each against its fast tests
+## (tests/mutation/modules.toml). Fails on a surviving mutant that is not listed, with the
+## reason, in tests/mutation/equivalent.toml; on success records each module's source in
+## tests/mutation/checked.json (commit it). MODULES="assertions/_metrics.py ..." runs some.
+MODULES ?=
+MUTATION_JOBS ?= 2
+mutation: setup
+	$(BIN)/python tests/mutation/mutate.py --record --jobs $(MUTATION_JOBS) $(MODULES)
+
+## CI's share of it: the configured modules whose source changed since their recorded run,
+## plus mocks/_idempotency.py as a smoke of the machinery, stopped after MUTATION_TIMEOUT s.
+MUTATION_TIMEOUT ?= 600
+mutation-changed: setup
+	$(BIN)/python tests/mutation/mutate.py --changed --always mocks/_idempotency.py \
+		--jobs $(MUTATION_JOBS) --timeout $(MUTATION_TIMEOUT)
 
 ## Benchmarks: prints a table and writes bench/results.json.
 bench: setup

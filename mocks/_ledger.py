@@ -102,7 +102,14 @@ class Ledger:
         ]
 
     def attempt(self, n: int) -> Attempt:
-        """The attempt numbered ``n`` (1-based)."""
+        """The attempt numbered ``n`` (1-based).
+
+        Raises:
+            IndexError: when the ledger holds no attempt ``n`` (``n < 1`` included: a
+                negative index would name another attempt).
+        """
+        if not 1 <= n <= len(self.attempts):
+            raise IndexError(f"the ledger holds attempts 1 to {len(self.attempts)}, not {n}")
         return self.attempts[n - 1]
 
     def seen(self, effect: Effect) -> bool:
@@ -122,8 +129,10 @@ class Ledger:
         return [a for a in self.attempts if a.fault is not None]
 
     def describe_effect(self, effect: Effect) -> str:
-        """One evidence line: ``re_1 at attempt 1 (initial), reply lost``."""
-        return describe_effect(effect, self.attempt(effect.attempt))
+        """One evidence line: ``re_1 at attempt 1 (initial), reply lost`` (``re_1 at attempt
+        1`` alone when the ledger does not hold that attempt, as a hand-built one may not)."""
+        n = effect.attempt
+        return describe_effect(effect, self.attempt(n) if 1 <= n <= len(self.attempts) else None)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy, as stored in the inspect sample store."""

@@ -375,3 +375,117 @@ def test_gate_baseline_and_report_badge_agree(make_trials: Trials) -> None:
         if (flag in ("regression", "mixed")) == gate.passed:
             disagreements.append((k, n, k0, n0, flag, gate.passed))
     assert disagreements == []
+
+
+# -- the baseline's configured alpha is the one the comparison uses ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("alpha", "status"),
+    [(0.05, "fail"), (0.03, "fail"), (0.02, "pass"), (0.01, "pass")],
+)
+def test_gate_baseline_uses_the_configured_alpha(
+    make_trials: Trials, alpha: float, status: str
+) -> None:
+    # 5 of 20 duplicated against 0 of 20: one-sided p = 0.0236. A stricter policy (alpha 0.02
+    # or 0.01) must pass it; the default 0.05 fails it.
+    p = math.comb(20, 5) / math.comb(40, 5)
+    assert round(p, 4) == 0.0236
+    cfg = parse_gate({"baseline": {"metrics": ["duplication_rate"], "alpha": alpha}})
+    assert cfg.baseline.alpha == alpha
+    result = evaluate_gate(
+        make_trials(20, duplicated=5), cfg, baseline=make_trials(20, duplicated=0)
+    )
+    (check,) = result.checks
+    assert check.status == status, check.message
+    sign = "<" if status == "fail" else "≥"
+    assert f"one-sided p = {p:.3g} {sign} alpha {alpha:g}" in check.message
+
+
+def test_gate_baseline_with_a_looser_alpha_fails_a_smaller_regression(make_trials: Trials) -> None:
+    # 5 of 20 against 1 of 20: p = 0.0909 passes at the default 0.05, fails at 0.1.
+    new, old = make_trials(20, duplicated=5), make_trials(20, duplicated=1)
+    default = parse_gate({"baseline": {"metrics": ["duplication_rate"]}})
+    loose = parse_gate({"baseline": {"metrics": ["duplication_rate"], "alpha": 0.1}})
+    assert evaluate_gate(new, default, baseline=old).passed
+    result = evaluate_gate(new, loose, baseline=old)
+    assert not result.passed
+    assert "one-sided p = 0.0909 < alpha 0.1" in result.failures[0].message
+
+
+def test_gate_file_baseline_alpha_reaches_the_comparison(
+    make_trials: Trials, tmp_path: Path
+) -> None:
+    # From the TOML file, as `twice gate --baseline` reads it.
+    path = tmp_path / "gate.toml"
+    path.write_text('[baseline]\nalpha = 0.01\nmetrics = ["duplication_rate"]\n')
+    cfg = load_gate(path)
+    result = evaluate_gate(
+        make_trials(20, duplicated=5), cfg, baseline=make_trials(20, duplicated=0)
+    )
+    assert result.passed and "≥ alpha 0.01" in result.checks[0].message
+
+
+# -- boundaries of the rules (survivors of make mutation) ----------------------------------------
+
+
+def test_gate_a_cell_with_exactly_min_trials_is_judged(make_trials: Trials) -> None:
+    # 0 of 24 duplicated: upper bound 13.8% ≤ 20%, with exactly the 24 trials required.
+    result = evaluate_gate(make_trials(24), parse_gate(rule(min_trials=24)))
+    (check,) = result.checks
+    assert check.status == "pass", check.message
+    assert check.message == (
+        "upper 95% bound of duplication_rate = 13.8% ≤ max 20.0% (0 of 24 trials duplicated: "
+        "duplication_rate 0.0%, Wilson 95% interval [0.0%, 13.8%])"
+    )
+    assert not evaluate_gate(make_trials(23), parse_gate(rule(min_trials=24))).passed
+
+
+def test_gate_a_min_rule_passes_at_its_bound(make_trials: Trials) -> None:
+    cfg = parse_gate(
+        {"rule": [{"name": "done", "metric": "completion_rate", "min": 0.9, "statistic": "point"}]}
+    )
+    (check,) = evaluate_gate(make_trials(10, completed=9), cfg).checks
+    assert check.status == "pass"
+    assert check.message.startswith("point of completion_rate = 90.0% ≥ min 90.0% (")
+    (below,) = evaluate_gate(make_trials(10, completed=8), cfg).checks
+    assert below.status == "fail" and "point of completion_rate = 80.0% < min 90.0%" in (
+        below.message
+    )
+
+
+def test_gate_a_min_rule_that_fails_regardless_of_more_trials_says_so(
+    make_trials: Trials,
+) -> None:
+    cfg = parse_gate(
+        {"rule": [{"name": "done", "metric": "completion_rate", "min": 0.9, "min_trials": 60}]}
+    )
+    (check,) = evaluate_gate(make_trials(10, completed=0), cfg).checks
+    assert check.status == "fail"
+    assert check.message == (
+        "fails regardless of more trials: the upper 95% bound is already below min 90.0% with "
+        "10 scored trial(s) of the 60 required (0 of 10 trials completed: completion_rate 0.0%, "
+        "Wilson 95% interval [0.0%, 27.8%])"
+    )
+    (dup,) = evaluate_gate(make_trials(10, duplicated=10), parse_gate(rule(min_trials=60))).checks
+    assert dup.message.startswith(
+        "fails regardless of more trials: the lower 95% bound is already above max 20.0% with "
+        "10 scored trial(s) of the 60 required"
+    )
+
+
+def test_gate_baseline_compares_a_cell_of_one_scored_trial(make_trials: Trials) -> None:
+    cfg = parse_gate({"baseline": {"metrics": ["duplication_rate"]}})
+    (check,) = evaluate_gate(
+        make_trials(1, duplicated=1), cfg, baseline=make_trials(20, duplicated=0)
+    ).checks
+    assert check.status in {"pass", "fail"} and "(1/1) vs baseline 0.0% (0/20)" in check.message
+    skipped = evaluate_gate(
+        make_trials(0, errors=2), cfg, baseline=make_trials(20, duplicated=0)
+    ).checks[0]
+    assert skipped.status == "skip"
+    assert skipped.message == (
+        "this cell has no scored trials for model=m/a, agent=react, prompt=baseline, "
+        "task=refund, fault=lost_reply, protection=bare"
+    )
+    assert skipped.cell == "m/a / baseline / refund / lost_reply / bare"

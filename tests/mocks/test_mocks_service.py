@@ -545,3 +545,113 @@ def test_clients_keep_a_cookie_a_service_sets_and_send_it_back() -> None:
             client.get("https://payments.twice.test/v1/refunds").request.headers["cookie"]
             == "session=s_1"
         )
+
+
+# -- a key after a fault before the commit, and malformed keys, in process ---------------------
+
+
+@pytest.mark.parametrize(("name", "status"), [("error_before_commit", 503), ("rate_limited", 429)])
+def test_a_keyed_retry_after_a_refusal_before_the_commit_runs_afresh(
+    name: str, status: int
+) -> None:
+    # The 503/429 came before any work began: the key must be free, or the client's keyed
+    # retry (what Stripe's SDK does after a 503 or 429) gets 409 "in progress" for good.
+    s = services(get_fault(name))
+    first = asyncio.run(post(s, "k"))
+    assert first.status_code == status and s.ledger.effects == []
+    assert len(s["payments"].keys) == 0  # no reservation left behind
+    for _ in range(2):  # the retry does the work once; a second retry replays it
+        again = asyncio.run(post(s, "k"))
+        assert again.status_code == 200, again.text
+        assert again.json()["id"] == "re_1"
+    assert [a.replayed for a in s.ledger.attempts] == [False, False, True]
+    assert [a.status for a in s.ledger.attempts] == [status, 200, 200]
+    assert [e.id for e in s.ledger.effects] == ["re_1"]
+
+
+def test_a_keyed_request_in_flight_after_a_refusal_is_still_409() -> None:
+    # Freeing the key after a refusal must not free it while the retry that holds it runs.
+    s = services(get_fault("error_before_commit"))
+    assert asyncio.run(post(s, "k")).status_code == 503
+
+    async def both() -> list[httpx.Response]:
+        async with s.client() as client:
+            return list(
+                await asyncio.gather(
+                    client.post(URL, json=BODY, headers={"Idempotency-Key": "k"}),
+                    client.post(URL, json=BODY, headers={"Idempotency-Key": "k"}),
+                )
+            )
+
+    assert sorted(r.status_code for r in asyncio.run(both())) == [200, 409]
+    assert len(s.ledger.effects) == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [
+        (b"", "Idempotency-Key is empty"),
+        (b"k\xe9y", "Idempotency-Key is 'k\xe9y', not printable ASCII"),
+        (b"k\x7fy", "Idempotency-Key is 'k\\x7fy', not printable ASCII"),
+        (b"k\ty", "Idempotency-Key is 'k\\ty', not printable ASCII"),
+    ],
+)
+def test_a_malformed_key_is_a_400_in_process(key: bytes, said: str) -> None:
+    # The same rule as over a socket (twice serve): an empty key sent on every request would
+    # replay the first reply to all of them, and the client would be scored idempotent.
+    s = services()
+
+    async def send() -> httpx.Response:
+        async with s.client() as client:
+            return await client.post(URL, json=BODY, headers=[(b"Idempotency-Key", key)])
+
+    for _ in range(2):
+        r = asyncio.run(send())
+        assert r.status_code == 400, r.text
+        assert said in r.json()["error"]["message"]
+    assert s.ledger.effects == [] and len(s["payments"].keys) == 0
+    assert asyncio.run(post(s, "k")).status_code == 200  # a good key still works
+
+
+@pytest.mark.parametrize("key", ["", "k\xe9y", "k\x7fy", "k\ny", "k" * 256])
+def test_the_store_refuses_a_malformed_key_without_reserving_it(key: str) -> None:
+    from twice.mocks import IdempotencyStore
+
+    store = IdempotencyStore()
+    kind = "too_long" if len(key) > 255 else "malformed"
+    assert store.begin(key, "fp").kind == kind
+    assert store.begin(key, "fp").kind == kind  # never "in_flight": nothing was reserved
+    assert len(store) == 0
+    assert store.begin("k" * 255, "fp").kind == "new"
+    assert store.begin("~ !k", "fp").kind == "new"  # printable ASCII, spaces included
+
+
+def test_a_keyed_retry_with_its_parameters_in_another_order_is_a_replay() -> None:
+    # The same parameters are the same request, whatever order a client serialised them in
+    # (an SDK's retry may rebuild the body): a replay, not a 422 for different parameters.
+    s = services()
+    first = asyncio.run(post(s, "k", body={"order_id": "order_1042", "amount": 499}))
+    again = asyncio.run(post(s, "k", body={"amount": 499, "order_id": "order_1042"}))
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json() and s.ledger.attempts[1].replayed
+    assert len(s.ledger.effects) == 1
+
+
+def test_the_store_decisions_carry_the_saved_row() -> None:
+    from twice.mocks import IdempotencyStore
+
+    store = IdempotencyStore()
+    new = store.begin("k", "fp")
+    assert new.kind == "new" and new.saved is not None and new.saved.state == "in_flight"
+    busy = store.begin("k", "fp")
+    assert busy.kind == "in_flight" and busy.saved is new.saved
+    clash = store.begin("k", "other")
+    assert clash.kind == "conflict" and clash.saved is new.saved
+    store.save("k", 201, {"id": "re_1"})
+    assert (new.saved.state, new.saved.status, new.saved.body) == ("done", 201, {"id": "re_1"})
+    replay = store.begin("k", "fp")
+    assert replay.kind == "replay" and replay.saved is new.saved
+    store.release("k")
+    assert len(store) == 0 and store.begin("k", "fp").kind == "new"
+    store.release("never reserved")  # nothing to forget: not an error
+    assert len(store) == 1

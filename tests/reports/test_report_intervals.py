@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -10,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
-from twice.reports import cells, summary, wilson
+from twice.reports import CATALOGUE, cells, summary, wilson
 from twice.reports._aggregate import _wilson_bounds
 
 
@@ -107,3 +108,102 @@ def test_every_rate_of_a_synthetic_run_lies_in_its_interval(synthetic_small: obj
     doc = summary(cells(trials_frame(Path(synthetic_small.log_dir))))  # type: ignore[attr-defined]
     for name, rate, (lo, hi) in _summary_intervals(doc):
         assert 0.0 <= lo <= rate <= hi <= 1.0, (name, rate, lo, hi)
+
+
+# -- rates and intervals are over the scored trials ----------------------------------------------
+
+
+def _cell_with_errors() -> pd.DataFrame:
+    """One cell of 10 trials: 7 scored (2 duplicated, 6 completed, 5 safe), 3 errored.
+
+    One errored trial still carries metric values (written before it crashed): an errored
+    trial's values must count nowhere, whatever they hold.
+    """
+    keys = {"model": "m/a", "agent": "react", "prompt": "p", "task": "refund"}
+    keys |= {"fault": "lost_reply", "protection": "bare"}
+    rows = []
+    for i in range(10):
+        scored = i < 7
+        dup = float(i < 2) if scored else math.nan
+        done = float(i < 6) if scored else math.nan
+        row = {m.column: 0.0 if scored else math.nan for m in CATALOGUE}
+        row |= {
+            "completed": done,
+            "duplicated": dup,
+            "exactly_once": 1.0 - dup,
+            "safe_success": done * (1.0 - dup),
+            "excess_effects": dup,
+        }
+        if i == 9:  # errored after some metrics were written
+            row |= {"duplicated": 1.0, "excess_effects": 4.0, "exactly_once": 0.0}
+        rows.append(
+            {
+                **keys,
+                **row,
+                "sample": f"s{i}",
+                "epoch": 1,
+                "error": "" if scored else "RuntimeError('boom')",
+                "total_tokens": 10,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_rates_and_intervals_are_over_scored_trials_only() -> None:
+    # Errored trials are counted (errors) and left out of every rate and its interval: counting
+    # them in n would narrow every interval and drag every rate toward 0.
+    (cell,) = summary(cells(_cell_with_errors()))["cells"]
+    assert (cell["trials"], cell["errors"]) == (10, 3)
+    expected = {
+        "duplication": 2,
+        "completion": 6,
+        "exactly_once": 5,
+        "safe_success": 4,
+        "divergence": 0,
+        "wrong": 0,
+    }
+    for prefix, k in expected.items():
+        assert cell[f"{prefix}_rate"] == k / 7, prefix
+        assert cell[f"{prefix}_ci"] == list(wilson(k, 7)), prefix
+        assert cell[f"{prefix}_ci"] != list(wilson(k, 10)), prefix
+    assert cell["excess_effects_mean"] == 2 / 7
+
+
+def test_a_cell_of_only_errored_trials_has_no_rate() -> None:
+    only = _cell_with_errors().iloc[7:]
+    (cell,) = summary(cells(only))["cells"]
+    assert (cell["trials"], cell["errors"]) == (3, 3)
+    assert cell["duplication_rate"] is None and cell["duplication_ci"] == [None, None]
+
+
+# -- the interval's level, its interior values, and summary.json as written ----------------------
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.2, 0.01])
+def test_wilson_is_statsmodels_at_its_alpha_for_interior_counts(alpha: float) -> None:
+    # The sweeps above check containment, which an interval at the wrong level (or a lower
+    # bound of 0 for every k) also passes: here the values themselves, at the alpha asked.
+    for k, n in [(1, 10), (3, 10), (9, 10), (1, 2), (37, 120)]:
+        lo, hi = proportion_confint(k, n, alpha=alpha, method="wilson")
+        assert wilson(k, n, alpha=alpha) == (float(lo), float(hi)), (k, n)
+    assert wilson(3, 10, alpha=0.2) != wilson(3, 10)
+
+
+def test_summary_json_of_cells_is_json_with_every_key(tmp_path: Path) -> None:
+    from twice.reports import write_summary
+
+    frame = _cell_with_errors().iloc[:9]  # errored trials without metric values, as logged
+    other = frame.assign(model="a/first", total_tokens=30)  # sorts before m/a
+    table = cells(pd.concat([frame, other], ignore_index=True))
+    assert list(table["model"]) == ["a/first", "m/a"]  # cells in sorted order
+    assert list(table["tokens_mean"]) == [30.0, 10.0]  # over every trial, errored included
+    path = write_summary(table, tmp_path / "summary.json", run={"id": "r1"})
+    text = path.read_text(encoding="utf-8") if isinstance(path, Path) else Path(path).read_text()
+    assert text == json.dumps(summary(table, run={"id": "r1"}), indent=2) + "\n"
+    doc = json.loads(text)
+    assert doc["run"] == {"id": "r1"}
+    first = doc["cells"][0]
+    assert type(first["trials"]) is int and type(first["errors"]) is int  # not numpy scalars
+    assert first["no_dup_k"]["1"] == 5 / 7
+    only_errors = summary(cells(frame.iloc[7:]))["cells"][0]
+    assert only_errors["no_dup_k"] == {} and only_errors["tokens_mean"] == 10.0
