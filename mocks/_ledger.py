@@ -17,10 +17,18 @@ from ._live import TrialScoped
 Outcome = Literal["ok", "fail", "unknown"]
 """What the client saw of an attempt (Jepsen's ok / fail / info)."""
 
-RETRY_SOURCES: tuple[str, ...] = ("initial", "transport", "model", "resume", "unknown")
+RETRY_SOURCES: tuple[str, ...] = (
+    "initial",
+    "transport",
+    "model",
+    "resume",
+    "framework",
+    "unknown",
+)
 """Who sent an attempt (``Attempt.source``): the first try, the tool layer's retry loop, the
-model calling the tool again, or a restarted run re-executing a step. ``unknown`` when the
-client did not say."""
+model calling the tool again, a restarted run re-executing a step, or (for an agent under
+test) its framework or own code re-sending a tool call the model made once. ``unknown`` when
+the client did not say and twice could not tell."""
 
 
 @dataclass
@@ -52,6 +60,12 @@ class Attempt:
     effect_ids: list[str] = field(default_factory=list)
     backoff: float = 0.0
     """Virtual seconds the client waited before sending this attempt (never slept)."""
+    at: float | None = None
+    """Wall-clock time (Unix seconds) the service received it: orders it against the model's
+    turns when twice attributes an agent under test's attempts."""
+    asked: int | None = None
+    """For an attributed attempt of an agent under test: how many tool calls the model had
+    made that attempts of this request answered, up to this one (None: not attributed)."""
 
 
 @dataclass
@@ -237,4 +251,10 @@ def describe_effect(effect: Effect, attempt: Attempt | None, *, brief: bool = Fa
         return line if seen == "reply delivered" else f"{line}, {seen}"
     # "(unknown)" read as if the outcome were unknown: it is who sent the attempt.
     sender = "sender unknown" if attempt.source == "unknown" else attempt.source
+    if attempt.source == "framework" and attempt.asked is not None:
+        sender = f"framework: the model asked {_times(attempt.asked)}"
     return f"{line} ({sender}), {seen}"
+
+
+def _times(n: int) -> str:
+    return {0: "never", 1: "once", 2: "twice"}.get(n, f"{n} times")

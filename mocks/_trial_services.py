@@ -29,6 +29,7 @@ import contextvars
 import inspect
 import re
 import threading
+import time
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -353,6 +354,7 @@ class Services:
             source=request.headers.get(SOURCE_HEADER, "unknown"),
             call=int(call) if call and call.isdigit() else None,
             backoff=float(request.headers.get(BACKOFF_HEADER, 0) or 0),
+            at=time.time(),
         )
         self.ledger.attempts.append(attempt)
         if mutating:

@@ -16,6 +16,11 @@ from ._storage import Location, as_location, write_text
 from .stats import wilson_bounds as _wilson_bounds  # noqa: F401  (tests check it bit for bit)
 from .stats import wilson_many
 
+DUPLICATED_BY: tuple[str, ...] = ("framework", "model")
+"""Retry sources whose duplicates each cell counts apart: ``<source>_duplication_rate`` (and
+``_ci``) is the share of scored trials in which an attempt of that source committed an excess
+effect. Side by side they answer "is it my model or my framework?"."""
+
 
 def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     """Aggregate the trial frame per cell.
@@ -26,7 +31,9 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     interval ``<prefix>_ci`` as ``[lo, hi]``, then ``crashed_rate``/``crashed_ci`` (trials whose
     agent under test raised; they are scored), then ``tokens_mean``
     and ``no_dup_k`` (``{"1": ..., "k": ...}``: the chance all k trials of a sample avoid
-    duplicating, see :mod:`._passk`).
+    duplicating, see :mod:`._passk`). With the ledger's columns, also
+    ``framework_duplication_rate``/``_ci`` and ``model_duplication_rate``/``_ci``
+    (:data:`DUPLICATED_BY`).
     """
     trials = with_agent(trials)
     if trials.empty:
@@ -40,6 +47,13 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     mean_columns = [m.column for m in CATALOGUE if m.ci is None]
     if AGENT_CRASHED.column in trials:
         rate_columns.append(AGENT_CRASHED.column)
+    caused = [s for s in DUPLICATED_BY if f"excess_{s}" in trials]
+    for source in caused:
+        excess = trials[f"excess_{source}"].astype(float)
+        trials = trials.assign(
+            **{f"_dup_{source}": (excess > 0).astype(float).where(excess.notna())}
+        )
+        rate_columns.append(f"_dup_{source}")
     metric_columns = list(dict.fromkeys(rate_columns + mean_columns))
     if missing := [c for c in metric_columns if c not in trials]:
         # A frame from before a metric existed (built by hand, or by older code): unmeasured.
@@ -79,6 +93,8 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
         # Agents under test: trials whose agent raised (scored, so counted over the scored
         # trials). Not in the catalogue, whose columns are the scorer's own metrics.
         rate(AGENT_CRASHED.column, str(AGENT_CRASHED.ci), AGENT_CRASHED.name)
+    for source in caused:
+        rate(f"_dup_{source}", f"{source}_duplication_ci", f"{source}_duplication_rate")
     out["tokens_mean"] = means["_tokens"].to_numpy(dtype=float)
     out["no_dup_k"] = [passk.get(key, {}) for key in index]
     return pd.DataFrame(out)

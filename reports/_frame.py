@@ -38,9 +38,17 @@ SCORER = "side_effects"
 LEDGER_KEY = "twice:ledger"
 """Store key under which twice's tools keep the trial's ledger."""
 
-RETRY_SOURCES: tuple[str, ...] = ("initial", "transport", "model", "resume", "unknown")
+RETRY_SOURCES: tuple[str, ...] = (
+    "initial",
+    "transport",
+    "model",
+    "resume",
+    "framework",
+    "unknown",
+)
 """Who sent a mutating attempt: the first try, the tool layer's retry loop, the model calling
-the tool again, a resumed run, or a client that did not say. Each gets two frame columns:
+the tool again, a resumed run, an agent under test's framework (or own code) re-sending a tool
+call the model made once, or a client that did not say. Each gets two frame columns:
 ``attempts_<source>`` (mutating attempts it sent) and ``excess_<source>`` (excess effects
 committed by those attempts)."""
 

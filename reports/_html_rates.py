@@ -27,6 +27,7 @@ SOURCE_NOTES: dict[str, str] = {
     "transport": "the tool layer's own retry loop",
     "model": "the model calling the tool again",
     "resume": "a restarted run re-executing a step",
+    "framework": "an agent's framework or own code re-sending a tool call the model made once",
     "unknown": "a client that did not say",
 }
 

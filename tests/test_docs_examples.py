@@ -50,6 +50,10 @@ RUN_BY: dict[str, tuple[str, str]] = {
         "tests/evals/test_agents_cli.py",
         "test_twice_run_runs_a_user_agent_file_with_its_production_url",
     ),
+    "docs/examples/retrying_agent.mjs": (
+        "tests/evals/test_agent_cmd.py",
+        "test_a_node_agents_own_retry_loop_is_charged_to_the_framework_not_the_model",
+    ),
     "docs/examples/own_assertion.py": (
         "tests/test_docs_examples.py",
         "test_own_assertion_example_prints_what_the_page_shows",

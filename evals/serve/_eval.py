@@ -32,7 +32,7 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import mcp_connection, mcp_server_http
 from inspect_ai.util import store
 from twice.assertions import side_effects
-from twice.mocks import LEDGER_STORE_KEY, get_fault, raise_if_stub_could_not_play
+from twice.mocks import LEDGER_STORE_KEY, Ledger, get_fault, raise_if_stub_could_not_play
 from twice.tasks import (
     get_protection,
     load_prompt,
@@ -43,7 +43,13 @@ from twice.tasks import (
     stub_setup,
     task_parts,
 )
-from twice.tasks.agents import AGENT_STORE_KEY, scrub_agent_trace
+from twice.tasks.agents import (
+    AGENT_STORE_KEY,
+    attribute_attempts,
+    intent_identity,
+    model_tool_calls,
+    scrub_agent_trace,
+)
 
 from ..locks import wait_for_lock
 from ..suite import AGENT_TIMEOUT, check_hang_seconds
@@ -108,23 +114,35 @@ async def trial_get(server: str, trial_id: str, what: str, token: str | None = N
     return r.json()
 
 
-async def sync_ledger() -> None:
-    """Copy the served trial's ledger into the sample store (where the scorer reads it)."""
+async def sync_ledger(state: TaskState | None = None, since: int | None = None) -> None:
+    """Copy the served trial's ledger into the sample store (where the scorer reads it).
+
+    With ``state`` and ``since`` (the first transcript event of the agent's run), the
+    attempts the agent's client sent without naming their source are attributed to the
+    model or the framework from the model's tool calls since then (``attribute_attempts``).
+    """
     served = store().get(SERVED_STORE_KEY)
-    ledger = await trial_get(served["server"], served["id"], "ledger")
-    store().set(LEDGER_STORE_KEY, ledger)
+    data = await trial_get(served["server"], served["id"], "ledger")
+    if state is not None and since is not None:
+        ledger = Ledger.from_dict(data)
+        calls = model_tool_calls(transcript().events[since:])
+        if attribute_attempts(ledger, calls, intent_identity(state.metadata)):
+            data = {**data, "attempts": ledger.to_dict()["attempts"]}
+    store().set(LEDGER_STORE_KEY, data)
 
 
 @solver
 def served_agent(agent: Solver) -> Solver:
     """Run ``agent``, then copy the trial's ledger into the store (even if the agent failed or
-    hit a limit: the ledger is what happened)."""
+    hit a limit: the ledger is what happened), its attempts attributed to the model or the
+    framework from the model's tool calls twice saw through the bridge."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
+        first_event = len(transcript().events)
         try:
             return await agent(state, generate)
         finally:
-            await sync_ledger()
+            await sync_ledger(state, first_event)
 
     return solve
 

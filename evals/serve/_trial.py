@@ -3,6 +3,7 @@ endpoint. Every request that can change it goes through one log-then-serve path.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,9 @@ def request_record(method: str, url: str, headers: dict[str, str], body: bytes) 
         "headers": {k: v for k, v in headers.items() if k.lower() in LOGGED_HEADERS},
         # latin-1 maps every byte to one character: any body survives JSON unchanged.
         "body": body.decode("latin-1"),
+        # When it arrived: a replay keeps it, so a rebuilt ledger orders its attempts against
+        # the model's turns as the first one did.
+        "at": time.time(),
     }
 
 
@@ -142,7 +146,14 @@ class ServedTrial:
             ],
             content=record["body"].encode("latin-1"),
         )
-        return self.services.dispatch(request)
+        ledger = self.services.ledger
+        before = len(ledger.attempts)
+        try:
+            return self.services.dispatch(request)
+        finally:
+            if "at" in record:
+                for attempt in ledger.attempts[before:]:
+                    attempt.at = record["at"]
 
     def serve(self, record: dict[str, Any]) -> httpx.Response:
         """Log a request, then serve it: nothing is answered that is not in the log."""

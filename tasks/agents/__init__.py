@@ -11,6 +11,7 @@ Limits (each refused with an :class:`AgentLimitError`): synchronous model client
 """
 
 from ._apis import API_TOOLS, api_tools
+from ._attribute import ModelToolCall, attribute_attempts, intent_identity, model_tool_calls
 from ._context import BRIDGE_MODEL, AgentContext, AgentError, AgentFunction, AgentLimitError
 from ._hosts import check_model_request, parse_hosts, serve_trial, take_late_requests
 from ._load import (
@@ -38,13 +39,17 @@ __all__ = [
     "AgentFunction",
     "AgentLimitError",
     "BuiltinAgent",
+    "ModelToolCall",
     "agent_solver",
     "agent_time_limit",
     "api_tools",
+    "attribute_attempts",
     "check_agent",
     "check_model_request",
+    "intent_identity",
     "is_user_agent",
     "load_agent",
+    "model_tool_calls",
     "parse_hosts",
     "scrub_agent_trace",
     "serve_trial",

@@ -16,6 +16,7 @@ from inspect_ai.util import LimitExceededError, store
 from twice.mocks import RunError, raise_if_stub_could_not_play
 
 from .._redact import scrub, scrub_value, scrubbed_fields, secret_values
+from ._attribute import attribute_attempts, intent_identity, model_tool_calls
 from ._context import AgentContext, AgentLimitError
 from ._hosts import parse_hosts, serve_trial
 from ._load import DUMMY_KEY, PLACEHOLDER_KEYS, load_agent
@@ -185,6 +186,12 @@ def agent_solver(
             for message in state.messages:
                 if isinstance(message, ChatMessageTool):
                     ctx.observe(message.text)
+            # Before the scorer reads the ledger: its verdict names who sent each effect.
+            attribute_attempts(
+                services.ledger,
+                model_tool_calls(transcript().events[first_event:]),
+                intent_identity(state.metadata),
+            )
             store().set(AGENT_STORE_KEY, record)
             scrub_agent_trace(state, since=first_event)  # also when a limit ends the sample
         raise_if_stub_could_not_play()  # whatever the agent made of it: an error, not a result

@@ -22,6 +22,7 @@ from twice.evals.cli import cli
 from twice.evals.serve import _eval as _serve_eval
 from twice.evals.serve._eval import server_url
 from twice.evals.suite import SuiteError, command_agent_name, load_suite, suite_from_flags
+from twice.reports import trials_frame
 from twice.tasks import secret_values
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -658,3 +659,27 @@ def test_a_node_agent_meets_a_timeout_under_lost_reply_and_a_reset_under_reset_a
     cells = json.loads((out / "summary.json").read_text())["cells"]
     assert {c["fault"]: c["duplication_rate"] for c in cells} == duplicated
     assert all(c["completion_rate"] == 1.0 and c["crashed_rate"] == 0.0 for c in cells)
+
+
+RETRYING_AGENT = ROOT / "docs" / "examples" / "retrying_agent.mjs"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+def test_a_node_agents_own_retry_loop_is_charged_to_the_framework_not_the_model(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "logs"
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "lost_reply",
+         "--limit", "1", "--no-report", "--display", "none", "--log-dir", str(out),
+         "--hang-seconds", "5", "--agent-cmd", f"node {RETRYING_AGENT}"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (cell,) = json.loads((out / "summary.json").read_text())["cells"]
+    assert cell["duplication_rate"] == 1.0
+    assert cell["framework_duplication_rate"] == 1.0
+    assert cell["model_duplication_rate"] == 0.0
+    frame = trials_frame(out)
+    assert frame.iloc[0]["excess_framework"] == 1 and frame.iloc[0]["attempts_initial"] == 1

@@ -248,3 +248,29 @@ def test_cells_of_trials_scored_before_wrong_values_existed_are_unmeasured(
         )
         record = summary(table)["cells"][0]
         assert record["wrong_rate"] is None and record["wrong_ci"] == [None, None]
+
+
+def test_cells_rate_duplicates_caused_by_the_framework_and_by_the_model(
+    refund_frame: pd.DataFrame,
+) -> None:
+    assert {"attempts_framework", "excess_framework"} <= set(refund_frame.columns)
+    table = cells(refund_frame)
+    # twice's own loop has no framework: its duplicates are the model's (stub/retry) or the
+    # tool layer's transport retries.
+    assert (table["framework_duplication_rate"] == 0).all()
+    retry = table[(table["model"] == "stub/retry") & (table["fault"] == "lost_reply")]
+    retry = retry[retry["protection"] == "bare"]
+    assert (retry["model_duplication_rate"] == 1).all() and len(retry)
+    one = refund_frame.copy()
+    first = one.index[0]
+    one.loc[first, "excess_framework"] = 1.0
+    row = cells(one).sort_values("framework_duplication_rate").iloc[-1]
+    n = int(row["trials"] - row["errors"])
+    assert row["framework_duplication_rate"] == pytest.approx(1 / n)
+    lo, hi = row["framework_duplication_ci"]
+    assert 0 < lo <= row["framework_duplication_rate"] <= hi <= 1
+    # A trial scored before the per-effect facts existed has no excess by source: unmeasured.
+    older = refund_frame.assign(excess_framework=math.nan, excess_model=math.nan)
+    record = summary(cells(older))["cells"][0]
+    assert record["framework_duplication_rate"] is None
+    assert record["model_duplication_rate"] is None

@@ -136,6 +136,21 @@ def test_report_retry_sources_name_who_duplicated(refund_frame: pd.DataFrame) ->
     assert "model" not in by_model["stub/no-retry"]
 
 
+def test_report_retry_sources_show_the_frameworks_duplicates(refund_frame: pd.DataFrame) -> None:
+    framed = refund_frame.copy()
+    retry = framed["model"] == "stub/retry"
+    # As an agent under test's trials read: the repeat was the framework's, not the model's.
+    framed.loc[retry, "attempts_framework"] = framed.loc[retry, "attempts_model"]
+    framed.loc[retry, "excess_framework"] = framed.loc[retry, "excess_model"]
+    framed.loc[retry, ["attempts_model", "excess_model"]] = 0.0
+    sources = report_data(framed, worst=0)["sources"]
+    by_model = {g["label"]: {r["source"]: r for r in g["rows"]} for g in sources["groups"]}
+    row = by_model["stub/retry"]["framework"]
+    assert row["excess"] == 8 and row["dup"]["rate"] == 1.0
+    assert "re-sending a tool call the model made once" in row["note"]
+    assert "model" not in by_model["stub/retry"]
+
+
 def test_write_report_escapes_model_controlled_text(
     hostile_logs: Path, payloads: dict[str, str], tmp_path: Path
 ) -> None:

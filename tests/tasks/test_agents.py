@@ -771,3 +771,33 @@ def test_the_agent_guide_shows_the_table_the_slow_test_measures() -> None:
         counts = tuple(int(c.split()[0].strip("*")) for c in refunds)
         shown.setdefault(agent, {})[fault] = counts
     assert shown == TABLE
+
+
+@pytest.mark.slow
+def test_builtin_agents_name_who_sent_each_excess_refund(tmp_path: Path) -> None:
+    """LangGraph's RetryPolicy re-sends a refund the model asked for once: the framework's.
+    openai-agents and pydantic-ai show the model the error, and stub/retry asks again: the
+    model's. The verdict says so."""
+    runs = {
+        ("langgraph-retry", "stub/no-retry"): "framework",
+        ("openai-agents", "stub/retry"): "model",
+        ("pydantic-ai", "stub/retry"): "model",
+    }
+    tasks = [
+        task_with(
+            refund(fault="lost_reply", agent=agent), model=get_model(stub), name=f"{agent}|{stub}"
+        )
+        for agent, stub in runs
+    ]
+    logs = _run(tasks, tmp_path, limit=1, max_tasks=3)
+    for log in logs:
+        agent, stub = log.eval.task.split("|")
+        (sample,) = log.samples or []
+        score = (sample.scores or {})["side_effects"]
+        facts = score.metadata["effects"]
+        assert [f["source"] for f in facts if f["excess"]] == [runs[agent, stub]], agent
+        assert [f["source"] for f in facts if not f["excess"]] == ["initial"], agent
+        if runs[agent, stub] == "framework":
+            assert "re_2 at attempt 2 (framework: the model asked once)" in score.explanation
+        else:
+            assert "re_2 at attempt 2 (model)" in score.explanation
