@@ -52,6 +52,10 @@ class Attempt:
     effect_ids: list[str] = field(default_factory=list)
     backoff: float = 0.0
     """Virtual seconds the client waited before sending this attempt (never slept)."""
+    reply: Any = None
+    """The body a real service answered (JSON, or text), for an attempt ``twice serve
+    --upstream`` forwarded to one; None for a mock service's attempt (its effects say what
+    it did)."""
 
 
 @dataclass

@@ -8,6 +8,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from twice.assertions import Intent
 from twice.mocks import FAULTS
 from twice.tasks import AGENT_FAULTS_REFUSED, PROTECTIONS, TASKS, task_parts
 
@@ -17,7 +18,7 @@ from ._errors import ControlError
 LOST_REPLY_MODES = ("hang",)
 """Accepted values of the deprecated ``lost_reply`` trial field (every timeout fault hangs;
 the old ``drop`` is the fault ``reset_after_commit``)."""
-TRIAL_FIELDS = ("task", "sample", "fault", "protection", "lost_reply", "hang_seconds")
+TRIAL_FIELDS = ("task", "sample", "fault", "protection", "lost_reply", "hang_seconds", "intents")
 SERVE_FAULTS = tuple(f for f in FAULTS if f not in AGENT_FAULTS_REFUSED)
 """The faults a served trial takes: all but those only twice's own agent loop can run."""
 
@@ -32,6 +33,10 @@ class TrialConfig:
     protection: str = "bare"
     hang_seconds: float = DEFAULT_HANG_SECONDS
     """Seconds a lost reply (a timeout fault) is held open before its connection is closed."""
+    intents: list[dict[str, Any]] | None = None
+    """What should happen, judged by the verdict in place of the sample's own intents
+    (``{"effect", "identity", "expected", "values"}`` each): how a trial in front of an
+    ``--upstream`` of your own says which effects count. None: the sample's."""
 
 
 def _json(value: Any) -> str:
@@ -71,7 +76,34 @@ def parse_trial_config(
         fault=_choice(body, "fault", SERVE_FAULTS, "none"),
         protection=_choice(body, "protection", PROTECTIONS, "bare"),
         hang_seconds=hang,
+        intents=_intents(body),
     )
+
+
+def _intents(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The trial's own intents, each checked as the verdict will read it."""
+    given = body.get("intents")
+    if given is None:
+        return None
+    shape = 'a list of {"effect", "identity", "expected", "values"} objects'
+    if not isinstance(given, list):
+        raise ControlError(400, f"intents {_json(given)[:100]} is not {shape}", "intents")
+    for n, item in enumerate(given):
+        try:
+            if not isinstance(item, dict) or not isinstance(item.get("effect"), str):
+                raise ValueError("it needs an 'effect' name")
+            if not isinstance(item.get("identity", {}), dict):
+                raise ValueError("its 'identity' must be an object")
+            if not isinstance(item.get("values") or {}, dict):
+                raise ValueError("its 'values' must be an object")
+            Intent.from_dict(item)
+        except (TypeError, ValueError) as ex:
+            raise ControlError(
+                400,
+                f"intents[{n}] {_json(item)[:100]} is not valid ({ex}); give {shape}",
+                "intents",
+            ) from None
+    return [dict(item) for item in given]
 
 
 def _trial_fields(body: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@ endpoint. Every request that can change it goes through one log-then-serve path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from twice.tasks import (
 )
 
 from ._config import TrialConfig
+from ._upstream import TrialProxy, Upstream, replay_upstream
 
 if TYPE_CHECKING:
     from ._mcp import TrialMcp
@@ -98,18 +99,28 @@ class ServedTrial:
     ctx: ServeContext
     log: Callable[[str, dict[str, Any]], None]
     mcp: TrialMcp | None = None
+    proxy: TrialProxy | None = None
+    """Its upstreams (``twice serve --upstream``), when the server has any."""
     _tools: list[Any] = field(default_factory=list)
 
     @classmethod
     def create(
-        cls, trial_id: str, config: TrialConfig, log: Callable[[str, dict[str, Any]], None]
+        cls,
+        trial_id: str,
+        config: TrialConfig,
+        log: Callable[[str, dict[str, Any]], None],
+        upstreams: Sequence[Upstream] = (),
+        upstream_client: Callable[[], httpx.AsyncClient] | None = None,
     ) -> ServedTrial:
-        """Build a trial from its sample's initial state."""
+        """Build a trial from its sample's initial state; ``upstreams`` (reached with
+        ``upstream_client``) answer in place of any mock service of the same name."""
         parts = task_parts(config.task)
         sample = next((s for s in parts.dataset if str(s.id) == config.sample), None)
         if sample is None:
             raise ValueError(f"task {config.task!r} has no sample {config.sample!r}")
         metadata = dict(sample.metadata or {})
+        if config.intents is not None:
+            metadata["intents"] = config.intents
         services = Services(
             parts.services(metadata.get("state", {})), fault=get_fault(config.fault)
         )
@@ -128,7 +139,16 @@ class ServedTrial:
         )
         trial._tools = parts.tools(ctx)
         ctx.check_tools()
+        if upstreams and upstream_client is not None:
+            trial.proxy = TrialProxy(upstreams, services, log, upstream_client)
         return trial
+
+    def replay_upstream(self, data: dict[str, Any]) -> None:
+        """Put a logged forward back into the ledger (a restart forwards nothing again)."""
+        if self.proxy is not None:
+            self.proxy.replay(data)
+        else:
+            replay_upstream(self.services, data)
 
     def apply(self, record: dict[str, Any]) -> httpx.Response:
         """Serve a logged request (live or replayed); raises the fault's transport error."""
