@@ -431,6 +431,11 @@ class TrialProxy:
 def replay_upstream(services: Services, data: Mapping[str, Any]) -> None:
     """Put a logged forward back into a trial's ledger (a trial restored on a server that no
     longer has that upstream keeps what it recorded)."""
-    services.ledger.known_effects = None
-    services.ledger.attempts.append(Attempt(**data["attempt"]))
-    services.ledger.effects.extend(Effect(**e) for e in data["effects"])
+    ledger = services.ledger
+    ledger.known_effects = None
+    # A forward is logged when its upstream has answered, so one that overlapped a quicker
+    # request of the trial is logged after it: put back in the order the attempts were made.
+    ledger.attempts.append(Attempt(**data["attempt"]))
+    ledger.attempts.sort(key=lambda a: a.n)
+    ledger.effects.extend(Effect(**e) for e in data["effects"])
+    ledger.effects.sort(key=lambda e: e.attempt)

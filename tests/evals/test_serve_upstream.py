@@ -435,3 +435,23 @@ def test_upstream_trial_intents_are_checked_and_judged(
         body = httpx.get(f"{trials}/{t['id']}/verdict").json()
     assert body["metrics"]["duplicated"] == 1.0
     assert "shop.order.create where sku='tea': expected 1, observed 2" in body["explanation"]
+
+
+def test_upstream_replay_puts_overlapping_forwards_back_in_attempt_order() -> None:
+    from twice.evals.serve._upstream import replay_upstream
+    from twice.mocks import Attempt, Services
+
+    services = Services([])
+
+    def logged(n: int) -> dict[str, Any]:
+        attempt = Attempt(n, "shop", "POST", "/orders", "shop.order.create", True, None, {})
+        attempt.effect_ids = [f"ord_{n}"]
+        effect = {"id": f"ord_{n}", "name": "shop.order.create", "attempt": n, "fields": {}}
+        return {"attempt": attempt.__dict__, "effects": [effect], "deferred": 0}
+
+    # The first forward was slower: the second was logged before it.
+    for n in (2, 1):
+        replay_upstream(services, logged(n))
+    assert [a.n for a in services.ledger.attempts] == [1, 2]
+    assert services.ledger.attempt(1).effect_ids == ["ord_1"]
+    assert [e.id for e in services.ledger.effects] == ["ord_1", "ord_2"]
