@@ -3,7 +3,7 @@ endpoint. Every request that can change it goes through one log-then-serve path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -169,11 +169,36 @@ class ServedTrial:
         self.log("request", record)
         return self.apply(record)
 
-    def tool_request(self, request: httpx.Request) -> httpx.Response:
-        """The tool layer's transport (MCP tool calls): the same log-then-serve path."""
+    def tool_request(
+        self, request: httpx.Request
+    ) -> httpx.Response | Coroutine[Any, Any, httpx.Response]:
+        """The tool layer's transport (MCP tool calls): the same log-then-serve path, or the
+        same forward as an HTTP client's for a service an upstream stands in for."""
+        if self.proxy is not None:
+            forwarded = self._forward_tool(self.proxy, request)
+            if forwarded is not None:
+                return forwarded
         return self.serve(
             request_record(request.method, str(request.url), dict(request.headers), request.content)
         )
+
+    def _forward_tool(
+        self, proxy: TrialProxy, request: httpx.Request
+    ) -> Coroutine[Any, Any, httpx.Response] | None:
+        """The forward of a tool's request to a mock service an upstream replaces (None for
+        another service): the tools then act on the real service, under the same fault."""
+        url = str(request.url)
+        for name in proxy.upstreams:
+            mock = self.services.services.get(name)
+            if mock is None or not url.startswith(mock.base_url):
+                continue
+            rest = url[len(mock.base_url) :]
+            if rest[:1] not in ("", "/", "?"):  # another host that merely starts alike
+                continue
+            path, _, query = rest.partition("?")
+            headers = list(request.headers.multi_items())
+            return proxy.forward(name, request.method, path or "/", query, headers, request.content)
+        return None
 
     def mcp_endpoint(self) -> TrialMcp:
         """The trial's MCP endpoint, made on first use."""

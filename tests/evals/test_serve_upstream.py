@@ -455,3 +455,35 @@ def test_upstream_replay_puts_overlapping_forwards_back_in_attempt_order() -> No
     assert [a.n for a in services.ledger.attempts] == [1, 2]
     assert services.ledger.attempt(1).effect_ids == ["ord_1"]
     assert [e.id for e in services.ledger.effects] == ["ord_1", "ord_2"]
+
+
+def test_upstream_mcp_tools_act_on_the_real_service_under_the_fault(
+    staging: str, proxied: Callable[..., dict[str, Any]]
+) -> None:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from twice.mocks import UNKNOWN_OUTCOME
+
+    t = proxied(fault="lost_reply")
+    args = {"order_id": "order_1042", "amount": 4.99, "reason": "cracked"}
+
+    async def session() -> list[Any]:
+        async with (
+            streamable_http_client(t["urls"]["mcp"]) as (read, write, *_),
+            ClientSession(read, write) as mcp,
+        ):
+            await mcp.initialize()
+            return [await mcp.call_tool("issue_refund", args) for _ in range(2)]
+
+    lost, again = asyncio.run(session())
+    assert lost.is_error and UNKNOWN_OUTCOME in lost.content[0].text
+    assert not again.is_error and "re_2" in again.content[0].text
+    # Both refunds were made by staging, and the proxy's ledger counts them.
+    assert _staging_refunds(staging, t["staging_id"]) == ["re_1", "re_2"]
+    first = _ledger(t)["attempts"][0]
+    assert (first["service"], first["fault"], first["reply"]["id"]) == (
+        "payments",
+        "lost_reply",
+        "re_1",
+    )
+    assert _verdict(t)["metrics"]["duplicated"] == 1.0
