@@ -169,15 +169,13 @@ class ServedTrial:
         self.log("request", record)
         return self.apply(record)
 
-    def tool_request(
-        self, request: httpx.Request
-    ) -> httpx.Response | Coroutine[Any, Any, httpx.Response]:
+    async def tool_request(self, request: httpx.Request) -> httpx.Response:
         """The tool layer's transport (MCP tool calls): the same log-then-serve path, or the
         same forward as an HTTP client's for a service an upstream stands in for."""
         if self.proxy is not None:
             forwarded = self._forward_tool(self.proxy, request)
             if forwarded is not None:
-                return forwarded
+                return await forwarded
         return self.serve(
             request_record(request.method, str(request.url), dict(request.headers), request.content)
         )
