@@ -52,7 +52,7 @@ from ._guard import check_origin
 from ._log import RequestLog
 from ._registry import TrialRegistry
 from ._trial import ServedTrial, request_record
-from ._upstream import Upstream
+from ._upstream import Upstream, scrub
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -190,7 +190,10 @@ class TwiceServer(TrialRegistry):
             return
         # What an HTTP client is shown is its replies: an effect id in a delivered body is
         # seen (``unseen_effects``); a lost reply shows nothing.
-        trial.ctx.observe(response.content.decode("utf-8", "replace"))
+        shown = response.content.decode("utf-8", "replace")
+        if proxied and trial.proxy is not None:
+            shown = scrub(shown, trial.proxy.secrets)
+        trial.ctx.observe(shown)
         out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
         await send_reply(send, response.status_code, response.content, out)
 

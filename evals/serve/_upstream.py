@@ -50,6 +50,7 @@ from twice.mocks import (
     error_response,
     outcome_of,
 )
+from twice.tasks import CREDENTIAL_ARG, REDACTED
 
 from ._errors import ServeError
 from ._guard import is_loopback
@@ -196,6 +197,38 @@ def _params(query: str, content_type: str, body: bytes) -> dict[str, Any]:
     return params
 
 
+MIN_CREDENTIAL_CHARS = 8
+"""Shorter values are not scrubbed: replacing every "1" or "true" would garble the record."""
+
+
+def credentials_of(headers: Sequence[tuple[str, str]], params: Mapping[str, Any]) -> set[str]:
+    """The credentials a request carries: the values of its credential headers
+    (``Authorization``, ``Cookie``, ``X-Api-Key``...; a scheme's token on its own too) and of
+    its credential parameters (``?api_key=``, ``"token"``...)."""
+    found: set[str] = set()
+    named = [(k, v) for k, v in headers] + [(k, v) for k, v in params.items() if isinstance(v, str)]
+    for name, value in named:
+        if CREDENTIAL_ARG.search(name) and name.lower() != KEY_HEADER.lower():
+            found.add(value.strip())
+            found.update(value.split()[1:])  # "Bearer TOKEN": the token alone too
+    return {v for v in found if len(v) >= MIN_CREDENTIAL_CHARS}
+
+
+def scrub(value: Any, secrets: set[str]) -> Any:
+    """``value`` (JSON) with every credential in ``secrets`` replaced, inside strings too."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {k: scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v, secrets) for v in value]
+    return value
+
+
 def _json_body(response: httpx.Response) -> Any:
     """The reply's body as JSON, or as text when it is not JSON (None when empty)."""
     if not response.content:
@@ -232,6 +265,9 @@ class TrialProxy:
         self.ledger.known_effects = None
         self._log = log
         self._client = client
+        self.secrets: set[str] = set()
+        """The credentials the trial's requests carried (in memory only): scrubbed from all it
+        records, the texts the agent was shown included."""
         self.deferred = 0
         """Hits of a commit fault that met an upstream 4xx (no work done): each passes to the
         next matching mutating attempt, as on a mock service."""
@@ -298,6 +334,8 @@ class TrialProxy:
             content=body,
         )
         route, mutating = self.route_of(name, method, path)
+        params = _params(query, lower.get("content-type", ""), body)
+        self.secrets |= credentials_of(headers, params)
         call = lower.get(CALL_HEADER.lower())
         try:
             backoff = float(lower.get(BACKOFF_HEADER.lower(), 0) or 0)
@@ -311,7 +349,7 @@ class TrialProxy:
             route=route,
             mutating=mutating,
             key=lower.get(KEY_HEADER.lower()),
-            params=_params(query, lower.get("content-type", ""), body),
+            params=scrub(params, self.secrets),
             source=lower.get(SOURCE_HEADER.lower(), "unknown"),
             call=int(call) if call and call.isdigit() else None,
             backoff=backoff,
@@ -369,7 +407,8 @@ class TrialProxy:
             self._finish(attempt, reply)
             attempt.fault = None
             return reply
-        attempt.reply = _json_body(response)
+        # An upstream may echo a credential (a 401 naming the key): never recorded.
+        attempt.reply = scrub(_json_body(response), self.secrets)
         status = response.status_code
         if 200 <= status < 300 and attempt.mutating:
             self._commit(attempt, response, effects)

@@ -273,7 +273,17 @@ def shop() -> Iterator[tuple[str, list[dict[str, str]]]]:
             by_key[key] = order["id"]
         return JSONResponse(order, status_code=201)
 
-    app = Starlette(routes=[Route("/api/orders", create, methods=["POST"])])
+    async def echo(request: Request) -> JSONResponse:
+        # A careless error page: it names the credentials it was sent.
+        given = {"auth": request.headers.get("authorization"), **request.query_params}
+        return JSONResponse({"error": f"bad credentials {given}"}, status_code=401)
+
+    app = Starlette(
+        routes=[
+            Route("/api/orders", create, methods=["POST"]),
+            Route("/api/echo", echo, methods=["GET", "POST"]),
+        ]
+    )
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
@@ -487,3 +497,30 @@ def test_upstream_mcp_tools_act_on_the_real_service_under_the_fault(
         "re_1",
     )
     assert _verdict(t)["metrics"]["duplicated"] == 1.0
+
+
+def test_upstream_credentials_an_upstream_echoes_are_not_recorded(
+    shop: tuple[str, list[dict[str, str]]], tmp_path: Path
+) -> None:
+    url, _ = shop
+    db = tmp_path / "proxy.sqlite"
+    with running_server(db, upstreams=[f"shop={url}"]) as running:
+        t = httpx.post(f"{running.url}/_twice/trials", json={"task": "refund"}).json()
+        r = httpx.post(
+            f"{t['urls']['shop']}/api/echo?api_key=qk_{SECRET}&sku=mug",
+            json={"client_secret": f"cs_{SECRET}", "qty": 1},
+            headers={"Authorization": f"Bearer {SECRET}"},
+        )
+        assert r.status_code == 401 and SECRET in r.text  # the client gets its reply as sent
+        data = httpx.get(f"{running.url}/_twice/trials/{t['id']}/ledger").json()
+    (attempt,) = data["attempts"]
+    assert attempt["params"] == {
+        "api_key": "[redacted]",
+        "sku": "mug",
+        "client_secret": "[redacted]",
+        "qty": 1,
+    }
+    assert "[redacted]" in attempt["reply"]["error"]
+    rows = sqlite3.connect(db).execute("SELECT data FROM log").fetchall()
+    for text in (json.dumps(data), " ".join(row[0] for row in rows)):
+        assert SECRET not in text
