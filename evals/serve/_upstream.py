@@ -219,7 +219,9 @@ def scrub(value: Any, secrets: set[str]) -> Any:
     if not secrets:
         return value
     if isinstance(value, str):
-        for secret in secrets:
+        # Longest first: a token inside a longer credential ("Bearer TOKEN") would otherwise
+        # leave the rest of that one behind, depending on the set's order.
+        for secret in sorted(secrets, key=len, reverse=True):
             value = value.replace(secret, REDACTED)
         return value
     if isinstance(value, dict):
@@ -294,6 +296,13 @@ class TrialProxy:
             self.deferred -= 1
             return fault
         return None
+
+    def _defer(self, attempt: Attempt, fault: Fault) -> None:
+        """``fault`` was scheduled on ``attempt``, which did no work the client could lose:
+        it hits the next matching mutating attempt instead, as on a mock service."""
+        attempt.fault = None
+        if not fault.schedule.every:
+            self.deferred += 1
 
     def _replay_of(self, attempt: Attempt, response: httpx.Response, object_id: str | None) -> bool:
         if response.headers.get(REPLAYED_HEADER, "").lower() == "true":
@@ -387,25 +396,18 @@ class TrialProxy:
                 return early
         try:
             response = await self._client().send(request, follow_redirects=False)
-        except httpx.TimeoutException:
-            # Whether the upstream did the work is unknown to twice too: told as a gateway
-            # timeout, never as a lost reply twice chose.
-            reply = error_response(
-                504,
-                f"the {attempt.service} upstream did not answer within {UPSTREAM_TIMEOUT:g} s",
-                type="api_error",
-            )
-            self._finish(attempt, reply)
-            attempt.fault = None
-            return reply
         except httpx.HTTPError as ex:
-            reply = error_response(
-                502,
-                f"the {attempt.service} upstream cannot be reached: {type(ex).__name__}",
-                type="api_error",
-            )
+            # Whether the upstream did the work is unknown to twice too: told as a gateway's
+            # error, never as the fault, which passes to the next attempt instead.
+            if isinstance(ex, httpx.TimeoutException):
+                why = f"did not answer within {UPSTREAM_TIMEOUT:g} s"
+                reply = error_response(504, f"the {attempt.service} upstream {why}", "api_error")
+            else:
+                why = f"cannot be reached: {type(ex).__name__}"
+                reply = error_response(502, f"the {attempt.service} upstream {why}", "api_error")
             self._finish(attempt, reply)
-            attempt.fault = None
+            if fault is not None:
+                self._defer(attempt, fault)
             return reply
         # An upstream may echo a credential (a 401 naming the key): never recorded.
         attempt.reply = scrub(_json_body(response), self.secrets)
@@ -414,9 +416,7 @@ class TrialProxy:
             self._commit(attempt, response, effects)
         if fault is not None and fault.commits and 400 <= status < 500:
             # The upstream refused it: no work to lose a reply after.
-            attempt.fault = None
-            if not fault.schedule.every:
-                self.deferred += 1
+            self._defer(attempt, fault)
             fault = None
         out = httpx.Response(
             status,

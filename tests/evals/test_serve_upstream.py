@@ -524,3 +524,31 @@ def test_upstream_credentials_an_upstream_echoes_are_not_recorded(
     rows = sqlite3.connect(db).execute("SELECT data FROM log").fetchall()
     for text in (json.dumps(data), " ".join(row[0] for row in rows)):
         assert SECRET not in text
+
+
+def test_upstream_unreachable_passes_the_fault_to_the_next_attempt() -> None:
+    from twice.evals.serve._upstream import TrialProxy, Upstream
+    from twice.mocks import LostReply, Services
+
+    calls = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"id": "ord_1"})
+
+    services = Services([], fault=LostReply())
+    client = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+    proxy = TrialProxy(
+        [Upstream("shop", "http://127.0.0.1:1")], services, lambda *_: None, lambda: client
+    )
+
+    async def post() -> httpx.Response:
+        return await proxy.forward("shop", "POST", "/orders", "", [], b'{"sku": "mug"}')
+
+    assert asyncio.run(post()).status_code == 502  # the upstream's absence, not the fault
+    with pytest.raises(httpx.ReadTimeout):  # the fault hits the next attempt instead
+        asyncio.run(post())
+    assert [a.fault for a in services.ledger.attempts] == [None, "lost_reply"]
+    assert [e.id for e in services.ledger.effects] == ["ord_1"]
