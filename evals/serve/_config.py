@@ -14,6 +14,7 @@ from twice.tasks import AGENT_FAULTS_REFUSED, PROTECTIONS, TASKS, task_parts
 
 from ..suite import DEFAULT_HANG_SECONDS, check_hang_seconds
 from ._errors import ControlError
+from ._upstream import UPSTREAMS_ONLY
 
 LOST_REPLY_MODES = ("hang",)
 """Accepted values of the deprecated ``lost_reply`` trial field (every timeout fault hangs;
@@ -48,14 +49,19 @@ def _json(value: Any) -> str:
 
 
 def parse_trial_config(
-    body: Any, tasks: Sequence[str] = (), hang_seconds: float = DEFAULT_HANG_SECONDS
+    body: Any,
+    tasks: Sequence[str] = (),
+    hang_seconds: float = DEFAULT_HANG_SECONDS,
+    upstreams: Sequence[str] = (),
 ) -> TrialConfig:
     """Validate a ``POST /_twice/trials`` body.
 
     ``task`` is a built-in task or one of ``tasks``: the tasks of your own the server was
     started with (``twice serve --task path.py:function``). A request never names a file for
     the server to load: that would run code a client chose. ``hang_seconds`` is the server's
-    default for a body that gives none.
+    default for a body that gives none. On a server with ``upstreams`` (``--upstream``),
+    ``task`` may be left out: the trial then has the upstreams alone (its ``task`` is
+    :data:`UPSTREAMS_ONLY`) and its ``intents`` say what should happen.
 
     The ``lost_reply`` field is deprecated: a timeout fault always holds the reply open, so
     ``"hang"`` is accepted and changes nothing, and ``"drop"`` (a connection closed at once)
@@ -65,8 +71,18 @@ def parse_trial_config(
         ControlError: 400, naming the bad field and what is accepted.
     """
     body = _trial_fields(body)
-    task = _task(body, tasks)
-    sample = _sample(body, task)
+    if upstreams and _given(body, "task", None) is None:
+        if _given(body, "sample", None) is not None:
+            raise ControlError(
+                400,
+                "sample names a sample of a task; this trial has no task, only upstreams "
+                f"({', '.join(upstreams)}): give a task, or leave sample out",
+                "sample",
+            )
+        task = sample = UPSTREAMS_ONLY
+    else:
+        task = _task(body, tasks)
+        sample = _sample(body, task)
     hang = _hang_seconds(body, hang_seconds)
     _check_lost_reply(body)
     _check_fault_served(body)

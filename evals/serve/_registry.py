@@ -21,7 +21,7 @@ from ._config import TrialConfig
 from ._errors import ServeError
 from ._log import RequestLog
 from ._trial import ServedTrial
-from ._upstream import UPSTREAM_TIMEOUT, Upstream
+from ._upstream import UPSTREAM_TIMEOUT, UPSTREAMS_ONLY, Upstream
 
 
 def own_tasks(tasks: Sequence[str]) -> tuple[str, ...]:
@@ -123,7 +123,7 @@ class TrialRegistry:
         # A log of an older twice may hold the retired lost_reply mode: the services'
         # state never depended on it.
         config = TrialConfig(**{k: v for k, v in logged.items() if k != "lost_reply"})
-        if config.task not in TASKS and config.task not in self.tasks:
+        if config.task not in (*TASKS, *self.tasks, UPSTREAMS_ONLY):
             raise ServeError(
                 f"{self.request_log.path} cannot be replayed: trial {trial_id} is "
                 f"of task {config.task!r}, a task of your own; start the server with "

@@ -21,7 +21,13 @@ from twice.tasks import (
 )
 
 from ._config import TrialConfig
-from ._upstream import TrialProxy, Upstream, replay_upstream
+from ._upstream import (
+    UPSTREAMS_ONLY,
+    TrialProxy,
+    Upstream,
+    replay_upstream,
+    upstreams_only_parts,
+)
 
 if TYPE_CHECKING:
     from ._mcp import TrialMcp
@@ -114,7 +120,7 @@ class ServedTrial:
     ) -> ServedTrial:
         """Build a trial from its sample's initial state; ``upstreams`` (reached with
         ``upstream_client``) answer in place of any mock service of the same name."""
-        parts = task_parts(config.task)
+        parts = upstreams_only_parts() if config.task == UPSTREAMS_ONLY else task_parts(config.task)
         sample = next((s for s in parts.dataset if str(s.id) == config.sample), None)
         if sample is None:
             raise ValueError(f"task {config.task!r} has no sample {config.sample!r}")

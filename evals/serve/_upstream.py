@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
+from inspect_ai.dataset import MemoryDataset, Sample
 from twice.mocks import (
     BACKOFF_HEADER,
     CALL_HEADER,
@@ -50,11 +51,14 @@ from twice.mocks import (
     error_response,
     outcome_of,
 )
-from twice.tasks import CREDENTIAL_ARG, REDACTED
+from twice.tasks import CREDENTIAL_ARG, REDACTED, TaskParts
 
 from ._errors import ServeError
 from ._guard import is_loopback
 
+UPSTREAMS_ONLY = "upstreams"
+"""The ``task`` of a trial made with no task on a server with upstreams: no mock services,
+no tools, one sample with no state; its trial config's ``intents`` say what should happen."""
 UPSTREAM_TIMEOUT = 30.0
 """Seconds the proxy waits for an upstream's reply before answering the client 504."""
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -143,6 +147,17 @@ def parse_upstreams(specs: Iterable[str], allow: Iterable[str] = ()) -> tuple[Up
             )
         seen[name] = Upstream(name, url.rstrip("/"))
     return tuple(seen.values())
+
+
+def upstreams_only_parts() -> TaskParts:
+    """The parts of an :data:`UPSTREAMS_ONLY` trial: its services are the upstreams alone."""
+    return TaskParts(
+        name=UPSTREAMS_ONLY,
+        dataset=MemoryDataset([Sample(id=UPSTREAMS_ONLY, input="", metadata={})]),
+        services=lambda state: [],
+        tools=lambda ctx: [],
+        end_state=None,
+    )
 
 
 def _singular(word: str) -> str:

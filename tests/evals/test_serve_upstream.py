@@ -434,8 +434,11 @@ def test_upstream_trial_intents_are_checked_and_judged(
         bad = httpx.post(trials, json={"task": "refund", "intents": [{"identity": {}}]})
         assert bad.status_code == 400 and "intents[0]" in bad.json()["error"]["message"]
         assert httpx.post(trials, json={"task": "refund", "intents": "x"}).status_code == 400
-        t = httpx.post(trials, json={"task": "refund", "intents": [intent]}).json()
-        assert t["intents"] == [intent]
+        # No task: the trial is the upstreams alone, judged by its own intents.
+        t = httpx.post(trials, json={"intents": [intent]}).json()
+        assert (t["task"], t["intents"], set(t["urls"])) == ("upstreams", [intent], {"shop", "mcp"})
+        refused = httpx.post(trials, json={"sample": "refund-001"})
+        assert refused.status_code == 400 and "has no task" in refused.json()["error"]["message"]
         for key in ("t-1", "t-2"):  # two keys: the app makes two orders
             httpx.post(
                 f"{t['urls']['shop']}/api/orders",
@@ -552,3 +555,18 @@ def test_upstream_unreachable_passes_the_fault_to_the_next_attempt() -> None:
         asyncio.run(post())
     assert [a.fault for a in services.ledger.attempts] == [None, "lost_reply"]
     assert [e.id for e in services.ledger.effects] == ["ord_1"]
+
+
+def test_upstream_trial_without_a_task_survives_a_restart(
+    shop: tuple[str, list[dict[str, str]]], tmp_path: Path
+) -> None:
+    url, seen = shop
+    db = tmp_path / "proxy.sqlite"
+    intent = {"effect": "shop.order.create", "identity": {"sku": "jam"}, "expected": 1}
+    with running_server(db, upstreams=[f"shop={url}"]) as running:
+        t = httpx.post(f"{running.url}/_twice/trials", json={"intents": [intent]}).json()
+        httpx.post(f"{t['urls']['shop']}/api/orders", json={"sku": "jam", "qty": 1})
+        sent = len(seen)
+    with running_server(db, upstreams=[f"shop={url}"]) as running:
+        body = httpx.get(f"{running.url}/_twice/trials/{t['id']}/verdict").json()
+    assert body["metrics"]["safe_success"] == 1.0 and len(seen) == sent
