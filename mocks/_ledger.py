@@ -66,6 +66,10 @@ class Attempt:
     asked: int | None = None
     """For an attributed attempt of an agent under test: how many tool calls the model had
     made that attempts of this request answered, up to this one (None: not attributed)."""
+    reply: Any = None
+    """The body a real service answered (JSON, or text), for an attempt ``twice serve
+    --upstream`` forwarded to one; None for a mock service's attempt (its effects say what
+    it did)."""
 
 
 @dataclass

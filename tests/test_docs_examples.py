@@ -74,6 +74,14 @@ RUN_BY: dict[str, tuple[str, str]] = {
         "tests/evals/test_own_task.py",
         "test_the_readme_service_makes_one_effect_per_request_and_honours_keys",
     ),
+    "docs/examples/proxy/refund_script.py": (
+        "tests/evals/test_serve_upstream.py",
+        "test_the_proxy_guide_script_refunds_twice_then_once_with_sdk_retries",
+    ),
+    "docs/examples/proxy/trial.json": (
+        "tests/evals/test_serve_upstream.py",
+        "test_the_proxy_guide_script_refunds_twice_then_once_with_sdk_retries",
+    ),
     "docs/examples/tool_code/conftest.py": (
         "tests/assertions/test_pytest_plugin.py",
         "test_plugin_docs_example_passes",

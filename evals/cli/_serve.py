@@ -43,6 +43,22 @@ from ..suite import DEFAULT_HANG_SECONDS
     help="Seconds a trial holds a lost reply (lost_reply, timeout_before_commit) open before "
     "closing the connection, when the trial gives no hang_seconds (at most 600).",
 )
+@click.option(
+    "--upstream",
+    "upstreams",
+    multiple=True,
+    metavar="NAME=URL",
+    help="Forward a trial's requests to /t/ID/NAME/... to a real service at URL (your "
+    "staging), with the trial's fault around the real call (repeatable). Loopback hosts only, "
+    "unless named with --upstream-allow.",
+)
+@click.option(
+    "--upstream-allow",
+    "upstream_allow",
+    multiple=True,
+    metavar="HOST",
+    help="A host other than loopback an --upstream may be on (repeatable).",
+)
 def serve(
     host: str,
     port: int,
@@ -50,6 +66,8 @@ def serve(
     token: str | None,
     tasks: tuple[str, ...],
     hang_seconds: float = DEFAULT_HANG_SECONDS,
+    upstreams: tuple[str, ...] = (),
+    upstream_allow: tuple[str, ...] = (),
 ) -> None:
     """Serve the mock services, faults and idempotency store over real HTTP and MCP.
 
@@ -58,12 +76,21 @@ def serve(
     DELETE /_twice/trials/ID. Services answer at /t/ID/SERVICE/..., tools over MCP at /t/ID/mcp.
     "task" is a built-in task or one given with --task. A lost reply is held open until the
     client times out (at most hang_seconds); reset_after_commit closes the connection at once.
+    With --upstream NAME=URL, /t/ID/NAME/... is forwarded to URL and the ledger records what
+    the real service answered.
     """
     from ..serve import serve as run_server
 
     try:
         stopped_by = run_server(
-            host=host, port=port, db=db, token=token, tasks=tasks, hang_seconds=hang_seconds
+            host=host,
+            port=port,
+            db=db,
+            token=token,
+            tasks=tasks,
+            hang_seconds=hang_seconds,
+            upstreams=upstreams,
+            upstream_allow=upstream_allow,
         )
     except KeyboardInterrupt:
         sys.exit(130)

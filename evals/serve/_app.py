@@ -52,6 +52,7 @@ from ._guard import check_origin
 from ._log import RequestLog
 from ._registry import TrialRegistry
 from ._trial import ServedTrial, request_record
+from ._upstream import Upstream, scrub
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -69,6 +70,8 @@ class TwiceServer(TrialRegistry):
         tasks: Tasks of your own (``path.py:function``) trials may be made of, beside the
             built-in ones; each is loaded and built here.
         hang_seconds: How long a trial that gives no ``hang_seconds`` holds a lost reply open.
+        upstreams: Real services a trial's requests to their name are forwarded to
+            (``--upstream``), in place of a mock service of the same name.
 
     Raises:
         ServeError: for a task of your own that cannot be loaded, or a logged trial of a task
@@ -83,8 +86,9 @@ class TwiceServer(TrialRegistry):
         host: str = DEFAULT_HOST,
         tasks: Sequence[str] = (),
         hang_seconds: float = DEFAULT_HANG_SECONDS,
+        upstreams: Sequence[Upstream] = (),
     ) -> None:
-        super().__init__(log, base_url, tasks=tasks, hang_seconds=hang_seconds)
+        super().__init__(log, base_url, tasks=tasks, hang_seconds=hang_seconds, upstreams=upstreams)
         self.token = token
         self.host = host
         self.stopping = asyncio.Event()
@@ -156,20 +160,28 @@ class TwiceServer(TrialRegistry):
         receive: Any,
         send: Any,
     ) -> None:
+        proxied = trial.proxy is not None and service in trial.proxy.upstreams
         svc = trial.services.services.get(service)
-        if svc is None:
+        if svc is None and not proxied:
+            upstreams = [*trial.proxy.upstreams] if trial.proxy is not None else []
             raise ControlError(
                 404,
                 f"trial {trial.id} has no service {service!r}; it has: "
-                + ", ".join([*trial.services.services, "mcp"]),
+                + ", ".join([*trial.services.services, *upstreams, "mcp"]),
             )
         body = await body_within(scope, receive, MAX_SERVICE_BODY)
         query = scope.get("query_string", b"").decode("latin-1")
-        url = svc.base_url + rest + (f"?{query}" if query else "")
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        record = request_record(scope["method"], url, headers, body)
         try:
-            response = trial.serve(record)
+            if trial.proxy is not None and proxied:
+                raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+                response = await trial.proxy.forward(
+                    service, scope["method"], rest, query, raw, body
+                )
+            else:
+                assert svc is not None
+                url = svc.base_url + rest + (f"?{query}" if query else "")
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+                response = trial.serve(request_record(scope["method"], url, headers, body))
         except httpx.TimeoutException:
             await self._hold_reply(trial, receive, send)
             return
@@ -178,7 +190,10 @@ class TwiceServer(TrialRegistry):
             return
         # What an HTTP client is shown is its replies: an effect id in a delivered body is
         # seen (``unseen_effects``); a lost reply shows nothing.
-        trial.ctx.observe(response.content.decode("utf-8", "replace"))
+        shown = response.content.decode("utf-8", "replace")
+        if proxied and trial.proxy is not None:
+            shown = scrub(shown, trial.proxy.secrets)
+        trial.ctx.observe(shown)
         out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
         await send_reply(send, response.status_code, response.content, out)
 

@@ -8,16 +8,18 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from twice.assertions import Intent
 from twice.mocks import FAULTS
 from twice.tasks import AGENT_FAULTS_REFUSED, PROTECTIONS, TASKS, task_parts
 
 from ..suite import DEFAULT_HANG_SECONDS, check_hang_seconds
 from ._errors import ControlError
+from ._upstream import UPSTREAMS_ONLY
 
 LOST_REPLY_MODES = ("hang",)
 """Accepted values of the deprecated ``lost_reply`` trial field (every timeout fault hangs;
 the old ``drop`` is the fault ``reset_after_commit``)."""
-TRIAL_FIELDS = ("task", "sample", "fault", "protection", "lost_reply", "hang_seconds")
+TRIAL_FIELDS = ("task", "sample", "fault", "protection", "lost_reply", "hang_seconds", "intents")
 SERVE_FAULTS = tuple(f for f in FAULTS if f not in AGENT_FAULTS_REFUSED)
 """The faults a served trial takes: all but those only twice's own agent loop can run."""
 
@@ -32,6 +34,10 @@ class TrialConfig:
     protection: str = "bare"
     hang_seconds: float = DEFAULT_HANG_SECONDS
     """Seconds a lost reply (a timeout fault) is held open before its connection is closed."""
+    intents: list[dict[str, Any]] | None = None
+    """What should happen, judged by the verdict in place of the sample's own intents
+    (``{"effect", "identity", "expected", "values"}`` each): how a trial in front of an
+    ``--upstream`` of your own says which effects count. None: the sample's."""
 
 
 def _json(value: Any) -> str:
@@ -43,14 +49,19 @@ def _json(value: Any) -> str:
 
 
 def parse_trial_config(
-    body: Any, tasks: Sequence[str] = (), hang_seconds: float = DEFAULT_HANG_SECONDS
+    body: Any,
+    tasks: Sequence[str] = (),
+    hang_seconds: float = DEFAULT_HANG_SECONDS,
+    upstreams: Sequence[str] = (),
 ) -> TrialConfig:
     """Validate a ``POST /_twice/trials`` body.
 
     ``task`` is a built-in task or one of ``tasks``: the tasks of your own the server was
     started with (``twice serve --task path.py:function``). A request never names a file for
     the server to load: that would run code a client chose. ``hang_seconds`` is the server's
-    default for a body that gives none.
+    default for a body that gives none. On a server with ``upstreams`` (``--upstream``),
+    ``task`` may be left out: the trial then has the upstreams alone (its ``task`` is
+    :data:`UPSTREAMS_ONLY`) and its ``intents`` say what should happen.
 
     The ``lost_reply`` field is deprecated: a timeout fault always holds the reply open, so
     ``"hang"`` is accepted and changes nothing, and ``"drop"`` (a connection closed at once)
@@ -60,8 +71,18 @@ def parse_trial_config(
         ControlError: 400, naming the bad field and what is accepted.
     """
     body = _trial_fields(body)
-    task = _task(body, tasks)
-    sample = _sample(body, task)
+    if upstreams and _given(body, "task", None) is None:
+        if _given(body, "sample", None) is not None:
+            raise ControlError(
+                400,
+                "sample names a sample of a task; this trial has no task, only upstreams "
+                f"({', '.join(upstreams)}): give a task, or leave sample out",
+                "sample",
+            )
+        task = sample = UPSTREAMS_ONLY
+    else:
+        task = _task(body, tasks)
+        sample = _sample(body, task)
     hang = _hang_seconds(body, hang_seconds)
     _check_lost_reply(body)
     _check_fault_served(body)
@@ -71,7 +92,34 @@ def parse_trial_config(
         fault=_choice(body, "fault", SERVE_FAULTS, "none"),
         protection=_choice(body, "protection", PROTECTIONS, "bare"),
         hang_seconds=hang,
+        intents=_intents(body),
     )
+
+
+def _intents(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The trial's own intents, each checked as the verdict will read it."""
+    given = body.get("intents")
+    if given is None:
+        return None
+    shape = 'a list of {"effect", "identity", "expected", "values"} objects'
+    if not isinstance(given, list):
+        raise ControlError(400, f"intents {_json(given)[:100]} is not {shape}", "intents")
+    for n, item in enumerate(given):
+        try:
+            if not isinstance(item, dict) or not isinstance(item.get("effect"), str):
+                raise ValueError("it needs an 'effect' name")
+            if not isinstance(item.get("identity", {}), dict):
+                raise ValueError("its 'identity' must be an object")
+            if not isinstance(item.get("values") or {}, dict):
+                raise ValueError("its 'values' must be an object")
+            Intent.from_dict(item)
+        except (TypeError, ValueError) as ex:
+            raise ControlError(
+                400,
+                f"intents[{n}] {_json(item)[:100]} is not valid ({ex}); give {shape}",
+                "intents",
+            ) from None
+    return [dict(item) for item in given]
 
 
 def _trial_fields(body: Any) -> dict[str, Any]:

@@ -83,7 +83,9 @@ async def _trials(
             data = json.loads(body or b"null")
         except (ValueError, RecursionError):  # nested past Python's stack
             raise ControlError(400, "the body is not JSON") from None
-        config = parse_trial_config(data, registry.tasks, registry.hang_seconds)
+        config = parse_trial_config(
+            data, registry.tasks, registry.hang_seconds, [u.name for u in registry.upstreams]
+        )
         await send_json(send, 201, registry.create_trial(config))
         return
     if method == "GET":

@@ -38,9 +38,10 @@ CREATE TABLE IF NOT EXISTS log (
 )
 """
 
-KINDS = ("create", "request", "observe", "context", "delete")
-"""Record kinds: a trial created, a service request, a text the agent was shown (MCP), the
-tool layer's state after an MCP tool call, a trial deleted."""
+KINDS = ("create", "request", "upstream", "observe", "context", "delete")
+"""Record kinds: a trial created, a service request, a request forwarded to an upstream (with
+what the ledger recorded of it: the forward is never made again), a text the agent was shown
+(MCP), the tool layer's state after an MCP tool call, a trial deleted."""
 
 
 class DamagedLog(UsageError, ValueError):

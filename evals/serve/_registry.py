@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+import httpx
 from twice.tasks import TASKS, task_parts
 
 from ..suite import DEFAULT_HANG_SECONDS
@@ -20,6 +21,7 @@ from ._config import TrialConfig
 from ._errors import ServeError
 from ._log import RequestLog
 from ._trial import ServedTrial
+from ._upstream import UPSTREAM_TIMEOUT, UPSTREAMS_ONLY, Upstream
 
 
 def own_tasks(tasks: Sequence[str]) -> tuple[str, ...]:
@@ -46,6 +48,7 @@ class TrialRegistry:
         tasks: Tasks of your own (``path.py:function``) trials may be made of, beside the
             built-in ones; each is loaded and built here.
         hang_seconds: How long a trial that gives no ``hang_seconds`` holds a lost reply open.
+        upstreams: Real services each trial's requests to their name are forwarded to.
 
     Raises:
         ServeError: for a task of your own that cannot be loaded, or a logged trial of a task
@@ -58,14 +61,31 @@ class TrialRegistry:
         base_url: str,
         tasks: Sequence[str] = (),
         hang_seconds: float = DEFAULT_HANG_SECONDS,
+        upstreams: Sequence[Upstream] = (),
     ) -> None:
         self.request_log = log
         self.hang_seconds = hang_seconds
         self.base_url = base_url.rstrip("/")
         self.tasks = own_tasks(tasks)
+        self.upstreams = tuple(upstreams)
+        self._upstream_client: httpx.AsyncClient | None = None
         self.trials: dict[str, ServedTrial] = {}
         self.replayed = self._replay()
         self._closed = False
+
+    def upstream_client(self) -> httpx.AsyncClient:
+        """The one client that reaches the upstreams, made on first use (in the server's
+        event loop). It takes no proxy from the environment: the upstream is the one named."""
+        if self._upstream_client is None:
+            self._upstream_client = httpx.AsyncClient(
+                timeout=httpx.Timeout(UPSTREAM_TIMEOUT), trust_env=False, follow_redirects=False
+            )
+        return self._upstream_client
+
+    def _new_trial(self, trial_id: str, config: TrialConfig) -> ServedTrial:
+        return ServedTrial.create(
+            trial_id, config, self._logger(trial_id), self.upstreams, self.upstream_client
+        )
 
     def _logger(self, trial_id: str) -> Callable[[str, dict[str, Any]], None]:
         def write(kind: str, data: dict[str, Any]) -> None:
@@ -88,6 +108,8 @@ class TrialRegistry:
                 # A fault's error (a lost reply) happened the same way when it was first served.
                 with contextlib.suppress(Exception):
                     trial.apply(record.data)
+            elif record.kind == "upstream":
+                trial.replay_upstream(record.data)
             elif record.kind == "observe":
                 trial.services.ledger.observations.append(record.data["text"])
             elif record.kind == "context":
@@ -101,14 +123,14 @@ class TrialRegistry:
         # A log of an older twice may hold the retired lost_reply mode: the services'
         # state never depended on it.
         config = TrialConfig(**{k: v for k, v in logged.items() if k != "lost_reply"})
-        if config.task not in TASKS and config.task not in self.tasks:
+        if config.task not in (*TASKS, *self.tasks, UPSTREAMS_ONLY):
             raise ServeError(
                 f"{self.request_log.path} cannot be replayed: trial {trial_id} is "
                 f"of task {config.task!r}, a task of your own; start the server with "
                 f"--task {config.task}"
             )
         try:
-            return ServedTrial.create(trial_id, config, self._logger(trial_id))
+            return self._new_trial(trial_id, config)
         except ValueError as ex:
             raise ServeError(
                 f"{self.request_log.path} cannot be replayed: trial {trial_id} "
@@ -119,7 +141,7 @@ class TrialRegistry:
         """Make a trial (logged first) and return its id and URLs."""
         trial_id = secrets.token_hex(8)
         self.request_log.append(trial_id, "create", asdict(config))
-        trial = ServedTrial.create(trial_id, config, self._logger(trial_id))
+        trial = self._new_trial(trial_id, config)
         self.trials[trial_id] = trial
         return self.describe(trial)
 
@@ -133,7 +155,10 @@ class TrialRegistry:
     def describe(self, trial: ServedTrial) -> dict[str, Any]:
         """A trial's id, configuration and URLs."""
         base = f"{self.base_url}/t/{trial.id}"
-        urls = {name: f"{base}/{name}" for name in trial.services.services}
+        names = [*trial.services.services]
+        if trial.proxy is not None:
+            names += [n for n in trial.proxy.upstreams if n not in names]
+        urls = {name: f"{base}/{name}" for name in names}
         urls["mcp"] = f"{base}/mcp"
         return {"id": trial.id, **asdict(trial.config), "urls": urls}
 
@@ -147,5 +172,7 @@ class TrialRegistry:
             for trial in self.trials.values():
                 if trial.mcp is not None:
                     await trial.mcp.stop()
+            if self._upstream_client is not None:
+                await self._upstream_client.aclose()
         finally:
             self.request_log.close()

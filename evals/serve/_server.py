@@ -26,6 +26,7 @@ from ._errors import ServeError
 from ._guard import is_loopback
 from ._log import DamagedLog, RequestLog
 from ._registry import own_tasks
+from ._upstream import parse_upstreams
 
 DEFAULT_PORT = 8765
 DEFAULT_DB = "twice-serve.sqlite"
@@ -94,8 +95,11 @@ def _prepare(
     token: str | None,
     tasks: Sequence[str],
     hang_seconds: float = DEFAULT_HANG_SECONDS,
+    upstreams: Sequence[str] = (),
+    upstream_allow: Sequence[str] = (),
 ) -> tuple[socket.socket, TwiceServer]:
     check_options(db, token)
+    parsed = parse_upstreams(upstreams, upstream_allow)
     if not is_loopback(host) and not token:
         raise ServeError(
             f"refusing to bind {host!r} without --token: off loopback the control API needs a "
@@ -125,6 +129,7 @@ def _prepare(
             host=host,
             tasks=tasks,
             hang_seconds=hang_seconds,
+            upstreams=parsed,
         )
     except BaseException as ex:
         sock.close()
@@ -257,6 +262,8 @@ def serve(
     out: TextIO | None = None,
     tasks: Sequence[str] = (),
     hang_seconds: float = DEFAULT_HANG_SECONDS,
+    upstreams: Sequence[str] = (),
+    upstream_allow: Sequence[str] = (),
 ) -> int | None:
     """Run ``twice serve`` in the foreground until a stop signal.
 
@@ -264,6 +271,8 @@ def serve(
     on ``out`` (standard output): a client may read it for the port. ``tasks``: tasks of your
     own (``path.py:function``) trials may be made of, beside the built-in ones.
     ``hang_seconds``: how long a trial that gives none holds a lost reply open.
+    ``upstreams``: ``NAME=URL`` real services a trial's requests to ``NAME`` are forwarded
+    to; each host must be loopback or one of ``upstream_allow``.
 
     Returns:
         The signal that stopped it, when that signal's own action did not end the process
@@ -273,10 +282,11 @@ def serve(
     Raises:
         ServeError: for a non-loopback host without a token, an empty ``db`` or a token that
             is empty or has spaces, a busy port, a file that is not a twice serve database,
-            a task of your own that cannot be loaded, or a ``hang_seconds`` out of range.
+            a task of your own that cannot be loaded, a ``hang_seconds`` out of range, or
+            an upstream that is malformed or on a host neither loopback nor allowed.
     """
     stream = out or sys.stdout
-    sock, app = _prepare(host, port, db, token, tasks, hang_seconds)
+    sock, app = _prepare(host, port, db, token, tasks, hang_seconds, upstreams, upstream_allow)
 
     def started() -> None:
         if app.replayed:  # on stderr: the first line of stdout is the address
@@ -298,6 +308,8 @@ def running_server(
     tasks: Sequence[str] = (),
     idle_seconds: float = IDLE_SECONDS,
     hang_seconds: float = DEFAULT_HANG_SECONDS,
+    upstreams: Sequence[str] = (),
+    upstream_allow: Sequence[str] = (),
 ) -> Iterator[Running]:
     """Run a twice server in a background thread (tests, benches, ``--agent-cmd``).
 
@@ -305,11 +317,12 @@ def running_server(
     ``idle_seconds``: how long a connection may wait for a whole request (see
     :data:`IDLE_SECONDS`).
     ``hang_seconds``: how long a trial that gives none holds a lost reply open.
+    ``upstreams``, ``upstream_allow``: as for :func:`serve`.
 
     Yields:
         The running server; it stops when the block ends.
     """
-    sock, app = _prepare(host, port, db, token, tasks, hang_seconds)
+    sock, app = _prepare(host, port, db, token, tasks, hang_seconds, upstreams, upstream_allow)
     ready = threading.Event()
     loop = asyncio.new_event_loop()
     stop_event: asyncio.Event | None = None

@@ -4,7 +4,7 @@ endpoint. Every request that can change it goes through one log-then-serve path.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,13 @@ from twice.tasks import (
 )
 
 from ._config import TrialConfig
+from ._upstream import (
+    UPSTREAMS_ONLY,
+    TrialProxy,
+    Upstream,
+    replay_upstream,
+    upstreams_only_parts,
+)
 
 if TYPE_CHECKING:
     from ._mcp import TrialMcp
@@ -102,18 +109,28 @@ class ServedTrial:
     ctx: ServeContext
     log: Callable[[str, dict[str, Any]], None]
     mcp: TrialMcp | None = None
+    proxy: TrialProxy | None = None
+    """Its upstreams (``twice serve --upstream``), when the server has any."""
     _tools: list[Any] = field(default_factory=list)
 
     @classmethod
     def create(
-        cls, trial_id: str, config: TrialConfig, log: Callable[[str, dict[str, Any]], None]
+        cls,
+        trial_id: str,
+        config: TrialConfig,
+        log: Callable[[str, dict[str, Any]], None],
+        upstreams: Sequence[Upstream] = (),
+        upstream_client: Callable[[], httpx.AsyncClient] | None = None,
     ) -> ServedTrial:
-        """Build a trial from its sample's initial state."""
-        parts = task_parts(config.task)
+        """Build a trial from its sample's initial state; ``upstreams`` (reached with
+        ``upstream_client``) answer in place of any mock service of the same name."""
+        parts = upstreams_only_parts() if config.task == UPSTREAMS_ONLY else task_parts(config.task)
         sample = next((s for s in parts.dataset if str(s.id) == config.sample), None)
         if sample is None:
             raise ValueError(f"task {config.task!r} has no sample {config.sample!r}")
         metadata = dict(sample.metadata or {})
+        if config.intents is not None:
+            metadata["intents"] = config.intents
         services = Services(
             parts.services(metadata.get("state", {})), fault=get_fault(config.fault)
         )
@@ -132,7 +149,16 @@ class ServedTrial:
         )
         trial._tools = parts.tools(ctx)
         ctx.check_tools()
+        if upstreams and upstream_client is not None:
+            trial.proxy = TrialProxy(upstreams, services, log, upstream_client)
         return trial
+
+    def replay_upstream(self, data: dict[str, Any]) -> None:
+        """Put a logged forward back into the ledger (a restart forwards nothing again)."""
+        if self.proxy is not None:
+            self.proxy.replay(data)
+        else:
+            replay_upstream(self.services, data)
 
     def apply(self, record: dict[str, Any]) -> httpx.Response:
         """Serve a logged request (live or replayed); raises the fault's transport error."""
@@ -160,11 +186,34 @@ class ServedTrial:
         self.log("request", record)
         return self.apply(record)
 
-    def tool_request(self, request: httpx.Request) -> httpx.Response:
-        """The tool layer's transport (MCP tool calls): the same log-then-serve path."""
+    async def tool_request(self, request: httpx.Request) -> httpx.Response:
+        """The tool layer's transport (MCP tool calls): the same log-then-serve path, or the
+        same forward as an HTTP client's for a service an upstream stands in for."""
+        if self.proxy is not None:
+            forwarded = self._forward_tool(self.proxy, request)
+            if forwarded is not None:
+                return await forwarded
         return self.serve(
             request_record(request.method, str(request.url), dict(request.headers), request.content)
         )
+
+    def _forward_tool(
+        self, proxy: TrialProxy, request: httpx.Request
+    ) -> Coroutine[Any, Any, httpx.Response] | None:
+        """The forward of a tool's request to a mock service an upstream replaces (None for
+        another service): the tools then act on the real service, under the same fault."""
+        url = str(request.url)
+        for name in proxy.upstreams:
+            mock = self.services.services.get(name)
+            if mock is None or not url.startswith(mock.base_url):
+                continue
+            rest = url[len(mock.base_url) :]
+            if rest[:1] not in ("", "/", "?"):  # another host that merely starts alike
+                continue
+            path, _, query = rest.partition("?")
+            headers = list(request.headers.multi_items())
+            return proxy.forward(name, request.method, path or "/", query, headers, request.content)
+        return None
 
     def mcp_endpoint(self) -> TrialMcp:
         """The trial's MCP endpoint, made on first use."""
