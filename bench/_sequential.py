@@ -133,6 +133,6 @@ def stub_run(work: Path, limit: int | None) -> dict[str, Any]:
             suite, Path(logs), gate, gate_path="(bench)", max_trials=MAX_TRIALS, report=False
         )
     return {
-        st.keys["model"]: {"verdict": st.status, "trials": st.trials, "round": st.stopped_round}
+        st.cell.model: {"verdict": st.status, "trials": st.trials, "round": st.stopped_round}
         for st in states
     }

@@ -16,8 +16,9 @@ def test_evals_api_all_is_sorted_and_complete() -> None:
     assert evals.__all__ == [
         "BaselinePolicy", "Cell", "CellRates", "CellState", "Check", "ControlError", "EvalRates",
         "GateConfig", "GateError", "GateResult", "LocalModelError", "LocalModelServer", "Matrix",
-        "RequestLog", "Rule", "RunResult", "ServeError", "ServerOptions", "Suite", "SuiteError",
-        "TrialConfig", "TwiceServer", "build_tasks", "check_model_args",
+        "RequestLog", "Rule", "RunError", "RunResult", "ServeError", "ServerOptions", "Suite",
+        "SuiteError", "TrialConfig", "TwiceError", "TwiceServer", "UsageError", "build_tasks",
+        "check_model_args",
         "eval_rates", "evaluate_gate", "format_gate", "install_local_model", "junit_xml",
         "load_gate", "load_suite", "local_model_server", "model_home", "parse_gate",
         "parse_trial_config", "run_metadata", "run_suite", "run_until_decided",
