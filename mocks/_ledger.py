@@ -17,10 +17,19 @@ from ._live import TrialScoped
 Outcome = Literal["ok", "fail", "unknown"]
 """What the client saw of an attempt (Jepsen's ok / fail / info)."""
 
-RETRY_SOURCES: tuple[str, ...] = ("initial", "transport", "model", "resume", "unknown")
+RETRY_SOURCES: tuple[str, ...] = (
+    "initial",
+    "transport",
+    "model",
+    "resume",
+    "user",
+    "compaction",
+    "unknown",
+)
 """Who sent an attempt (``Attempt.source``): the first try, the tool layer's retry loop, the
-model calling the tool again, or a restarted run re-executing a step. ``unknown`` when the
-client did not say."""
+model calling the tool again, a restarted run re-executing a step, the model repeating an
+action after the user asked again (``user``) or after its context was compacted
+(``compaction``). ``unknown`` when the client did not say."""
 
 
 @dataclass

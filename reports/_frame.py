@@ -38,9 +38,18 @@ SCORER = "side_effects"
 LEDGER_KEY = "twice:ledger"
 """Store key under which twice's tools keep the trial's ledger."""
 
-RETRY_SOURCES: tuple[str, ...] = ("initial", "transport", "model", "resume", "unknown")
+RETRY_SOURCES: tuple[str, ...] = (
+    "initial",
+    "transport",
+    "model",
+    "resume",
+    "user",
+    "compaction",
+    "unknown",
+)
 """Who sent a mutating attempt: the first try, the tool layer's retry loop, the model calling
-the tool again, a resumed run, or a client that did not say. Each gets two frame columns:
+the tool again, a resumed run, the model repeating an action after the user asked again or
+after its context was compacted, or a client that did not say. Each gets two frame columns:
 ``attempts_<source>`` (mutating attempts it sent) and ``excess_<source>`` (excess effects
 committed by those attempts)."""
 

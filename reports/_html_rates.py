@@ -27,6 +27,8 @@ SOURCE_NOTES: dict[str, str] = {
     "transport": "the tool layer's own retry loop",
     "model": "the model calling the tool again",
     "resume": "a restarted run re-executing a step",
+    "user": "the model repeating an action after the user asked again",
+    "compaction": "the model repeating an action after its context was compacted",
     "unknown": "a client that did not say",
 }
 

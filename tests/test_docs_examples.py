@@ -110,6 +110,10 @@ RUN_BY: dict[str, tuple[str, str]] = {
         "tests/docs/test_docs_data.py",
         "test_the_summary_shown_has_only_keys_a_run_writes",
     ),
+    "evals/conversation.toml": (
+        "tests/docs/test_docs_data.py",
+        "test_every_shipped_suite_loads",
+    ),
     "evals/default.toml": (
         "tests/docs/test_docs_data.py",
         "test_every_shipped_suite_loads",
