@@ -256,3 +256,51 @@ def test_the_guide_shows_one_trial_of_each_as_it_ran(
 ) -> None:
     shown = readme_blocks[f"output: conversation {fault}"]
     assert render_trial(conversation_run, model, fault) == shown
+
+
+def test_the_conversation_suite_file_runs_the_controls_on_every_builtin_task() -> None:
+    from twice.evals.suite import load_suite
+    from twice.tasks import TASKS
+
+    suite = load_suite(ROOT / "evals" / "conversation.toml")
+    cells = suite.cells()
+    for fault in ("ask_again", "compaction", "lost_reply+ask_again"):
+        ran = {c.task for c in cells if c.fault == fault and c.model == "stub/verify"}
+        assert ran == set(TASKS), (fault, set(TASKS) - ran)
+    assert {c.protection for c in cells} >= {"intent-key", "declared", "retry-stepkey"}
+
+
+def test_conversation_faults_tell_retry_from_verify_on_every_builtin_task(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from twice.evals import run_suite
+    from twice.evals.suite._suite import Matrix, Suite
+    from twice.tasks import TASKS
+
+    suite = Suite(
+        (
+            Matrix(
+                models=("stub/retry", "stub/verify"),
+                tasks=tuple(TASKS),
+                faults=("ask_again", "compaction"),
+                protections=("bare",),
+            ),
+        ),
+        limit=1,
+        source="test",
+    )
+    run = run_suite(suite, tmp_path)
+    assert run.ok, run.failed
+    summary = json.loads(Path(run.summary_path).read_text())
+    seen = {(c["model"], c["task"], c["fault"]): c for c in summary["cells"]}
+    assert len(seen) == 2 * len(TASKS) * 2
+    for (model, task, fault), c in seen.items():
+        assert c["errors"] == 0, (model, task, fault)
+        if model == "stub/verify":
+            # Looking first: done once, on every task, whatever the conversation did.
+            assert c["safe_success_rate"] == 1.0, (task, fault, c)
+    retried = {t for (m, t, f), c in seen.items() if m == "stub/retry" and c["duplication_rate"]}
+    # Archiving is naturally idempotent: redoing it commits nothing (that task's point).
+    assert retried == set(TASKS) - {"archive_record"}
