@@ -497,7 +497,7 @@ def twice_task(
     loop = (
         resumable_generate(contexts, conversation=get_fault(fault).conversation, task=name)
         if agent == REACT
-        else agent_solver(agent, contexts, name, p.text, mocks)
+        else agent_solver(agent, contexts, name, p.text, mocks, _agent_follow_up(name, fault))
     )
     return Task(
         name=name,
@@ -524,6 +524,13 @@ def twice_task(
             }
         },
     )
+
+
+def _agent_follow_up(task: str, fault: str) -> Callable[[str | int, int], str] | None:
+    """The follow-up an agent under test is asked again with, under ``ask_again``."""
+    if get_fault(fault).conversation != "ask_again":
+        return None
+    return lambda sample_id, epoch: follow_up(task, sample_id, epoch)
 
 
 def dataset_digest(dataset: Dataset) -> str:
@@ -603,10 +610,9 @@ def check_agent_cell(
             f"fault {fault!r} restarts the run from twice's checkpoints, which only the "
             f"{REACT!r} agent has; agent {agent!r} accepts the other faults"
         )
-    conversation = get_fault(fault).conversation
-    if conversation is not None:
+    if get_fault(fault).conversation == "compaction":
         raise AgentError(
-            f"fault {fault!r} changes the conversation ({conversation}) inside twice's own "
-            f"agent loop, which only the {REACT!r} agent has; agent {agent!r} accepts the "
-            "faults without '+' and other than ask_again and compaction"
+            f"fault {fault!r} compacts the conversation inside twice's own agent loop, which "
+            f"only the {REACT!r} agent has (an agent under test compacts its own); agent "
+            f"{agent!r} accepts the other faults, ask_again included"
         )

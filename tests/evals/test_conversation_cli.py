@@ -24,7 +24,7 @@ def test_conversation_cli_bad_fault_name_exits_2_naming_it(
     assert not (tmp_path / "logs").exists()
 
 
-@pytest.mark.parametrize("fault", ["ask_again", "lost_reply+compaction"])
+@pytest.mark.parametrize("fault", ["compaction", "lost_reply+compaction"])
 def test_conversation_cli_agent_under_test_is_refused_naming_what_applies(
     twice: Any, tmp_path: Path, fault: str
 ) -> None:
@@ -35,6 +35,7 @@ def test_conversation_cli_agent_under_test_is_refused_naming_what_applies(
     assert result.exit_code == 2, result.stdout
     line = " ".join(result.stderr.split())
     assert repr(fault) in line and "only the 'react' agent has" in line
+    assert "ask_again included" in line
 
 
 def test_conversation_cli_agent_cmd_is_refused_up_front(twice: Any, tmp_path: Path) -> None:
