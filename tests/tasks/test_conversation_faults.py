@@ -304,3 +304,19 @@ def test_conversation_faults_tell_retry_from_verify_on_every_builtin_task(
     retried = {t for (m, t, f), c in seen.items() if m == "stub/retry" and c["duplication_rate"]}
     # Archiving is naturally idempotent: redoing it commits nothing (that task's point).
     assert retried == set(TASKS) - {"archive_record"}
+
+
+def test_conversation_faults_summary_names_the_retry_sources(
+    conversation_summary: dict[str, Any],
+) -> None:
+    asked = cell(conversation_summary, "stub/retry", "ask_again")
+    assert asked["retry_sources"] == {
+        "initial": {"attempts": 2, "excess": 0},
+        "user": {"attempts": 2, "excess": 2},
+    }
+    compacted = cell(conversation_summary, "stub/no-retry", "compaction")
+    assert compacted["retry_sources"]["compaction"] == {"attempts": 2, "excess": 2}
+    lost = cell(conversation_summary, "stub/retry", "lost_reply+ask_again")
+    assert set(lost["retry_sources"]) == {"initial", "model", "user"}
+    keyed = cell(conversation_summary, "stub/retry", "ask_again", "intent-key")
+    assert keyed["retry_sources"]["user"] == {"attempts": 2, "excess": 0}
