@@ -320,3 +320,31 @@ def test_conversation_faults_summary_names_the_retry_sources(
     assert set(lost["retry_sources"]) == {"initial", "model", "user"}
     keyed = cell(conversation_summary, "stub/retry", "ask_again", "intent-key")
     assert keyed["retry_sources"]["user"] == {"attempts": 2, "excess": 0}
+
+
+def test_conversation_faults_noisy_redoes_at_its_known_rate_when_asked(tmp_path: Path) -> None:
+    import json
+
+    from twice.evals import run_suite
+    from twice.evals.suite._suite import Matrix, Suite
+    from twice.mocks import noisy_retry_rate
+
+    suite = Suite(
+        (
+            Matrix(
+                models=("stub/noisy",),
+                prompts=("baseline", "cautious", "persistent"),
+                tasks=("refund",),
+                faults=("ask_again",),
+                protections=("bare",),
+            ),
+        ),
+        source="test",
+    )
+    run = run_suite(suite, tmp_path)
+    assert run.ok, run.failed
+    for c in json.loads(Path(run.summary_path).read_text())["cells"]:
+        lo, hi = c["duplication_ci"]
+        # Asked again, it redoes the refund with its retry probability: the interval covers it.
+        assert lo <= noisy_retry_rate(c["prompt"]) <= hi, c
+        assert c["trials"] == 28 and c["completion_rate"] == 1.0
