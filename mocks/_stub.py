@@ -237,6 +237,29 @@ def _asked_again(messages: list[ChatMessage]) -> bool:
     return bool(messages) and isinstance(messages[-1], ChatMessageUser) and _round(messages) > 0
 
 
+def _undone(messages: list[ChatMessage], step: int, args: dict[str, Any]) -> bool:
+    """Whether an undo of ``step`` with ``args`` already succeeded in the conversation: asked
+    again after a saga it undid, a stub does not undo the same thing twice."""
+    done = {
+        m.tool_call_id
+        for m in messages
+        if isinstance(m, ChatMessageTool) and m.tool_call_id and not _is_error(m)
+    }
+    for m in messages:
+        if isinstance(m, ChatMessageAssistant):
+            for call in m.tool_calls or []:
+                found = _ID.match(call.id)
+                if (
+                    found is not None
+                    and found["kind"] == "c"
+                    and int(found["step"]) == step
+                    and call.id in done
+                    and call.arguments == args
+                ):
+                    return True
+    return False
+
+
 def _is_error(result: ChatMessageTool) -> bool:
     """Whether a tool result is an error: inspect's error field, or error text (bridged)."""
     return result.error is not None or ERROR_TEXT.search(result.text) is not None
@@ -490,10 +513,11 @@ class StubAPI(ModelAPI):
                     break
             if ref is None:
                 return None  # nothing this step made is known: nothing to undo
-        return {
+        args = {
             k: v.replace("{ref}", ref) if isinstance(v, str) and ref is not None else v
             for k, v in comp["args"].items()
         }
+        return None if _undone(input, step, args) else args
 
     def _undo(
         self,

@@ -348,3 +348,24 @@ def test_conversation_faults_noisy_redoes_at_its_known_rate_when_asked(tmp_path:
         # Asked again, it redoes the refund with its retry probability: the interval covers it.
         assert lo <= noisy_retry_rate(c["prompt"]) <= hi, c
         assert c["trials"] == 28 and c["completion_rate"] == 1.0
+
+
+def test_conversation_faults_verify_asked_again_after_an_undone_saga_does_not_undo_twice(
+    tmp_path: Path,
+) -> None:
+    from inspect_ai import eval
+    from twice.mocks import ledgers
+    from twice.tasks import travel_booking
+
+    # travel-007's hotel is sold out: the flight is booked, then cancelled. Asked again, the
+    # stub looks, finds the flight (cancelled) and no hotel, tries the hotel, fails again,
+    # and has nothing left to undo: the flight it cancelled stays cancelled once.
+    (log,) = eval(
+        travel_booking(fault="ask_again"),
+        model="stub/verify",
+        sample_id="travel-007",
+        log_dir=str(tmp_path),
+        display="none",
+    )
+    (ledger,) = ledgers(log)
+    assert [e.name for e in ledger.effects] == ["travel.flight.book", "travel.flight.cancel"]
