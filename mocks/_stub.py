@@ -44,7 +44,8 @@ Sagas: when a stub gives up on a step whose plan says ``on_fail: "compensate"``,
 ``stub_s<step>_c<n>``), with ``{ref}`` replaced by the reference (e.g. a booking id) found by
 the step's ``ref_pattern`` in the last successful result of that step that contains one: the
 id the agent saw, which is not always the one the service made first. A compensation that
-fails is retried like a forward call by ``retry``/``drift``; the others report it.
+fails is retried like a forward call by ``retry``/``drift``; the others report it. A stub
+never undoes again what an undo of the conversation already undid with the same arguments.
 """
 
 from __future__ import annotations
