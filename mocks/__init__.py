@@ -6,6 +6,7 @@ The stub model provider is registered with inspect through the package's entry p
 
 from ._errors import RunError, TwiceError, UsageError
 from ._faults import (
+    CONVERSATION_FAULTS,
     CRASH_HEADER,
     FAULTS,
     CrashAfterCommit,
@@ -77,6 +78,7 @@ from .services import (
 __all__ = [
     "BACKOFF_HEADER",
     "CALL_HEADER",
+    "CONVERSATION_FAULTS",
     "CRASH_HEADER",
     "FAULTS",
     "KEY_HEADER",

@@ -21,7 +21,7 @@ conversation as it stood before the call (a *resume* retry; see ``tasks.resumabl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
@@ -69,6 +69,19 @@ class Fault:
     under the request's idempotency key and replayed to keyed retries (a service-side error,
     as Stripe saves its 500s). False: it comes from something between client and service (a
     gateway), and the service's own saved response is what a keyed retry gets."""
+    conversation: str | None = None
+    """A conversation fault that comes with this one (:data:`CONVERSATION_FAULTS`): what
+    twice's agent loop does to the conversation (the user asks again, the context is
+    compacted). None: the conversation is left alone."""
+
+    @property
+    def wire_name(self) -> str:
+        """The wire fault's own name: ``lost_reply`` of ``lost_reply+ask_again``, ``none`` of
+        ``ask_again``; what an attempt it hits records."""
+        if self.conversation is None:
+            return self.name
+        wire, plus, _ = self.name.rpartition("+")
+        return wire if plus else "none"
 
     def before_commit(self, request: httpx.Request) -> httpx.Response | None:
         """Return a response to stop before the work, or raise; None lets the work happen."""
@@ -237,13 +250,30 @@ FAULTS: dict[str, Fault] = {
 """The built-in faults by CLI name, each with the default schedule."""
 
 
+CONVERSATION_FAULTS: dict[str, str] = {
+    "ask_again": "after the final answer the user asks if it went through (retry source user)",
+    "compaction": "tool results compacted away after the first mutating result (source compaction)",
+}
+"""Duplicates that come from the conversation, not the network: nothing goes wrong on the
+wire, the agent's loop changes the conversation. Each is a fault name of its own
+(``ask_again``) and composes with one wire fault as ``WIRE+CONVERSATION``
+(``lost_reply+ask_again``): a cell stays (model, prompt, task, fault, protection)."""
+
+
 def get_fault(name: str) -> Fault:
-    """The built-in fault called ``name``.
+    """The built-in fault called ``name``: a wire fault (:data:`FAULTS`), a conversation
+    fault (:data:`CONVERSATION_FAULTS`), or one of each joined by ``+`` (``lost_reply+ask_again``).
 
     Raises:
         ValueError: naming the bad value and the accepted ones.
     """
-    try:
+    if name in FAULTS:
         return FAULTS[name]
-    except KeyError:
-        raise ValueError(f"unknown fault {name!r}; expected one of: {', '.join(FAULTS)}") from None
+    wire, plus, conversation = name.rpartition("+")
+    if conversation in CONVERSATION_FAULTS and (not plus or wire in FAULTS):
+        base = FAULTS[wire] if plus else NoFault()
+        return replace(base, name=name, conversation=conversation)
+    raise ValueError(
+        f"unknown fault {name!r}; expected one of: {', '.join([*FAULTS, *CONVERSATION_FAULTS])}, "
+        f"or a fault and a conversation fault joined by '+' (lost_reply+ask_again)"
+    )

@@ -14,3 +14,9 @@ try:  # the running sample's TaskState, by which a stub finds its trial
     from inspect_ai.solver._task_state import sample_state
 except ImportError:  # pragma: no cover - a later inspect; the setup uses the store instead
     sample_state = None
+
+TOOL_RESULT_REMOVED: str
+try:  # what inspect's edit compaction (CompactionEdit) puts in place of a tool result
+    from inspect_ai.model._compaction.edit import TOOL_RESULT_REMOVED
+except ImportError:  # pragma: no cover - a later inspect; the text it wrote in 0.3.285
+    TOOL_RESULT_REMOVED = "(Tool result removed)"

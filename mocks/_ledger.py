@@ -23,12 +23,15 @@ RETRY_SOURCES: tuple[str, ...] = (
     "model",
     "resume",
     "framework",
+    "user",
+    "compaction",
     "unknown",
 )
 """Who sent an attempt (``Attempt.source``): the first try, the tool layer's retry loop, the
-model calling the tool again, a restarted run re-executing a step, or (for an agent under
-test) its framework or own code re-sending a tool call the model made once. ``unknown`` when
-the client did not say and twice could not tell."""
+model calling the tool again, a restarted run re-executing a step, (for an agent under test)
+its framework or own code re-sending a tool call the model made once, the model repeating an
+action after the user asked again (``user``) or after its context was compacted
+(``compaction``). ``unknown`` when the client did not say and twice could not tell."""
 
 
 @dataclass

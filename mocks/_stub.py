@@ -31,12 +31,21 @@ default) is an error of unknown kind: ``verify`` treats it as a plain failure.
 Independent actions: when a stub gives up on a step whose plan says ``on_fail: "continue"``
 (e.g. the first of two refunds), it goes on with the next step instead of stopping.
 
+The conversation faults (``ask_again``, ``compaction``): when the user asks again after the
+final answer, ``retry`` and ``drift`` do the whole plan again; ``verify`` looks each step up
+first and does only what it finds undone; ``noisy`` does the plan again with its retry
+probability, else answers from memory, as ``no-retry`` and ``parallel`` always do. When a
+tool result was compacted away (inspect's placeholder, :data:`COMPACTED_RESULT`), ``verify``
+looks the step up; every other stub has no memory of it and does the step again. Calls made
+after the user's n-th further message carry ``stub_r<n>_`` ids.
+
 Sagas: when a stub gives up on a step whose plan says ``on_fail: "compensate"``, it calls the
 ``compensate`` action of each earlier step that has one, latest first (ids
 ``stub_s<step>_c<n>``), with ``{ref}`` replaced by the reference (e.g. a booking id) found by
 the step's ``ref_pattern`` in the last successful result of that step that contains one: the
 id the agent saw, which is not always the one the service made first. A compensation that
-fails is retried like a forward call by ``retry``/``drift``; the others report it.
+fails is retried like a forward call by ``retry``/``drift``; the others report it. A stub
+never undoes again what an undo of the conversation already undid with the same arguments.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from inspect_ai.model import (
     ChatMessage,
     ChatMessageAssistant,
     ChatMessageTool,
+    ChatMessageUser,
     GenerateConfig,
     ModelAPI,
     ModelOutput,
@@ -62,6 +72,7 @@ from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
 from inspect_ai.util import store
 
 from ._errors import RunError
+from ._inspect_compat import TOOL_RESULT_REMOVED
 from ._inspect_compat import sample_state as _sample_state
 from ._live import TrialScoped
 
@@ -170,7 +181,14 @@ TIMEOUT_TEXT = re.compile(
 """An error whose text matches this (or says :data:`UNKNOWN_OUTCOME`) is an unknown outcome:
 a timeout, or a connection closed before the reply."""
 
-_ID = re.compile(r"^stub_s(?P<step>\d+)_(?P<kind>[avc])(?P<n>\d+)")
+_ID = re.compile(r"^stub_(?:r\d+_)?s(?P<step>\d+)_(?P<kind>[avc])(?P<n>\d+)")
+
+COMPACTED_RESULT = TOOL_RESULT_REMOVED
+"""The text inspect's edit compaction leaves in place of a tool result: a stub that reads it
+has lost what that call returned."""
+
+REMEMBERS = ("no-retry", "parallel")
+"""Stubs that, asked again, answer from the conversation (``noisy`` does so with 1 - p)."""
 
 
 def noisy_retry_rate(prompt: str) -> float:
@@ -205,6 +223,42 @@ def _last_turn(messages: list[ChatMessage]) -> _Turn | None:
             ]
             return _Turn(int(m["step"]), m["kind"], int(m["n"]), results)
     return None
+
+
+def _round(messages: list[ChatMessage]) -> int:
+    """How many times the user wrote after the agent's first turn (0: not yet)."""
+    first = next((i for i, m in enumerate(messages) if isinstance(m, ChatMessageAssistant)), None)
+    if first is None:
+        return 0
+    return sum(isinstance(m, ChatMessageUser) for m in messages[first:])
+
+
+def _asked_again(messages: list[ChatMessage]) -> bool:
+    """Whether the conversation ends with the user writing after an answer of the agent."""
+    return bool(messages) and isinstance(messages[-1], ChatMessageUser) and _round(messages) > 0
+
+
+def _undone(messages: list[ChatMessage], step: int, args: dict[str, Any]) -> bool:
+    """Whether an undo of ``step`` with ``args`` already succeeded in the conversation: asked
+    again after a saga it undid, a stub does not undo the same thing twice."""
+    done = {
+        m.tool_call_id
+        for m in messages
+        if isinstance(m, ChatMessageTool) and m.tool_call_id and not _is_error(m)
+    }
+    for m in messages:
+        if isinstance(m, ChatMessageAssistant):
+            for call in m.tool_calls or []:
+                found = _ID.match(call.id)
+                if (
+                    found is not None
+                    and found["kind"] == "c"
+                    and int(found["step"]) == step
+                    and call.id in done
+                    and call.arguments == args
+                ):
+                    return True
+    return False
 
 
 def _is_error(result: ChatMessageTool) -> bool:
@@ -321,9 +375,12 @@ class StubAPI(ModelAPI):
         plan = _plan(cfg)
         turn = _last_turn(input)
         if turn is None:
-            if any(isinstance(m, ChatMessageAssistant) for m in input):
+            if _asked_again(input):
+                out = self._asked_again(input, plan, cfg)
+            elif any(isinstance(m, ChatMessageAssistant) for m in input):
                 return self._say(input, "Done.")
-            out = self._act(input, plan, 0, 1)
+            else:
+                out = self._act(input, plan, 0, 1)
         else:
             out = self._next(input, plan, cfg, turn)
         return self._offered(out, input, plan, {t.name for t in tools})
@@ -373,6 +430,12 @@ class StubAPI(ModelAPI):
         result = turn.results[0] if turn.results else None
         text = _text(result) if result is not None else "(no result)"
         failed = result is None or _is_error(result)
+        if turn.kind == "a" and not failed and text.strip() == COMPACTED_RESULT:
+            # What the call returned was compacted away: verify looks; the others have no
+            # memory of it and do the step again.
+            if self.behaviour == "verify" and step.get("verify"):
+                return self._verify(input, step, turn.step, turn.n)
+            return self._act(input, plan, turn.step, turn.n + 1)
 
         if turn.kind == "v":
             if not failed and re.search(step.get("found_pattern") or r".", text):
@@ -451,10 +514,11 @@ class StubAPI(ModelAPI):
                     break
             if ref is None:
                 return None  # nothing this step made is known: nothing to undo
-        return {
+        args = {
             k: v.replace("{ref}", ref) if isinstance(v, str) and ref is not None else v
             for k, v in comp["args"].items()
         }
+        return None if _undone(input, step, args) else args
 
     def _undo(
         self,
@@ -497,8 +561,33 @@ class StubAPI(ModelAPI):
         self, input: list[ChatMessage], plan: list[dict[str, Any]], step: int, text: str
     ) -> ModelOutput:
         if step + 1 < len(plan):
+            nxt = plan[step + 1]
+            if self.behaviour == "verify" and nxt.get("verify") and _round(input) > 0:
+                # Rechecking what was done (asked again, or after a compaction): look first.
+                return self._verify(input, nxt, step + 1, 1)
             return self._act(input, plan, step + 1, 1)
         return self._say(input, f"Done. {text}")
+
+    def _asked_again(
+        self, input: list[ChatMessage], plan: list[dict[str, Any]], cfg: dict[str, Any]
+    ) -> ModelOutput:
+        """The user wrote again after the final answer ("did it go through?")."""
+        b = self.behaviour
+        redo = b in ("retry", "drift")
+        if b == "noisy":
+            p = self.p if self.p is not None else noisy_retry_rate(cfg.get("prompt", ""))
+            redo = random.Random(f"{cfg.get('seed')}:asked:{_round(input)}").random() < p
+        if b == "verify":
+            for i, spec in enumerate(plan):
+                if spec.get("verify"):
+                    return self._verify(input, spec, i, 1)
+        if redo and plan:
+            return self._act(input, plan, 0, 1)
+        said = next(
+            (m.text for m in reversed(input) if isinstance(m, ChatMessageAssistant) and m.text),
+            "",
+        )
+        return self._say(input, f"As I said: {said}" if said else "It is done.")
 
     def _give_up(self, input: list[ChatMessage], text: str) -> ModelOutput:
         return self._say(input, f"I could not complete the request. The last error was: {text}")
@@ -533,6 +622,13 @@ class StubAPI(ModelAPI):
         return self._calls(input, [call])
 
     def _calls(self, input: list[ChatMessage], calls: list[ToolCall]) -> ModelOutput:
+        n = _round(input)
+        if n:
+            # The user wrote again: ids of this round differ from the earlier round's.
+            calls = [
+                ToolCall(id=f"stub_r{n}_{c.id[5:]}", function=c.function, arguments=c.arguments)
+                for c in calls
+            ]
         out = ModelOutput.from_message(
             ChatMessageAssistant(content="", tool_calls=calls, model=self.model_name),
             stop_reason="tool_calls",

@@ -424,7 +424,7 @@ class Services:
         )
         fault = self._fault_for(attempt)
         if fault is not None:
-            attempt.fault = fault.name
+            attempt.fault = fault.wire_name
 
         # Keys only mean something on POST (Stripe: "sending them on GET and DELETE has no effect"),
         # and only to a service that supports them.

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._frame import CELL, with_agent
+from ._frame import CELL, RETRY_SOURCES, with_agent
 from ._metrics import AGENT_CRASHED, CATALOGUE, errored
 from ._passk import no_dup_k
 from ._storage import Location, as_location, write_text
@@ -33,7 +33,9 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
     and ``no_dup_k`` (``{"1": ..., "k": ...}``: the chance all k trials of a sample avoid
     duplicating, see :mod:`._passk`). With the ledger's columns, also
     ``framework_duplication_rate``/``_ci`` and ``model_duplication_rate``/``_ci``
-    (:data:`DUPLICATED_BY`).
+    (:data:`DUPLICATED_BY`), then ``retry_sources``: by retry source that sent any mutating
+    attempt, ``{"attempts": ..., "excess": ...}`` summed over the cell's trials (excess
+    effects over the scored ones).
     """
     trials = with_agent(trials)
     if trials.empty:
@@ -97,7 +99,33 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
         rate(f"_dup_{source}", f"{source}_duplication_ci", f"{source}_duplication_rate")
     out["tokens_mean"] = means["_tokens"].to_numpy(dtype=float)
     out["no_dup_k"] = [passk.get(key, {}) for key in index]
+    if f"attempts_{RETRY_SOURCES[0]}" in trials:
+        out["retry_sources"] = _retry_sources(trials, keys, scored, index)
     return pd.DataFrame(out)
+
+
+def _retry_sources(
+    trials: pd.DataFrame, keys: list[str], scored: pd.Series, index: list[tuple[Any, ...]]
+) -> list[dict[str, dict[str, int]]]:
+    """Per cell, in ``index`` order: each retry source that sent a mutating attempt, with its
+    attempts and the excess effects they committed."""
+    sources = [s for s in RETRY_SOURCES if f"attempts_{s}" in trials and f"excess_{s}" in trials]
+    frame = trials[keys].copy()
+    for s in sources:
+        frame[f"a_{s}"] = trials[f"attempts_{s}"].astype(float)
+        frame[f"e_{s}"] = trials[f"excess_{s}"].astype(float).where(scored, math.nan)
+    sums = frame.groupby(keys, sort=True, dropna=False).sum(min_count=0)
+    out = []
+    for key in index:
+        row = sums.loc[key if len(key) > 1 else key[0]]
+        out.append(
+            {
+                s: {"attempts": int(row[f"a_{s}"]), "excess": int(row[f"e_{s}"])}
+                for s in sources
+                if row[f"a_{s}"] > 0 or row[f"e_{s}"] > 0
+            }
+        )
+    return out
 
 
 def _clean(value: Any) -> Any:

@@ -44,11 +44,14 @@ RETRY_SOURCES: tuple[str, ...] = (
     "model",
     "resume",
     "framework",
+    "user",
+    "compaction",
     "unknown",
 )
 """Who sent a mutating attempt: the first try, the tool layer's retry loop, the model calling
 the tool again, a resumed run, an agent under test's framework (or own code) re-sending a tool
-call the model made once, or a client that did not say. Each gets two frame columns:
+call the model made once, the model repeating an action after the user asked again or after
+its context was compacted, or a client that did not say. Each gets two frame columns:
 ``attempts_<source>`` (mutating attempts it sent) and ``excess_<source>`` (excess effects
 committed by those attempts)."""
 

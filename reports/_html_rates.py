@@ -28,6 +28,8 @@ SOURCE_NOTES: dict[str, str] = {
     "model": "the model calling the tool again",
     "resume": "a restarted run re-executing a step",
     "framework": "an agent's framework or own code re-sending a tool call the model made once",
+    "user": "the model repeating an action after the user asked again",
+    "compaction": "the model repeating an action after its context was compacted",
     "unknown": "a client that did not say",
 }
 

@@ -107,6 +107,10 @@ class TrialContext:
     """``(call number, intent)`` of every mutating call (to attribute ``resume`` retries)."""
     resume_pending: set[str] = field(default_factory=set)
     """Intents dispatched in a crashed turn and not yet re-sent by the restarted run."""
+    repeat_source: str = "model"
+    """The retry source of a call repeating an intent already sent: ``model``, or what the
+    agent loop last did to the conversation (``user`` once the user asked again,
+    ``compaction`` once the context was compacted)."""
     client: httpx.AsyncClient = field(init=False)
 
     def __post_init__(self) -> None:

@@ -76,6 +76,7 @@ class TrialState(Protocol):
     intents_seen: set[str]
     dispatched: list[tuple[int, str]]
     resume_pending: set[str]
+    repeat_source: str
     action_log: ActionLog | None
     client: httpx.AsyncClient
 
@@ -230,7 +231,8 @@ class _Call:
     number: int = 0
     policy: _Policy = _Policy(0, "none", False)
     source: str = "initial"
-    """Retry source of the first attempt: ``initial``, ``model`` or ``resume``."""
+    """Retry source of the first attempt: ``initial``, ``model``, ``resume``, ``user`` or
+    ``compaction``."""
     key: str | None = None
     record: ActionRecord | None = None
     problems: list[Problem] = field(default_factory=list)
@@ -263,7 +265,7 @@ def _open(ctx: TrialState, call: _Call) -> None:
         call.source = "resume"
         ctx.resume_pending.discard(call.intent)
     elif call.intent in ctx.intents_seen:
-        call.source = "model"
+        call.source = ctx.repeat_source
     ctx.intents_seen.add(call.intent)
     ctx.dispatched.append((call.number, call.intent))
     # The key is made once per call, outside the retry loop (except the random-key bug).

@@ -11,7 +11,7 @@ from typing import Any
 from inspect_ai import Task
 from inspect_ai.dataset import Dataset, MemoryDataset
 from inspect_ai.log import transcript
-from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem
+from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import Tool, ToolDef
 from twice.assertions import EndStateCheck, side_effects
@@ -28,6 +28,7 @@ from twice.mocks import (
 )
 
 from ._context import TrialContexts
+from ._conversation import compact, follow_up, has_mutating_result
 from ._dataset import ASSERTIONS_IGNORED
 from ._inspect_compat import store_events_suspended
 from ._prompts import Prompt, is_builtin_prompt, load_prompt
@@ -231,7 +232,10 @@ def ledger_changes_once() -> None:
 
 @solver
 def resumable_generate(
-    contexts: TrialContexts | None = None, max_restarts: int = MAX_RESTARTS
+    contexts: TrialContexts | None = None,
+    max_restarts: int = MAX_RESTARTS,
+    conversation: str | None = None,
+    task: str = "",
 ) -> Solver:
     """The agent loop, with a checkpoint before every model turn.
 
@@ -243,13 +247,22 @@ def resumable_generate(
     action log, registered compensations) survives; the re-sent attempts carry the retry
     source ``resume``.
 
+    A conversation fault changes the conversation between turns (``twice.tasks`` module
+    ``_conversation``): ``ask_again`` adds the user's follow-up after the final answer and
+    runs the loop once more; ``compaction`` compacts the conversation once the result of a
+    mutating call is in it. Repeated calls then carry the retry source ``user`` or
+    ``compaction``.
+
     Args:
         contexts: The task's live trial contexts (filled by :func:`trial_setup`).
         max_restarts: Restarts allowed per trial before the crash fails the sample.
+        conversation: ``ask_again``, ``compaction`` or None (the conversation is left alone).
+        task: The task's name (the follow-up names its action).
     """
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         key = (state.sample_id, state.epoch)
+        asked = compacted = False
         try:
             while True:
                 mark = len(state.messages)
@@ -271,10 +284,34 @@ def resumable_generate(
                         f"step counter {calls})"
                     )
                     continue
+                if (
+                    conversation == "compaction"
+                    and not compacted
+                    and ctx is not None
+                    and not state.completed
+                    and has_mutating_result(ctx)
+                ):
+                    compacted = True
+                    before = len(state.messages)
+                    state.messages = await compact(state.messages)
+                    ctx.repeat_source = "compaction"
+                    transcript().info(
+                        f"twice: compacted the conversation ({before} messages, tool results "
+                        "removed) after the first mutating call's result came back"
+                    )
+                    continue
                 last = state.messages[-1] if state.messages else None
                 if state.completed or (
                     isinstance(last, ChatMessageAssistant) and not last.tool_calls
                 ):
+                    if conversation == "ask_again" and not asked and not state.completed:
+                        asked = True
+                        text = follow_up(task, state.sample_id, state.epoch)
+                        state.messages.append(ChatMessageUser(content=text))
+                        if ctx is not None:
+                            ctx.repeat_source = "user"
+                        transcript().info(f"twice: the user asks again: {text!r}")
+                        continue
                     return state
                 if isinstance(last, ChatMessageAssistant):
                     # Tool calls were not resolved (should not happen with "single").
@@ -458,9 +495,9 @@ def twice_task(
     lean, held = hold_metadata(dataset)
     contexts: TrialContexts = {}
     loop = (
-        resumable_generate(contexts)
+        resumable_generate(contexts, conversation=get_fault(fault).conversation, task=name)
         if agent == REACT
-        else agent_solver(agent, contexts, name, p.text, mocks)
+        else agent_solver(agent, contexts, name, p.text, mocks, _agent_follow_up(name, fault))
     )
     return Task(
         name=name,
@@ -487,6 +524,13 @@ def twice_task(
             }
         },
     )
+
+
+def _agent_follow_up(task: str, fault: str) -> Callable[[str | int, int], str] | None:
+    """The follow-up an agent under test is asked again with, under ``ask_again``."""
+    if get_fault(fault).conversation != "ask_again":
+        return None
+    return lambda sample_id, epoch: follow_up(task, sample_id, epoch)
 
 
 def dataset_digest(dataset: Dataset) -> str:
@@ -565,4 +609,10 @@ def check_agent_cell(
         raise AgentError(
             f"fault {fault!r} restarts the run from twice's checkpoints, which only the "
             f"{REACT!r} agent has; agent {agent!r} accepts the other faults"
+        )
+    if get_fault(fault).conversation == "compaction":
+        raise AgentError(
+            f"fault {fault!r} compacts the conversation inside twice's own agent loop, which "
+            f"only the {REACT!r} agent has (an agent under test compacts its own); agent "
+            f"{agent!r} accepts the other faults, ask_again included"
         )

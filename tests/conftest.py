@@ -280,3 +280,73 @@ def trial_ledgers(reference_run: RunResult) -> Any:
         raise LookupError(f"no log for {model} / {fault} / {protection}")
 
     return find
+
+
+CONVERSATION_SUITE = Suite(
+    (
+        Matrix(
+            models=("stub/retry", "stub/no-retry", "stub/verify"),
+            tasks=("refund",),
+            faults=(
+                "ask_again",
+                "compaction",
+                "lost_reply+ask_again",
+                "timeout_before_commit+ask_again",
+            ),
+            protections=("bare",),
+        ),
+        Matrix(
+            models=("stub/retry", "stub/no-retry"),
+            tasks=("refund",),
+            faults=("ask_again", "compaction"),
+            protections=("intent-key", "declared", "retry-stepkey", "lookup"),
+        ),
+        Matrix(
+            models=("stub/retry",),
+            tasks=("refund",),
+            faults=("lost_reply+ask_again",),
+            protections=("intent-key", "declared"),
+        ),
+    ),
+    limit=2,
+    source="tests/conftest.py",
+)
+"""The conversation faults' reference cells (docs/concepts/reference-results.md), two samples
+each."""
+
+
+def _ledgers_of(run: RunResult) -> Any:
+    from inspect_ai.log import read_eval_log
+    from twice.mocks import ledgers
+
+    def find(model: str, fault: str, protection: str) -> list[Ledger]:
+        for log in run.logs:
+            meta = (log.eval.metadata or {}).get("twice", {})
+            if (
+                log.eval.model == model
+                and meta.get("fault") == fault
+                and meta.get("protection") == protection
+            ):
+                return ledgers(read_eval_log(log.location))
+        raise LookupError(f"no log for {model} / {fault} / {protection}")
+
+    return find
+
+
+@pytest.fixture(scope="session")
+def conversation_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    """One in-process run of the conversation faults' reference suite."""
+    return run_suite(CONVERSATION_SUITE, tmp_path_factory.mktemp("conversation"), report=True)
+
+
+@pytest.fixture(scope="session")
+def conversation_summary(conversation_run: RunResult) -> dict[str, Any]:
+    """That run's summary.json, parsed."""
+    data: dict[str, Any] = json.loads(Path(conversation_run.summary_path).read_text())
+    return data
+
+
+@pytest.fixture(scope="session")
+def conversation_ledgers(conversation_run: RunResult) -> Any:
+    """``conversation_ledgers(model, fault, protection)`` → the ledgers of that cell's trials."""
+    return _ledgers_of(conversation_run)

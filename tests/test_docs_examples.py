@@ -122,6 +122,10 @@ RUN_BY: dict[str, tuple[str, str]] = {
         "tests/docs/test_docs_data.py",
         "test_the_summary_shown_has_only_keys_a_run_writes",
     ),
+    "evals/conversation.toml": (
+        "tests/tasks/test_conversation_faults.py",
+        "test_the_conversation_suite_file_runs_the_controls_on_every_builtin_task",
+    ),
     "evals/default.toml": (
         "tests/docs/test_docs_data.py",
         "test_every_shipped_suite_loads",

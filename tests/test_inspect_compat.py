@@ -67,3 +67,10 @@ def test_inspect_compat_provider_sdk_flags_are_booleans() -> None:
 
 def test_inspect_compat_task_log_resolves_the_revision() -> None:
     assert callable(evals_compat.task_log().resolve_revision)
+
+
+def test_inspect_compat_compaction_placeholder_is_the_one_inspect_writes() -> None:
+    # A stub knows a result was compacted away only by inspect's placeholder text.
+    from inspect_ai.model._compaction import edit
+
+    assert mocks_compat.TOOL_RESULT_REMOVED == edit.TOOL_RESULT_REMOVED

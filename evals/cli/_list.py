@@ -8,7 +8,7 @@ import click
 @click.command("list")
 def list_() -> None:
     """List tasks, prompts, faults, protections and stub models."""
-    from twice.mocks import FAULTS, STUB_MODELS, noisy_retry_rate
+    from twice.mocks import CONVERSATION_FAULTS, FAULTS, STUB_MODELS, noisy_retry_rate
     from twice.tasks import PROTECTIONS, TASKS, builtin_prompts
 
     click.echo("tasks:")
@@ -23,6 +23,9 @@ def list_() -> None:
     for name, fault in FAULTS.items():
         doc = (type(fault).__doc__ or "").strip().splitlines()[0]
         click.echo(f"  {name:<24} {doc}")
+    for name, doc in CONVERSATION_FAULTS.items():
+        click.echo(f"  {name:<24} {doc}")
+    click.echo(f"  {'FAULT+' + '|'.join(CONVERSATION_FAULTS):<24} both: lost_reply+ask_again ...")
     click.echo("protections:")
     for name, p in PROTECTIONS.items():
         click.echo(f"  {name:<24} {p.summary}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from twice.mocks import FAULTS, STUB_MODELS, UsageError
+from twice.mocks import STUB_MODELS, UsageError, get_fault
 from twice.reports import Cell
 from twice.tasks import (
     AGENT_FAULTS_REFUSED,
@@ -192,7 +192,7 @@ class Suite:
                         f"a [[matrix]] block in {self.source} has an empty {axis!r} list"
                     )
             _check_tasks(m.tasks)
-            _check(m.faults, FAULTS, "fault")
+            _check_faults(m.faults)
             _check(m.protections, PROTECTIONS, "protection")
             _check_prompts(m.prompts, named)
             _check_models(m.models)
@@ -259,6 +259,13 @@ class Suite:
                     f"fault {refused[0]!r} restarts twice's own agent loop from its "
                     "checkpoints, which an --agent-cmd agent does not have; its other faults "
                     "apply (drop the fault, or run it in a suite of its own)"
+                )
+            talked = [f for m in self.matrices for f in m.faults if get_fault(f).conversation]
+            if talked:
+                raise SuiteError(
+                    f"fault {talked[0]!r} changes the conversation inside twice's own agent "
+                    "loop, which an --agent-cmd agent does not have; its other faults apply "
+                    "(drop the fault, or run it in a suite of its own)"
                 )
             return
         checked: set[str] = set()
@@ -362,6 +369,15 @@ def _check_own_task_takes_agents(task: str, agent: str) -> None:
             f"{agent!r}: add agent: str = 'react' and mocks: dict[str, str] | None = None "
             "and pass them to twice_task"
         ) from None
+
+
+def _check_faults(faults: Sequence[str]) -> None:
+    """Wire faults, conversation faults, and the two joined by ``+`` (``get_fault``)."""
+    for fault in faults:
+        try:
+            get_fault(fault)
+        except ValueError as ex:
+            raise SuiteError(str(ex)) from None
 
 
 def _check(values: Sequence[str], known: dict[str, Any], what: str) -> None:

@@ -46,12 +46,15 @@ async def openai_agents(request: str, ctx: AgentContext) -> str:
             model=ctx.model,
             tools=[function_tool(fn) for fn in _tools(ctx, client)],
         )
-        result = await Runner.run(agent, request, max_turns=MAX_TURNS)
+        # The session's earlier turns, as the SDK takes a conversation: input items.
+        items: list[Any] = [{"role": r, "content": t} for r, t in ctx.history]
+        items.append({"role": "user", "content": request})
+        result = await Runner.run(agent, items if ctx.history else request, max_turns=MAX_TURNS)
         return str(result.final_output)
 
 
 async def _langgraph(request: str, ctx: AgentContext, *, retry: bool) -> str:
-    from langchain_core.messages import HumanMessage, SystemMessage
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
@@ -78,7 +81,10 @@ async def _langgraph(request: str, ctx: AgentContext, *, retry: bool) -> str:
         graph.add_conditional_edges("agent", tools_condition, ["tools", END])
         graph.add_edge("tools", "agent")
         app = graph.compile()
-        messages = [SystemMessage(ctx.instructions), HumanMessage(request)]
+        messages: list[BaseMessage] = [SystemMessage(ctx.instructions)]
+        for role, text in ctx.history:  # the session's earlier turns
+            messages.append(HumanMessage(text) if role == "user" else AIMessage(text))
+        messages.append(HumanMessage(request))
         config: RunnableConfig = {"recursion_limit": 2 * MAX_TURNS}
         # MessagesState wants list[AnyMessage]; a list of the two message classes is one.
         result = await app.ainvoke({"messages": messages}, config)  # type: ignore[call-overload]
@@ -113,6 +119,13 @@ async def pydantic_ai(request: str, ctx: AgentContext) -> str:
     """
     from openai import AsyncOpenAI
     from pydantic_ai import Agent, ModelRetry
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        TextPart,
+        UserPromptPart,
+    )
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
@@ -133,5 +146,11 @@ async def pydantic_ai(request: str, ctx: AgentContext) -> str:
             instructions=ctx.instructions,
             tools=[retry_on_http_errors(fn) for fn in _tools(ctx, client)],
         )
-        result = await agent.run(request)
+        history: list[ModelMessage] = [  # the session's earlier turns
+            ModelRequest(parts=[UserPromptPart(text)])
+            if role == "user"
+            else ModelResponse(parts=[TextPart(text)])
+            for role, text in ctx.history
+        ]
+        result = await agent.run(request, message_history=history or None)
         return str(result.output)

@@ -42,6 +42,10 @@ class AgentContext:
         epoch: The epoch (1-based).
         metadata: The sample's own metadata, minus what only the eval may see (the stubs' gold
             plan, the expected effects, the services' starting state).
+        history: The conversation's earlier turns as ``(role, text)`` pairs (``"user"``,
+            ``"assistant"``), oldest first: empty on the first request; under the
+            ``ask_again`` fault the user's request and the agent's answer when the agent is
+            called again with the user's follow-up, as a chat product keeps a session.
     """
 
     urls: Mapping[str, str]
@@ -51,6 +55,7 @@ class AgentContext:
     sample_id: str | int = ""
     epoch: int = 1
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    history: tuple[tuple[str, str], ...] = ()
 
 
 AgentFunction = Callable[[str, AgentContext], Awaitable[str]]

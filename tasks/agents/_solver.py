@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +112,7 @@ def agent_solver(
     task: str,
     prompt_text: str,
     mocks: Mapping[str, str] | None = None,
+    follow_up: Callable[[str | int, int], str] | None = None,
 ) -> Solver:
     """Run ``agent`` on the trial's request; score what the services saw, even if it crashed.
 
@@ -127,6 +129,10 @@ def agent_solver(
         task: The task name (given to the agent in its context).
         prompt_text: The cell's system prompt (the agent's instructions).
         mocks: Production URL by service name, served by the trial's services.
+        follow_up: The ``ask_again`` fault: the user's follow-up for a trial (by sample id and
+            epoch). The agent is called a second time with it and the first exchange in
+            ``ctx.history``; the mutating attempts of that call carry the retry source
+            ``user``.
     """
     fn = load_agent(agent)
     mock_hosts = dict(mocks or {})
@@ -156,6 +162,21 @@ def agent_solver(
                     seconds = _time_limit
                     with anyio.move_on_after(seconds) as scope:
                         result = await fn(state.input_text, actx)
+                        if follow_up is not None and isinstance(result, str):
+                            text = follow_up(state.sample_id, state.epoch)
+                            asked = dataclasses.replace(
+                                actx, history=(("user", state.input_text), ("assistant", result))
+                            )
+                            before = len(services.ledger.attempts)
+                            transcript().info(f"twice: the user asks again: {text!r}")
+                            try:
+                                result = await fn(text, asked)
+                            finally:
+                                # The agent's own tools say nothing of who sent an attempt:
+                                # every mutating one the follow-up caused is the user's.
+                                for attempt in services.ledger.attempts[before:]:
+                                    if attempt.mutating:
+                                        attempt.source = "user"
                     if scope.cancel_called:  # also when the agent swallowed the cancel
                         raise AgentTimedOut(f"timed out after {seconds:g} s (--agent-timeout)")
                     if anyio.current_time() > scope.deadline:

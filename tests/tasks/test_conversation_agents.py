@@ -1,0 +1,52 @@
+"""The user asks again an agent under test: it is called a second time with the follow-up and
+the first exchange in ``ctx.history``, and what that call sends carries the retry source user."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from inspect_ai import eval, task_with
+from inspect_ai.model import get_model
+from twice.mocks import LEDGER_STORE_KEY
+from twice.tasks import refund
+from twice.tasks.agents import AGENT_STORE_KEY
+
+AGENTS = ("openai-agents", "langgraph", "pydantic-ai")
+STUBS = {"stub/retry": 2, "stub/no-retry": 1, "stub/verify": 1}
+"""Refunds on the server after the user asks again, per control: retry redoes it, no-retry
+answers from the session's history, verify looks first."""
+
+
+def test_conversation_agents_asked_again_keep_the_controls_apart(tmp_path: Path) -> None:
+    tasks = [
+        task_with(
+            refund(fault="ask_again", agent=agent), model=get_model(stub), name=f"{agent}|{stub}"
+        )
+        for agent in AGENTS
+        for stub in STUBS
+    ]
+    logs = eval(tasks, display="none", log_dir=str(tmp_path), limit=1, max_tasks=4)
+    assert all(log.status == "success" for log in logs), [log.error for log in logs]
+    seen = {}
+    for log in logs:
+        agent, stub = (log.eval.task or "").split("|")
+        (sample,) = log.samples or []
+        assert sample.store[AGENT_STORE_KEY]["crashed"] is False, sample.store[AGENT_STORE_KEY]
+        ledger = sample.store[LEDGER_STORE_KEY]
+        seen[agent, stub] = len(ledger["effects"])
+        sources = [a["source"] for a in ledger["attempts"] if a["mutating"]]
+        if stub == "stub/retry":
+            # The agent's own tools say nothing; the follow-up's attempt is the user's.
+            assert sources[-1] == "user" and sources.count("user") == 1, (agent, sources)
+        else:
+            assert "user" not in sources, (agent, stub, sources)
+    assert seen == {(a, s): n for a in AGENTS for s, n in STUBS.items()}
+
+
+@pytest.mark.parametrize("fault", ["compaction", "lost_reply+compaction"])
+def test_conversation_agents_compaction_is_refused_naming_what_applies(fault: str) -> None:
+    from twice.tasks.agents import AgentError
+
+    with pytest.raises(AgentError, match="ask_again included"):
+        refund(fault=fault, agent="langgraph")
