@@ -43,6 +43,15 @@ from ..suite import DEFAULT_HANG_SECONDS
     help="Seconds a trial holds a lost reply (lost_reply, timeout_before_commit) open before "
     "closing the connection, when the trial gives no hang_seconds (at most 600).",
 )
+@click.option(
+    "--openapi",
+    "openapi",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="Serve the OpenAPI document PATH (JSON or YAML) as the service NAME, in trials of the "
+    "task NAME (repeatable; NAME=PATH:DATASET.jsonl for samples, ',OVERRIDES.yaml' to fix "
+    "inference).",
+)
 def serve(
     host: str,
     port: int,
@@ -50,6 +59,7 @@ def serve(
     token: str | None,
     tasks: tuple[str, ...],
     hang_seconds: float = DEFAULT_HANG_SECONDS,
+    openapi: tuple[str, ...] = (),
 ) -> None:
     """Serve the mock services, faults and idempotency store over real HTTP and MCP.
 
@@ -63,7 +73,13 @@ def serve(
 
     try:
         stopped_by = run_server(
-            host=host, port=port, db=db, token=token, tasks=tasks, hang_seconds=hang_seconds
+            host=host,
+            port=port,
+            db=db,
+            token=token,
+            tasks=tasks,
+            hang_seconds=hang_seconds,
+            openapi=openapi,
         )
     except KeyboardInterrupt:
         sys.exit(130)

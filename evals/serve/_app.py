@@ -167,7 +167,7 @@ class TwiceServer(TrialRegistry):
         query = scope.get("query_string", b"").decode("latin-1")
         url = svc.base_url + rest + (f"?{query}" if query else "")
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        record = request_record(scope["method"], url, headers, body)
+        record = request_record(scope["method"], url, headers, body, svc.read_headers)
         try:
             response = trial.serve(record)
         except httpx.TimeoutException:

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from twice.tasks import add_openapi_task
+
 from ..suite import DEFAULT_HANG_SECONDS, check_hang_seconds
 from ._app import DEFAULT_HOST, TwiceServer
 from ._errors import ServeError
@@ -87,6 +89,36 @@ def check_options(db: str | Path, token: str | None) -> None:
         )
 
 
+OPENAPI_FORM = "NAME=PATH[:DATASET.jsonl][,OVERRIDES]"
+
+
+def openapi_tasks(specs: Sequence[str]) -> tuple[str, ...]:
+    """Make a task of each ``--openapi`` value and return their names: ``NAME=PATH`` serves
+    the document at PATH as the service NAME, in trials of the task NAME (one sample,
+    ``NAME-1``, with no starting objects); ``NAME=PATH:DATASET.jsonl`` takes the samples
+    from a dataset; ``,OVERRIDES`` adds an overrides file.
+
+    Raises:
+        ServeError: naming a value not of that form, or a document, dataset or overrides
+            file that cannot be used.
+    """
+    names: list[str] = []
+    for spec in specs:
+        name, eq, rest = spec.partition("=")
+        rest, comma, overrides = rest.partition(",")
+        path, colon, dataset = rest.rpartition(":") if rest.endswith(".jsonl") else (rest, "", "")
+        if not eq or not name or not path or (colon and not dataset):
+            raise ServeError(f"--openapi {spec!r}: expected {OPENAPI_FORM}")
+        if name in names:
+            raise ServeError(f"--openapi {spec!r}: the name {name!r} is given twice")
+        try:
+            add_openapi_task(name, path, dataset or None, overrides if comma else None)
+        except ValueError as ex:
+            raise ServeError(f"--openapi {spec!r}: {ex}") from None
+        names.append(name)
+    return tuple(names)
+
+
 def _prepare(
     host: str,
     port: int,
@@ -94,6 +126,7 @@ def _prepare(
     token: str | None,
     tasks: Sequence[str],
     hang_seconds: float = DEFAULT_HANG_SECONDS,
+    openapi: Sequence[str] = (),
 ) -> tuple[socket.socket, TwiceServer]:
     check_options(db, token)
     if not is_loopback(host) and not token:
@@ -105,6 +138,7 @@ def _prepare(
         check_hang_seconds(hang_seconds, "--hang-seconds")
     except ValueError as ex:
         raise ServeError(str(ex)) from None
+    tasks = (*tasks, *openapi_tasks(openapi))
     own_tasks(tasks)  # before the database and the port are touched
     sock = _bind(host, port)  # first: a busy port leaves no database or lock behind
     try:
@@ -257,6 +291,7 @@ def serve(
     out: TextIO | None = None,
     tasks: Sequence[str] = (),
     hang_seconds: float = DEFAULT_HANG_SECONDS,
+    openapi: Sequence[str] = (),
 ) -> int | None:
     """Run ``twice serve`` in the foreground until a stop signal.
 
@@ -264,6 +299,8 @@ def serve(
     on ``out`` (standard output): a client may read it for the port. ``tasks``: tasks of your
     own (``path.py:function``) trials may be made of, beside the built-in ones.
     ``hang_seconds``: how long a trial that gives none holds a lost reply open.
+    ``openapi``: services made from OpenAPI documents, ``NAME=PATH`` each (see
+    :func:`openapi_tasks`).
 
     Returns:
         The signal that stopped it, when that signal's own action did not end the process
@@ -276,7 +313,7 @@ def serve(
             a task of your own that cannot be loaded, or a ``hang_seconds`` out of range.
     """
     stream = out or sys.stdout
-    sock, app = _prepare(host, port, db, token, tasks, hang_seconds)
+    sock, app = _prepare(host, port, db, token, tasks, hang_seconds, openapi)
 
     def started() -> None:
         if app.replayed:  # on stderr: the first line of stdout is the address
@@ -298,6 +335,7 @@ def running_server(
     tasks: Sequence[str] = (),
     idle_seconds: float = IDLE_SECONDS,
     hang_seconds: float = DEFAULT_HANG_SECONDS,
+    openapi: Sequence[str] = (),
 ) -> Iterator[Running]:
     """Run a twice server in a background thread (tests, benches, ``--agent-cmd``).
 
@@ -305,11 +343,12 @@ def running_server(
     ``idle_seconds``: how long a connection may wait for a whole request (see
     :data:`IDLE_SECONDS`).
     ``hang_seconds``: how long a trial that gives none holds a lost reply open.
+    ``openapi``: services made from OpenAPI documents, ``NAME=PATH`` each.
 
     Yields:
         The running server; it stops when the block ends.
     """
-    sock, app = _prepare(host, port, db, token, tasks, hang_seconds)
+    sock, app = _prepare(host, port, db, token, tasks, hang_seconds, openapi)
     ready = threading.Event()
     loop = asyncio.new_event_loop()
     stop_event: asyncio.Event | None = None

@@ -1,0 +1,154 @@
+"""``twice serve --openapi``: a service made from Stripe's published document, over loopback,
+driven by the official Stripe SDK unchanged."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import stripe
+from twice.evals.serve import ServeError, running_server
+from twice.evals.serve._server import openapi_tasks
+
+DOCS = Path(__file__).parents[1] / "mocks" / "openapi_docs"
+STRIPE = DOCS / "stripe.json"
+TWILIO = DOCS / "twilio_messages.json"
+EXAMPLES = Path(__file__).parents[2] / "docs" / "examples" / "openapi"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_server(
+        openapi=[f"stripe={STRIPE},{EXAMPLES / 'stripe_overrides.yaml'}", f"twilio={TWILIO}"]
+    ) as running:
+        yield running.url
+
+
+@pytest.fixture
+def trial(server: str) -> Callable[..., dict[str, Any]]:
+    def make(**body: Any) -> dict[str, Any]:
+        r = httpx.post(f"{server}/_twice/trials", json={"task": "stripe", **body})
+        assert r.status_code == 201, r.text
+        return dict(r.json())
+
+    return make
+
+
+def ledger(server: str, trial: dict[str, Any]) -> dict[str, Any]:
+    r = httpx.get(f"{server}/_twice/trials/{trial['id']}/ledger")
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+@pytest.fixture
+def stripe_sdk() -> Iterator[Callable[[str], None]]:
+    saved = (
+        stripe.api_key,
+        stripe.api_base,
+        stripe.default_http_client,
+        stripe.max_network_retries,
+    )
+
+    def point(url: str) -> None:
+        stripe.api_key = "sk_test_twice_not_a_secret"
+        stripe.api_base = url
+        stripe.default_http_client = stripe.RequestsClient(timeout=5)
+
+    yield point
+    stripe.api_key, stripe.api_base, stripe.default_http_client, stripe.max_network_retries = saved
+
+
+def test_serve_openapi_trial_has_the_generated_service(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    t = trial()
+    assert t["urls"]["stripe"] == f"{server}/t/{t['id']}/stripe"
+    assert t["sample"] == "stripe-1"
+    r = httpx.get(f"{t['urls']['stripe']}/v1/refunds")
+    assert r.status_code == 200 and r.json()["data"] == []
+
+
+def test_serve_openapi_stripe_sdk_own_retries_refund_once(
+    server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str], None]
+) -> None:
+    t = trial(fault="reset_after_commit")
+    stripe_sdk(t["urls"]["stripe"])
+    stripe.max_network_retries = 2
+    refund = stripe.Refund.create(charge="ch_1", amount=499)
+    assert (refund.id, refund.amount, refund.object) == ("re_1", 499, "refund")
+    attempts = ledger(server, t)["attempts"]
+    assert attempts[0]["key"] == attempts[1]["key"] and attempts[1]["replayed"]
+    assert [e["id"] for e in ledger(server, t)["effects"]] == ["re_1"]
+
+
+def test_serve_openapi_stripe_sdk_application_retry_refunds_twice(
+    server: str, trial: Callable[..., Any], stripe_sdk: Callable[[str], None]
+) -> None:
+    t = trial(fault="reset_after_commit")
+    stripe_sdk(t["urls"]["stripe"])
+    stripe.max_network_retries = 0
+    made = None
+    for _ in range(2):  # the application's own retry: every call gets a new key
+        try:
+            made = stripe.Refund.create(charge="ch_1", amount=499)
+            break
+        except stripe.APIConnectionError:
+            continue
+    assert made is not None and made.id == "re_2"
+    effects = ledger(server, t)["effects"]
+    assert [(e["id"], e["name"]) for e in effects] == [
+        ("re_1", "stripe.refund.create"),
+        ("re_2", "stripe.refund.create"),
+    ]
+
+
+def test_serve_openapi_stripe_sdk_sees_a_validation_error(
+    trial: Callable[..., Any], stripe_sdk: Callable[[str], None]
+) -> None:
+    t = trial()
+    stripe_sdk(t["urls"]["stripe"])
+    with pytest.raises(stripe.InvalidRequestError, match="reason"):
+        stripe.Refund.create(charge="ch_1", reason="because")
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("stripe", "expected NAME=PATH"),
+        ("=x.json", "expected NAME=PATH"),
+        ("refund=" + str(STRIPE), "built-in task"),
+        ("pay=/no/such.json", "cannot read"),
+    ],
+)
+def test_serve_openapi_bad_value_is_named(spec: str, says: str) -> None:
+    with pytest.raises(ServeError, match=says):
+        openapi_tasks([spec])
+
+
+AGENT = EXAMPLES / "refund_agent.py"
+
+
+def test_serve_openapi_docs_agent_refunds_once_through_a_lost_reply(
+    server: str, trial: Callable[..., Any]
+) -> None:
+    # The guide's agent, unchanged, pointed by its base URL at a trial whose first reply is
+    # lost after the commit: the SDK's own keyed retry gets the saved reply.
+    t = trial(fault="reset_after_commit")
+    env = {**os.environ, "STRIPE_API_BASE": t["urls"]["stripe"]}
+    done = subprocess.run(
+        [sys.executable, str(AGENT), "ch_1", "499"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "re_1"
+    assert [e["id"] for e in ledger(server, t)["effects"]] == ["re_1"]
