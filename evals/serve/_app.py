@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -165,7 +166,10 @@ class TwiceServer(TrialRegistry):
             )
         body = await body_within(scope, receive, MAX_SERVICE_BODY)
         query = scope.get("query_string", b"").decode("latin-1")
-        url = svc.base_url + rest + (f"?{query}" if query else "")
+        # ASGI gives the path percent-decoded: quoted again, a %09 or a non-ASCII character in
+        # a path parameter stays a valid URL (httpx refuses a raw tab: a 500).
+        path = urllib.parse.quote(rest, safe="/!$&'()*+,;=:@~")
+        url = svc.base_url + path + (f"?{query}" if query else "")
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         record = request_record(scope["method"], url, headers, body, svc.read_headers)
         try:

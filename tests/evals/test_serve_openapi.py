@@ -152,3 +152,15 @@ def test_serve_openapi_docs_agent_refunds_once_through_a_lost_reply(
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "re_1"
     assert [e["id"] for e in ledger(server, t)["effects"]] == ["re_1"]
+
+
+@pytest.mark.parametrize("task", ["stripe", "refund"])
+def test_serve_path_parameter_with_a_control_character_is_a_404(server: str, task: str) -> None:
+    # The failing path (schemathesis found it): the decoded path went into the URL as is,
+    # and a tab in it made the request itself invalid: a 500 with a traceback.
+    t = httpx.post(f"{server}/_twice/trials", json={"task": task}).json()
+    service = "stripe" if task == "stripe" else "payments"
+    path = "/v1/refunds/re%09x%C3%A9" if task == "stripe" else "/v1/orders/o%09x%C3%A9"
+    r = httpx.get(t["urls"][service] + path)
+    assert r.status_code == 404, r.text
+    assert "No such" in r.json()["error"]["message"]
