@@ -170,6 +170,11 @@ class TwiceServer(TrialRegistry):
         # a path parameter stays a valid URL (httpx refuses a raw tab: a 500).
         path = urllib.parse.quote(rest, safe="/!$&'()*+,;=:@~")
         url = svc.base_url + path + (f"?{query}" if query else "")
+        try:
+            httpx.URL(url)
+        except httpx.InvalidURL as ex:  # refused before it is logged: it never reached a service
+            status = 414 if "too long" in str(ex) else 400
+            raise ControlError(status, f"the request URL cannot be served: {ex}") from None
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         record = request_record(scope["method"], url, headers, body, svc.read_headers)
         try:

@@ -3,6 +3,8 @@ driven by the official Stripe SDK unchanged."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import subprocess
 import sys
@@ -164,3 +166,18 @@ def test_serve_path_parameter_with_a_control_character_is_a_404(server: str, tas
     r = httpx.get(t["urls"][service] + path)
     assert r.status_code == 404, r.text
     assert "No such" in r.json()["error"]["message"]
+
+
+def test_serve_path_too_long_for_a_url_is_a_414(server: str) -> None:
+    # The failing path (schemathesis found it): a 5000-character id of 4-byte characters,
+    # quoted, passed httpx's URL limit: a 500 with a traceback.
+    t = httpx.post(f"{server}/_twice/trials", json={"task": "stripe"}).json()
+    url = httpx.URL(t["urls"]["stripe"])
+    conn = http.client.HTTPConnection(url.host, url.port, timeout=10)
+    try:  # http.client: httpx refuses to send a URL that long itself
+        conn.request("GET", url.path + "/v1/refunds/" + "%F3%BC%B3%93" * 6000)
+        r = conn.getresponse()
+        status, body = r.status, json.loads(r.read())
+    finally:
+        conn.close()
+    assert status == 414 and "too long" in body["error"]["message"]
