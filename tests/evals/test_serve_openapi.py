@@ -181,3 +181,34 @@ def test_serve_path_too_long_for_a_url_is_a_414(server: str) -> None:
     finally:
         conn.close()
     assert status == 414 and "too long" in body["error"]["message"]
+
+
+CHECKS = "not_a_server_error,response_schema_conformance"
+"""No 5xx, and every JSON reply valid against the document. Not content_type_conformance:
+uvicorn itself answers a request head past its bound with a plain-text 400 before any
+service sees it."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "doc", "overrides"),
+    [
+        ("stripe", STRIPE, EXAMPLES / "stripe_overrides.yaml"),
+        ("twilio", TWILIO, None),
+        ("adyen", DOCS / "adyen_checkout.json", EXAMPLES / "adyen_overrides.yaml"),
+    ],
+)
+def test_serve_openapi_schemathesis_finds_no_5xx_and_no_reply_breaking_the_document(
+    tmp_path: Path, name: str, doc: Path, overrides: Path | None
+) -> None:
+    pytest.importorskip("schemathesis")
+    spec = f"{name}={doc}" + (f",{overrides}" if overrides else "")
+    with running_server(openapi=[spec]) as running:
+        t = httpx.post(f"{running.url}/_twice/trials", json={"task": name}).json()
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "schemathesis"), "run", str(doc),
+             "--url", t["urls"][name], "--checks", CHECKS, "--max-examples", "5",
+             "--seed", "1", "--phases", "examples,coverage,fuzzing"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=500, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:]
