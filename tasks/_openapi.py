@@ -50,6 +50,14 @@ def openapi_parts(
             ],
             name=name,
         )
+    kinds = {r.name for r in kind().routes()}
     for sample in data:
-        services((sample.metadata or {}).get("state", {}))  # a misspelt key fails here
+        meta = sample.metadata or {}
+        services(meta.get("state", {}))  # a misspelt key fails here
+        for intent in meta.get("intents", []):
+            if intent["effect"] not in kinds:
+                raise ValueError(
+                    f"sample {sample.id!r}: intent effect {intent['effect']!r} is not one the "
+                    f"{name} service makes; its effects: {', '.join(sorted(kinds))}"
+                )
     return TaskParts(name, data, services, lambda ctx: [], None)

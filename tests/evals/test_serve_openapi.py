@@ -212,3 +212,35 @@ def test_serve_openapi_schemathesis_finds_no_5xx_and_no_reply_breaking_the_docum
             cwd=tmp_path, capture_output=True, text=True, timeout=500, check=False,
         )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:]
+
+
+def test_serve_openapi_dataset_gives_state_and_intents_to_the_verdict(tmp_path: Path) -> None:
+    dataset = tmp_path / "refunds.jsonl"
+    sample = {
+        "id": "refund-old-charge",
+        "input": "Refund $4.99 of charge ch_7.",
+        "state": {"refunds": [{"id": "re_old", "amount": 100, "charge": "ch_1"}]},
+        "intents": [
+            {"effect": "pay.refund.create", "identity": {"charge": "ch_7"},
+             "values": {"amount": 499}}
+        ],
+        "plan": [],
+    }  # fmt: skip
+    dataset.write_text(json.dumps(sample) + "\n")
+    overrides = EXAMPLES / "stripe_overrides.yaml"
+    with running_server(openapi=[f"pay={STRIPE}:{dataset},{overrides}"]) as running:
+        t = httpx.post(f"{running.url}/_twice/trials", json={"task": "pay"}).json()
+        assert t["sample"] == "refund-old-charge"
+        api = t["urls"]["pay"]
+        assert httpx.get(f"{api}/v1/refunds/re_old").json()["amount"] == 100
+        for _ in range(2):  # a retry without a key: two refunds for one intent
+            made = httpx.post(f"{api}/v1/refunds", data={"charge": "ch_7", "amount": "499"})
+            assert made.status_code == 200, made.text
+        r = httpx.get(f"{running.url}/_twice/trials/{t['id']}/verdict")
+    metrics = r.json()["metrics"]
+    assert metrics["duplicated"] == 1.0 and metrics["completed"] == 1.0
+    assert metrics["exactly_once"] == 0.0
+    sample["intents"][0]["effect"] = "stripe.refund.create"  # the document's, not this name's
+    dataset.write_text(json.dumps(sample) + "\n")
+    with pytest.raises(ServeError, match=r"'stripe\.refund\.create' is not one the pay service"):
+        openapi_tasks([f"pay={STRIPE}:{dataset}"])
