@@ -244,3 +244,12 @@ def test_serve_openapi_dataset_gives_state_and_intents_to_the_verdict(tmp_path: 
     dataset.write_text(json.dumps(sample) + "\n")
     with pytest.raises(ServeError, match=r"'stripe\.refund\.create' is not one the pay service"):
         openapi_tasks([f"pay={STRIPE}:{dataset}"])
+
+
+def test_serve_cli_bad_openapi_value_exits_2_in_one_line() -> None:
+    from click.testing import CliRunner
+    from twice.evals.cli import cli
+
+    result = CliRunner().invoke(cli, ["serve", "--openapi", "x=/nope.yaml", "--db", ":memory:"])
+    assert result.exit_code == 2
+    assert result.output.strip().count("\n") == 0 and "'/nope.yaml'" in result.output
