@@ -13,7 +13,7 @@ import inspect
 import json
 import re
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -172,7 +172,8 @@ class OpenAPIService(Service):
         store = self.objects[op.resource]
         status, schema = _success_schema(op.spec, self.plan.doc)
         path_fields = {k: v for k, v in params.items() if k != op.item_param}
-        fields = {**{k: v for k, v in path_fields.items() if self._in_path(op, k)}, **body}
+        # The path's own parameters (a parent's id: Twilio's AccountSid) are the request's too.
+        fields = {**{k: v for k, v in path_fields.items() if k in op.path_params}, **body}
         if op.verb == "list":
             return self._list(op, res, store, params, status, schema)
         target = None
@@ -211,10 +212,6 @@ class OpenAPIService(Service):
         ):
             store[oid] = {**(target or {}), **made}
         return self._reply(status, schema, made)
-
-    @staticmethod
-    def _in_path(op: Operation, name: str) -> bool:
-        return name in op.path_params
 
     def _made(self, schema: Any, hints: dict[str, Any]) -> dict[str, Any]:
         value = self.builder.build(schema, hints) if schema is not None else dict(hints)
@@ -274,10 +271,6 @@ def _id_of(value: Any) -> str | None:
     return None
 
 
-def _iter_state_keys(plan: Plan) -> Iterator[str]:
-    return (r.state_key for r in plan.resources.values())
-
-
 _SECRET_HEADER = re.compile(r"authorization|cookie|token|secret|api[-_]?key", re.IGNORECASE)
 
 
@@ -323,7 +316,7 @@ def openapi_service(
     params = [inspect.Parameter("base_url", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
     params += [
         inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None)
-        for k in _iter_state_keys(plan)
+        for k in (r.state_key for r in plan.resources.values())
     ]
     cls_name = "".join(w.capitalize() for w in plan.name.split("_")) + "Service"
     cls = type(

@@ -64,9 +64,8 @@ class Builder:
         schema = _deref(self.plan.doc, schema)
         if not isinstance(schema, dict) or depth > _MAX_DEPTH:
             return None
-        for k in ("default", "example"):
-            if k in schema and k == "default" and self.valid(schema, schema[k]):
-                return copy.deepcopy(schema[k])
+        if "default" in schema and self.valid(schema, schema["default"]):
+            return copy.deepcopy(schema["default"])
         if schema.get("enum"):
             return schema["enum"][0]
         if "const" in schema:
