@@ -39,6 +39,8 @@ from ._ledger import (
     outcome_of,
 )
 from ._live import forget_held_metadata, keep_held_metadata, trial_metadata
+from ._openapi import OpenAPIService, openapi_service
+from ._openapi_plan import OpenAPIError
 from ._own_transport import start as start_own_transport
 from ._own_transport import stop as stop_own_transport
 from ._own_transport import through_own_transport
@@ -104,6 +106,8 @@ __all__ = [
     "Ledger",
     "LostReply",
     "NoFault",
+    "OpenAPIError",
+    "OpenAPIService",
     "OrdersService",
     "Outcome",
     "PaymentsService",
@@ -137,6 +141,7 @@ __all__ = [
     "live_ledger",
     "noisy_retry_rate",
     "not_found",
+    "openapi_service",
     "outcome_of",
     "raise_if_stub_could_not_play",
     "services_from_state",

@@ -13,6 +13,7 @@ import httpx
 
 from ._idempotency import IdempotencyStore
 from ._ledger import Attempt, Effect, Ledger
+from ._wire import KEY_HEADER, error_response
 
 
 class _Owner(Protocol):
@@ -88,6 +89,11 @@ class Service:
     without key support ignores the header entirely (it is still recorded on the attempt)."""
     api_name: ClassVar[str | None] = None
     """What messages call the service ("helpdesk API"); None: ``"<name> API"``."""
+    key_header: ClassVar[str] = KEY_HEADER
+    """The request header carrying the idempotency key (an API may declare another name)."""
+    read_headers: ClassVar[frozenset[str]] = frozenset()
+    """Lowercase names of request headers the service reads beyond twice's own (a server
+    that logs requests to replay them keeps these); never credentials."""
 
     def __init__(self, base_url: str | None = None) -> None:
         self.base_url = _normal_base_url(base_url or self.default_base_url)
@@ -98,6 +104,14 @@ class Service:
     def routes(self) -> list[Route]:
         """The service's endpoints."""
         raise NotImplementedError
+
+    def error_response(
+        self, status: int, message: str, type: str = "invalid_request_error"
+    ) -> httpx.Response:
+        """An error in the service's own shape; the refusals the base class makes (a body
+        that is not parameters, the idempotency-key rules) use it. Default: the Stripe shape
+        ``{"error": {"type", "message"}}``."""
+        return error_response(status, message, type)
 
     @property
     def label(self) -> str:

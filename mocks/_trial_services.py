@@ -340,6 +340,7 @@ class Services:
         route: str | None,
         mutating: bool,
         params: dict[str, Any],
+        key_header: str = KEY_HEADER,
     ) -> Attempt:
         call = request.headers.get(CALL_HEADER)
         attempt = Attempt(
@@ -349,7 +350,7 @@ class Services:
             path=request.url.path,
             route=route,
             mutating=mutating,
-            key=request.headers.get(KEY_HEADER),
+            key=request.headers.get(key_header),
             params=params,
             source=request.headers.get(SOURCE_HEADER, "unknown"),
             call=int(call) if call and call.isdigit() else None,
@@ -420,7 +421,12 @@ class Services:
     ) -> Generator[None, None, httpx.Response]:
         params, problem = request_params(request, path_params)
         attempt = self._record(
-            request, service=service.name, route=route.name, mutating=route.mutating, params=params
+            request,
+            service=service.name,
+            route=route.name,
+            mutating=route.mutating,
+            params=params,
+            key_header=service.key_header,
         )
         fault = self._fault_for(attempt)
         if fault is not None:
@@ -434,7 +440,7 @@ class Services:
         if key is not None:
             decision = service.keys.begin(key, fingerprint(request.method, route.path, params))
             if decision.kind != "new" and decision.kind != "replay":
-                response = key_rejection(decision.kind, key)
+                response = key_rejection(decision.kind, key, service.error_response)
                 if fault is not None:
                     self._defer(attempt, fault)
                 self._finish(attempt, response)
@@ -461,7 +467,7 @@ class Services:
                 service.keys.release(key)
             if fault is not None:
                 self._defer(attempt, fault)
-            response = error_response(400, problem)
+            response = service.error_response(400, problem)
             self._finish(attempt, response)
             return response
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -106,24 +107,27 @@ def _has_lone_surrogate(body: Any) -> bool:
     return False
 
 
-def key_rejection(kind: str, key: str) -> httpx.Response:
-    """The response to a keyed request that must not run (Stripe v1 / IETF rules)."""
+def key_rejection(
+    kind: str, key: str, error: Callable[..., httpx.Response] = error_response
+) -> httpx.Response:
+    """The response to a keyed request that must not run (Stripe v1 / IETF rules), made by
+    ``error`` (``error(status, message, type=...)``: the service's own error shape)."""
     if kind == "too_long":
-        return error_response(
+        return error(
             400, f"Idempotency-Key is {len(key)} characters; at most {MAX_KEY_LENGTH} allowed"
         )
     if kind == "malformed":
         what = "empty" if not key else f"{key!r}, not printable ASCII"
-        return error_response(400, f"Idempotency-Key is {what}; give a unique key per operation")
+        return error(400, f"Idempotency-Key is {what}; give a unique key per operation")
     if kind == "conflict":
-        return error_response(
+        return error(
             422,
             "Keys for idempotent requests can only be used with the same parameters they were "
             f"first used with. Key {key!r} was used with different parameters.",
             type="idempotency_error",
         )
     # In flight: not saved, so a retry with the same key gets the first request's response.
-    return error_response(
+    return error(
         409,
         f"A request with key {key!r} is already in progress; it has not finished yet. "
         "Do not repeat it: retry with the same key shortly.",

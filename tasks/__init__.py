@@ -7,6 +7,7 @@ from inspect_ai import Task
 
 from ._dataset import Record, load_dataset, load_records
 from ._inspect_compat import is_registry_object
+from ._openapi import openapi_parts as _openapi_parts
 from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt, read_regular_file
 from ._protections import PROTECTIONS, Protection, get_protection
 from ._redact import (
@@ -144,6 +145,26 @@ def task_parts(name: str) -> TaskParts:
 _PARTS: dict[str, TaskParts] = {}
 
 
+def add_openapi_task(
+    name: str,
+    path: str,
+    dataset: str | None = None,
+    overrides: str | None = None,
+) -> TaskParts:
+    """Make the task ``name`` from an OpenAPI document (see :func:`openapi_parts`) and
+    register its parts, so :func:`task_parts` (and ``twice serve``) finds it by ``name``.
+
+    Raises:
+        ValueError: for a built-in task's name, or a document, overrides or dataset twice
+            cannot use.
+    """
+    if name in TASKS:
+        raise ValueError(f"{name!r} is a built-in task; give the OpenAPI service another name")
+    parts = _openapi_parts(name, path, dataset, overrides)
+    _PARTS[name] = parts
+    return parts
+
+
 __all__ = [
     "ACTION_LOG_STORE_KEY",
     "AGENT_FAULTS_REFUSED",
@@ -172,6 +193,7 @@ __all__ = [
     "ToolSpec",
     "TrialContext",
     "Undo",
+    "add_openapi_task",
     "archive_record",
     "builtin_prompts",
     "check_agent_cell",

@@ -54,6 +54,18 @@ RUN_BY: dict[str, tuple[str, str]] = {
         "tests/evals/test_agent_cmd.py",
         "test_a_node_agents_own_retry_loop_is_charged_to_the_framework_not_the_model",
     ),
+    "docs/examples/openapi/adyen_overrides.yaml": (
+        "tests/mocks/test_openapi_service.py",
+        "test_openapi_adyen_refund_with_overrides_and_its_declared_key_header",
+    ),
+    "docs/examples/openapi/refund_agent.py": (
+        "tests/evals/test_serve_openapi.py",
+        "test_serve_openapi_docs_agent_refunds_once_through_a_lost_reply",
+    ),
+    "docs/examples/openapi/stripe_overrides.yaml": (
+        "tests/evals/test_serve_openapi.py",
+        "test_serve_openapi_stripe_sdk_own_retries_refund_once",
+    ),
     "docs/examples/own_assertion.py": (
         "tests/test_docs_examples.py",
         "test_own_assertion_example_prints_what_the_page_shows",

@@ -59,6 +59,15 @@ from ..suite import DEFAULT_HANG_SECONDS
     metavar="HOST",
     help="A host other than loopback an --upstream may be on (repeatable).",
 )
+@click.option(
+    "--openapi",
+    "openapi",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="Serve the OpenAPI document PATH (JSON or YAML) as the service NAME, in trials of the "
+    "task NAME (repeatable; NAME=PATH:DATASET.jsonl for samples, ',OVERRIDES.yaml' to fix "
+    "inference).",
+)
 def serve(
     host: str,
     port: int,
@@ -68,6 +77,7 @@ def serve(
     hang_seconds: float = DEFAULT_HANG_SECONDS,
     upstreams: tuple[str, ...] = (),
     upstream_allow: tuple[str, ...] = (),
+    openapi: tuple[str, ...] = (),
 ) -> None:
     """Serve the mock services, faults and idempotency store over real HTTP and MCP.
 
@@ -91,6 +101,7 @@ def serve(
             hang_seconds=hang_seconds,
             upstreams=upstreams,
             upstream_allow=upstream_allow,
+            openapi=openapi,
         )
     except KeyboardInterrupt:
         sys.exit(130)

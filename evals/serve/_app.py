@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -179,9 +180,7 @@ class TwiceServer(TrialRegistry):
                 )
             else:
                 assert svc is not None
-                url = svc.base_url + rest + (f"?{query}" if query else "")
-                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-                response = trial.serve(request_record(scope["method"], url, headers, body))
+                response = trial.serve(_service_record(svc, scope, rest, query, body))
         except httpx.TimeoutException:
             await self._hold_reply(trial, receive, send)
             return
@@ -218,3 +217,24 @@ class TwiceServer(TrialRegistry):
             for wait in waits:
                 wait.cancel()
         await drop_reply(send)
+
+
+def _service_record(
+    svc: Any, scope: dict[str, Any], rest: str, query: str, body: bytes
+) -> dict[str, Any]:
+    """The request log's record of a request to a (mock or generated) service.
+
+    Raises:
+        ControlError: 414 or 400 for a URL httpx cannot build; it never reached a service.
+    """
+    # ASGI gives the path percent-decoded: quoted again, a %09 or a non-ASCII character in
+    # a path parameter stays a valid URL (httpx refuses a raw tab: a 500).
+    path = urllib.parse.quote(rest, safe="/!$&'()*+,;=:@~")
+    url = svc.base_url + path + (f"?{query}" if query else "")
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as ex:
+        status = 414 if "too long" in str(ex) else 400
+        raise ControlError(status, f"the request URL cannot be served: {ex}") from None
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    return request_record(scope["method"], url, headers, body, svc.read_headers)

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from twice.tasks import add_openapi_task
+
 from ..suite import DEFAULT_HANG_SECONDS, check_hang_seconds
 from ._app import DEFAULT_HOST, TwiceServer
 from ._errors import ServeError
@@ -88,6 +90,36 @@ def check_options(db: str | Path, token: str | None) -> None:
         )
 
 
+OPENAPI_FORM = "NAME=PATH[:DATASET.jsonl][,OVERRIDES]"
+
+
+def openapi_tasks(specs: Sequence[str]) -> tuple[str, ...]:
+    """Make a task of each ``--openapi`` value and return their names: ``NAME=PATH`` serves
+    the document at PATH as the service NAME, in trials of the task NAME (one sample,
+    ``NAME-1``, with no starting objects); ``NAME=PATH:DATASET.jsonl`` takes the samples
+    from a dataset; ``,OVERRIDES`` adds an overrides file.
+
+    Raises:
+        ServeError: naming a value not of that form, or a document, dataset or overrides
+            file that cannot be used.
+    """
+    names: list[str] = []
+    for spec in specs:
+        name, eq, rest = spec.partition("=")
+        rest, comma, overrides = rest.partition(",")
+        path, colon, dataset = rest.rpartition(":") if rest.endswith(".jsonl") else (rest, "", "")
+        if not eq or not name or not path or (colon and not dataset):
+            raise ServeError(f"--openapi {spec!r}: expected {OPENAPI_FORM}")
+        if name in names:
+            raise ServeError(f"--openapi {spec!r}: the name {name!r} is given twice")
+        try:
+            add_openapi_task(name, path, dataset or None, overrides if comma else None)
+        except ValueError as ex:
+            raise ServeError(f"--openapi {spec!r}: {ex}") from None
+        names.append(name)
+    return tuple(names)
+
+
 def _prepare(
     host: str,
     port: int,
@@ -97,6 +129,7 @@ def _prepare(
     hang_seconds: float = DEFAULT_HANG_SECONDS,
     upstreams: Sequence[str] = (),
     upstream_allow: Sequence[str] = (),
+    openapi: Sequence[str] = (),
 ) -> tuple[socket.socket, TwiceServer]:
     check_options(db, token)
     parsed = parse_upstreams(upstreams, upstream_allow)
@@ -109,6 +142,7 @@ def _prepare(
         check_hang_seconds(hang_seconds, "--hang-seconds")
     except ValueError as ex:
         raise ServeError(str(ex)) from None
+    tasks = (*tasks, *openapi_tasks(openapi))
     own_tasks(tasks)  # before the database and the port are touched
     sock = _bind(host, port)  # first: a busy port leaves no database or lock behind
     try:
@@ -264,6 +298,7 @@ def serve(
     hang_seconds: float = DEFAULT_HANG_SECONDS,
     upstreams: Sequence[str] = (),
     upstream_allow: Sequence[str] = (),
+    openapi: Sequence[str] = (),
 ) -> int | None:
     """Run ``twice serve`` in the foreground until a stop signal.
 
@@ -273,6 +308,8 @@ def serve(
     ``hang_seconds``: how long a trial that gives none holds a lost reply open.
     ``upstreams``: ``NAME=URL`` real services a trial's requests to ``NAME`` are forwarded
     to; each host must be loopback or one of ``upstream_allow``.
+    ``openapi``: services made from OpenAPI documents, ``NAME=PATH`` each (see
+    :func:`openapi_tasks`).
 
     Returns:
         The signal that stopped it, when that signal's own action did not end the process
@@ -286,7 +323,9 @@ def serve(
             an upstream that is malformed or on a host neither loopback nor allowed.
     """
     stream = out or sys.stdout
-    sock, app = _prepare(host, port, db, token, tasks, hang_seconds, upstreams, upstream_allow)
+    sock, app = _prepare(
+        host, port, db, token, tasks, hang_seconds, upstreams, upstream_allow, openapi
+    )
 
     def started() -> None:
         if app.replayed:  # on stderr: the first line of stdout is the address
@@ -310,6 +349,7 @@ def running_server(
     hang_seconds: float = DEFAULT_HANG_SECONDS,
     upstreams: Sequence[str] = (),
     upstream_allow: Sequence[str] = (),
+    openapi: Sequence[str] = (),
 ) -> Iterator[Running]:
     """Run a twice server in a background thread (tests, benches, ``--agent-cmd``).
 
@@ -318,11 +358,14 @@ def running_server(
     :data:`IDLE_SECONDS`).
     ``hang_seconds``: how long a trial that gives none holds a lost reply open.
     ``upstreams``, ``upstream_allow``: as for :func:`serve`.
+    ``openapi``: services made from OpenAPI documents, ``NAME=PATH`` each.
 
     Yields:
         The running server; it stops when the block ends.
     """
-    sock, app = _prepare(host, port, db, token, tasks, hang_seconds, upstreams, upstream_allow)
+    sock, app = _prepare(
+        host, port, db, token, tasks, hang_seconds, upstreams, upstream_allow, openapi
+    )
     ready = threading.Event()
     loop = asyncio.new_event_loop()
     stop_event: asyncio.Event | None = None

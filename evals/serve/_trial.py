@@ -4,7 +4,7 @@ endpoint. Every request that can change it goes through one log-then-serve path.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -83,12 +83,23 @@ class ServeContext(TrialContext):
         self.compensations = [Undo(**u) for u in data["compensations"]]
 
 
-def request_record(method: str, url: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-    """What the log keeps of one service request (never an Authorization header)."""
+def request_record(
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    read: Collection[str] = (),
+) -> dict[str, Any]:
+    """What the log keeps of one service request: the headers the services read (twice's own,
+    and ``read``: the lowercase names a service declares), never an Authorization header."""
     return {
         "method": method,
         "url": url,
-        "headers": {k: v for k, v in headers.items() if k.lower() in LOGGED_HEADERS},
+        "headers": {
+            k: v
+            for k, v in headers.items()
+            if (k.lower() in LOGGED_HEADERS or k.lower() in read) and k.lower() != "authorization"
+        },
         # latin-1 maps every byte to one character: any body survives JSON unchanged.
         "body": body.decode("latin-1"),
         # When it arrived: a replay keeps it, so a rebuilt ledger orders its attempts against
