@@ -49,13 +49,15 @@ from ._stub import (
     NOISY_DEFAULT_RATE,
     NOISY_RETRY_RATES,
     STUB_MODELS,
-    STUB_STORE_KEY,
     UNKNOWN_OUTCOME,
     StubAPI,
+    noisy_retry_rate,
+)
+from ._stub_config import (
+    STUB_STORE_KEY,
     StubCannotPlay,
     forget_stub_config,
     keep_stub_config,
-    noisy_retry_rate,
     raise_if_stub_could_not_play,
 )
 from ._trial_services import Services

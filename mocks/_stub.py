@@ -69,82 +69,14 @@ from inspect_ai.model import (
     modelapi,
 )
 from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
-from inspect_ai.util import store
 
-from ._errors import RunError
 from ._inspect_compat import TOOL_RESULT_REMOVED
-from ._inspect_compat import sample_state as _sample_state
-from ._live import TrialScoped
-
-STUB_STORE_KEY = "twice:stub"
-"""Store key of what stubs read (``{"plan", "prompt", "seed"}``) when it cannot be kept beside
-the trial (:func:`keep_stub_config`): a setup without twice's, or an inspect without the
-running sample's accessor."""
-
-_CONFIGS: TrialScoped[dict[str, Any]] = TrialScoped()
-
-
-def keep_stub_config(state: Any, plan: list[dict[str, Any]], prompt: str, seed: str) -> None:
-    """Give the stub models of one trial what they read besides the conversation.
-
-    Kept beside the running trial, not in its sample store or metadata: a real model's log
-    then carries no stub script, and inspect does not copy and log it at every span (the plan
-    in the sample metadata alone cost 3.6% of a bare trial's instructions; see
-    docs/BENCHMARKS.md). Where the running sample cannot be found (an inspect without the
-    accessor), it goes in the store under :data:`STUB_STORE_KEY` instead.
-
-    Args:
-        state: The trial's inspect ``TaskState``.
-        plan: The sample's gold plan (the dataset record's ``plan``).
-        prompt: The prompt's name (``noisy`` draws its retry rate from it).
-        seed: The trial's seed, ``"<sample id>:<epoch>:<prompt>"``.
-    """
-    config = {"plan": plan, "prompt": prompt, "seed": seed}
-    if _sample_state is None:
-        store().set(STUB_STORE_KEY, config)
-    else:
-        _CONFIGS.keep(state, config)
-
-
-class StubCannotPlay(RunError, RuntimeError):
-    """A stub model asked to call a tool of its plan that the agent does not offer.
-
-    Not a finding about the agent: the control cannot play its part, so the trial is an
-    error (:func:`raise_if_stub_could_not_play`), never a crashed or clean trial.
-    """
-
-
-def raise_if_stub_could_not_play() -> None:
-    """Raise :class:`StubCannotPlay` in a trial where a stub model could not play its plan.
-
-    Agent solvers call this once the agent is done: the stub's own exception reaches the
-    agent, which may swallow it, crash with it, or (an ``--agent-cmd`` command) see only an
-    HTTP error from the bridge.
-    """
-    config = _config()
-    refused = config.get("refused") if config else None
-    if refused:
-        raise StubCannotPlay(refused)
-
-
-def forget_stub_config(state: Any) -> None:
-    """Drop a finished trial's stub config (it goes with the sample at the latest)."""
-    _CONFIGS.pop(state)
-
-
-def _config() -> dict[str, Any] | None:
-    state = _sample_state() if _sample_state is not None else None
-    config = _CONFIGS.get(state) if state is not None else None
-    return config if config is not None else store().get(STUB_STORE_KEY)
-
-
-def _plan(config: dict[str, Any]) -> list[dict[str, Any]]:
-    if "plan" in config:
-        return config["plan"]  # type: ignore[no-any-return]
-    # a hand-written setup that stored only the prompt and seed: the sample metadata's plan
-    state = _sample_state() if _sample_state is not None else None
-    return list((state.metadata or {}).get("plan", [])) if state is not None else []
-
+from ._stub_config import (
+    STUB_STORE_KEY,
+    StubCannotPlay,
+    current_config,
+    plan_of,
+)
 
 UNKNOWN_OUTCOME = "may or may not have been"
 """Phrase in every unknown-outcome tool error (timeouts, 5xx): the action may have happened."""
@@ -363,7 +295,7 @@ class StubAPI(ModelAPI):
         tool_choice: ToolChoice,
         config: GenerateConfig,
     ) -> ModelOutput:
-        cfg = _config()
+        cfg = current_config()
         if not cfg:
             raise RuntimeError(
                 f"stub/{self.behaviour} found no trial setup (twice's keep_stub_config, or "
@@ -372,7 +304,7 @@ class StubAPI(ModelAPI):
         if self.delay:
             # A turn's latency, awaited like a network call so other trials run meanwhile.
             await asyncio.sleep(self.delay)
-        plan = _plan(cfg)
+        plan = plan_of(cfg)
         turn = _last_turn(input)
         if turn is None:
             if _asked_again(input):
@@ -414,7 +346,7 @@ class StubAPI(ModelAPI):
             f"{', '.join(missing)}, but the agent offered {offered}: a stub model calls the "
             "task's tools by their names, so give the agent's tools those names"
         )
-        config = _config()
+        config = current_config()
         if config is not None:
             config["refused"] = message
         raise StubCannotPlay(message)

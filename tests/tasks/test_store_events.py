@@ -192,7 +192,7 @@ def test_samples_without_ids_keep_their_plans_in_the_metadata(tmp_path: Path) ->
 def test_without_the_sample_accessor_the_plan_goes_in_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import twice.mocks._stub as stub
+    import twice.mocks._stub_config as stub
 
     # what the setup and the stub do if a later inspect drops the private accessor
     monkeypatch.setattr(stub, "_sample_state", None)
