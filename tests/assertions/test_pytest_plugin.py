@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-PLUGIN = ("-p", "twice.assertions.pytest_plugin", "--strict-markers")
+# An inline run shares this process: when an earlier test in it imported the plugin, pytest
+# warns that it cannot rewrite its asserts. That is this suite's doing, not the user's run's,
+# so it is not counted among the warnings a test asserts on.
+PLUGIN = (
+    "-p",
+    "twice.assertions.pytest_plugin",
+    "--strict-markers",
+    "-W",
+    "ignore::pytest.PytestAssertRewriteWarning",
+)
 
 
 def run_with_default_warnings(project: pytest.Pytester, *args: str) -> pytest.RunResult:

@@ -337,7 +337,7 @@ def test_gate_cli_exit_2_on_missing_config(twice: Twice, stub_logs: Path, tmp_pa
     assert "gate file 'gate' does not exist; twice ships gate.toml" in result.stderr
     result = twice("run", "--config", "defaults")
     assert result.exit_code == 2
-    assert "twice ships default.toml, full.toml, real.toml" in result.output
+    assert "twice ships conversation.toml, default.toml, full.toml, real.toml" in result.output
 
 
 def _flaky_model(input: list[Any], tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
