@@ -10,13 +10,8 @@ import pytest
 # An inline run shares this process: when an earlier test in it imported the plugin, pytest
 # warns that it cannot rewrite its asserts. That is this suite's doing, not the user's run's,
 # so it is not counted among the warnings a test asserts on.
-PLUGIN = (
-    "-p",
-    "twice.assertions.pytest_plugin",
-    "--strict-markers",
-    "-W",
-    "ignore::pytest.PytestAssertRewriteWarning",
-)
+NO_REWRITE_WARNING = ("-W", "ignore::pytest.PytestAssertRewriteWarning")
+PLUGIN = ("-p", "twice.assertions.pytest_plugin", "--strict-markers", *NO_REWRITE_WARNING)
 
 
 def run_with_default_warnings(project: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -24,7 +19,8 @@ def run_with_default_warnings(project: pytest.Pytester, *args: str) -> pytest.Ru
     inline run inherits this suite's "warnings are errors" filter)."""
     with warnings.catch_warnings():
         warnings.resetwarnings()
-        return project.runpytest(*PLUGIN, *args)
+        # last: a later -W wins, and a test's own "-W error::UserWarning" would catch it
+        return project.runpytest(*PLUGIN, *args, *NO_REWRITE_WARNING)
 
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
