@@ -1,7 +1,8 @@
 """Logs → one tidy frame (a row per trial) → per-cell rates with intervals → summary/report.
 
 ``reports`` reads only inspect logs: of the rest of twice it imports only the error root
-(``twice.mocks``' ``TwiceError``, ``UsageError``, ``RunError``).
+(``twice.mocks``' ``TwiceError``, ``UsageError``, ``RunError``) and the ledger's
+``RETRY_SOURCES``.
 """
 
 from ._aggregate import cells, summary, write_summary

@@ -19,6 +19,11 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 from inspect_ai.log import read_eval_log
 
+# Who sent a mutating attempt is the ledger's vocabulary (``Attempt.source``): one tuple, so a
+# source added there gets its frame columns here, ``attempts_<source>`` (mutating attempts it
+# sent) and ``excess_<source>`` (excess effects committed by those attempts).
+from twice.mocks import RETRY_SOURCES as RETRY_SOURCES
+
 # Re-exported: the frame's modules name a cell's columns from here.
 from ._cell import CELL as CELL
 from ._cell import DEFAULT_AGENT as DEFAULT_AGENT
@@ -37,23 +42,6 @@ SCORER = "side_effects"
 
 LEDGER_KEY = "twice:ledger"
 """Store key under which twice's tools keep the trial's ledger."""
-
-RETRY_SOURCES: tuple[str, ...] = (
-    "initial",
-    "transport",
-    "model",
-    "resume",
-    "framework",
-    "user",
-    "compaction",
-    "unknown",
-)
-"""Who sent a mutating attempt: the first try, the tool layer's retry loop, the model calling
-the tool again, a resumed run, an agent under test's framework (or own code) re-sending a tool
-call the model made once, the model repeating an action after the user asked again or after
-its context was compacted, or a client that did not say. Each gets two frame columns:
-``attempts_<source>`` (mutating attempts it sent) and ``excess_<source>`` (excess effects
-committed by those attempts)."""
 
 LEDGER_COLUMNS: tuple[str, ...] = (
     "crashed",
