@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -350,3 +352,46 @@ def conversation_summary(conversation_run: RunResult) -> dict[str, Any]:
 def conversation_ledgers(conversation_run: RunResult) -> Any:
     """``conversation_ledgers(model, fault, protection)`` → the ledgers of that cell's trials."""
     return _ledgers_of(conversation_run)
+
+
+# The browser tests (report, docs site): headless Debian Chromium driven by Playwright.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@contextmanager
+def _launch() -> Iterator[Any]:
+    # Playwright's sync API keeps an event loop running in this thread while it is open, and
+    # inspect's log readers call asyncio.run(): so a browser is opened only around page
+    # checks, after the report is written, never for a whole session.
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def browser() -> Any:
+    """Opens headless Debian Chromium through Playwright: ``with browser() as b: ...``.
+
+    Skips when ``/usr/bin/chromium`` is missing, unless the ``CI`` environment variable is set:
+    in CI a missing browser fails the test instead of hiding it.
+    """
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} is missing (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but {message}")
+        pytest.skip(message)
+    return _launch

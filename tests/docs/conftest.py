@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,6 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 PACKAGES = ("mocks", "tasks", "assertions", "evals", "reports")
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture(scope="session")
@@ -69,30 +58,3 @@ def site_server(built_site: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
-
-
-@pytest.fixture
-def browser() -> Any:
-    """Opens headless Debian Chromium through Playwright: ``with browser() as b: ...``.
-
-    Skips when ``/usr/bin/chromium`` is missing, unless the ``CI`` environment variable is set:
-    in CI a missing browser fails the test instead of hiding it.
-    """
-    if not CHROMIUM.exists():
-        message = f"{CHROMIUM} is missing (apt-get install chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but {message}")
-        pytest.skip(message)
-
-    @contextmanager
-    def launch() -> Iterator[Any]:
-        from playwright.sync_api import sync_playwright
-
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                yield b
-            finally:
-                b.close()
-
-    return launch

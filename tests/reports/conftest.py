@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +13,6 @@ from inspect_ai.model import ChatMessage, ChatMessageTool, ModelOutput, ModelUsa
 from synthetic_logs import SyntheticRun, write_synthetic_logs
 from twice.reports import trials_frame
 from twice.tasks.refund.refund import refund
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 # Each payload would set window.__pwned if it ever ran as markup.
 SCRIPT = "<script>window.__pwned = 'script'</script>"
@@ -164,36 +150,6 @@ def unlike_frame() -> pd.DataFrame:
     add("m/zero", "baseline", "refund", 10, 0, safe=False)
     add("m/zero", "cautious", "refund", 10, 0, safe=False)
     return pd.DataFrame(rows)
-
-
-@contextmanager
-def _launch() -> Iterator[Any]:
-    # Playwright's sync API keeps an event loop running in this thread while it is open, and
-    # inspect's log readers call asyncio.run(): so a browser is opened only around page
-    # checks, after the report is written, never for a whole session.
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture
-def browser() -> Any:
-    """Opens headless Debian Chromium through Playwright: ``with browser() as b: ...``.
-
-    Skips when ``/usr/bin/chromium`` is missing, unless the ``CI`` environment variable is set:
-    in CI a missing browser fails the test instead of hiding it.
-    """
-    if not CHROMIUM.exists():
-        message = f"{CHROMIUM} is missing (apt-get install chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but {message}")
-        pytest.skip(message)
-    return _launch
 
 
 def page_problems(browser: Any, path: Path) -> tuple[list[str], str]:
