@@ -13,7 +13,6 @@ from ._frame import CELL, RETRY_SOURCES, with_agent
 from ._metrics import AGENT_CRASHED, CATALOGUE, errored
 from ._passk import no_dup_k
 from ._storage import Location, as_location, write_text
-from .stats import wilson_bounds as _wilson_bounds  # noqa: F401  (tests check it bit for bit)
 from .stats import wilson_many
 
 DUPLICATED_BY: tuple[str, ...] = ("framework", "model")

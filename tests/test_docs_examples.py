@@ -372,7 +372,7 @@ def test_no_file_names_a_document_it_does_not_contain() -> None:
 
 def test_the_document_check_catches_a_missing_design_doc_and_a_moved_test() -> None:
     names = {"README.md"}
-    assert missing_documents(ROOT / "README.md", "see DESIGN.md", names) == ["DESIGN.md"]
+    assert missing_documents(ROOT / "README.md", "see HANDBOOK.md", names) == ["HANDBOOK.md"]
     moved = "asserted in `tests/test_reference_results.py`"
     assert missing_documents(ROOT / "README.md", moved, names) == [
         "tests/test_reference_results.py"

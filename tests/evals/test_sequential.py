@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 from twice.evals import evaluate_gate, parse_gate
-from twice.evals.gate._sequential import (
+from twice.evals.gate._sequential_rules import rule_state
+from twice.reports.stats import (
     bounds,
     log_wealth,
     peeking_wilson_false_pass,
     proves,
     simulate_max_rule,
 )
-from twice.evals.gate._sequential_rules import rule_state
 
 Trials = Callable[..., pd.DataFrame]
 SEQ = {"method": "betting", "batch": None, "max_trials": 480}

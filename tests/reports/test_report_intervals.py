@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 from twice.reports import CATALOGUE, cells, summary, wilson
-from twice.reports._aggregate import _wilson_bounds
+from twice.reports.stats import wilson_bounds as _wilson_bounds
 
 
 def _check(k: int, n: int, lo: float, hi: float) -> None:
