@@ -497,7 +497,15 @@ def twice_task(
     loop = (
         resumable_generate(contexts, conversation=get_fault(fault).conversation, task=name)
         if agent == REACT
-        else agent_solver(agent, contexts, name, p.text, mocks, _agent_follow_up(name, fault))
+        else agent_solver(
+            agent,
+            contexts,
+            name,
+            p.text,
+            mocks,
+            _agent_follow_up(name, fault),
+            compaction=get_fault(fault).conversation == "compaction",
+        )
     )
     return Task(
         name=name,
@@ -609,10 +617,4 @@ def check_agent_cell(
         raise AgentError(
             f"fault {fault!r} restarts the run from twice's checkpoints, which only the "
             f"{REACT!r} agent has; agent {agent!r} accepts the other faults"
-        )
-    if get_fault(fault).conversation == "compaction":
-        raise AgentError(
-            f"fault {fault!r} compacts the conversation inside twice's own agent loop, which "
-            f"only the {REACT!r} agent has (an agent under test compacts its own); agent "
-            f"{agent!r} accepts the other faults, ask_again included"
         )
