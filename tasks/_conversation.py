@@ -122,7 +122,13 @@ class CompactingFilter:
     def __init__(self, ledger: Callable[[], Awaitable[Ledger]]) -> None:
         self._ledger = ledger
         self._cut: int | None = None
+        self._ended = False
         self.since: int | None = None
+
+    def end(self) -> None:
+        """The session it compacts has ended: a later request (the user asking again, with
+        the session's history as text) is sent as the agent sends it."""
+        self._ended = True
 
     async def __call__(
         self,
@@ -132,6 +138,8 @@ class CompactingFilter:
         tool_choice: ToolChoice | None,
         config: GenerateConfig,
     ) -> GenerateInput | None:
+        if self._ended:
+            return None
         if self._cut is None:
             ledger = await self._ledger()
             if not mutating_result_delivered(ledger):

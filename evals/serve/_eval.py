@@ -490,8 +490,20 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
         port = _free_port()
         first_event = len(transcript().events)
         compactor = None
-        if conversation == "compaction":
+        faults = (conversation or "").split("+")
+        if "compaction" in faults:
             compactor = CompactingFilter(lambda: served_ledger(served))
+
+        def mark_compaction() -> None:
+            # Repeats of a request sent before the compaction are the compaction's doing
+            # (named before the user's follow-up, whose attempts are the user's).
+            if compactor is None or compactor.since is None:
+                return
+            mark = [compactor.since, "compaction", True]
+            if mark not in served["marks"]:
+                served["marks"].append(mark)
+                store().set(SERVED_STORE_KEY, served)
+
         env = agent_env(served, state, port)
         deadline = time.monotonic() + timeout
         runs: list[tuple[str, CommandRun]] = []
@@ -504,7 +516,10 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
                     await _wait_for_port(port)
                     runs.append(("request", await run_command(command, env, where, timeout)))
                     messages = list(bridge.state.messages)
-                    if conversation == "ask_again" and not _failed(runs[-1][1]):
+                    if "ask_again" in faults and not _failed(runs[-1][1]):
+                        if compactor is not None:
+                            compactor.end()
+                            mark_compaction()
                         text = follow_up(served["task"], state.sample_id, state.epoch)
                         answer = final_answer(bridge.state.output, messages)
                         write_history(history, [("user", state.input_text), ("assistant", answer)])
@@ -522,10 +537,7 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
             # inspect logs what the agent sent so far: scrubbed as on the way out below.
             scrub_agent_trace(state, since=first_event)
             raise
-        if compactor is not None and compactor.since is not None:
-            # Repeats of a request sent before the compaction are the compaction's doing.
-            served["marks"].append([compactor.since, "compaction", True])
-            store().set(SERVED_STORE_KEY, served)
+        mark_compaction()
         if messages:
             state.messages = messages
         state.output = bridge.state.output

@@ -179,6 +179,8 @@ def agent_solver(
                             asked = dataclasses.replace(
                                 actx, history=(("user", state.input_text), ("assistant", result))
                             )
+                            if compactor is not None:
+                                compactor.end()
                             asked_from = len(services.ledger.attempts)
                             transcript().info(f"twice: the user asks again: {text!r}")
                             result = await fn(text, asked)

@@ -84,12 +84,19 @@ def test_agent_cmd_asked_again_and_compacted_keep_the_controls_apart(
 @pytest.mark.slow
 def test_agent_cmd_intent_key_wins_when_asked_again(twice: Any, tmp_path: Path) -> None:
     out = tmp_path / "logs"
-    (cell,) = _run(twice, out, ["stub/retry"], ["lost_reply+ask_again"], "--intent-key")["cells"]
-    assert cell["safe_success_rate"] == 1.0 and cell["errors"] == 0
-    ledger = _ledger(out, "stub/retry", "lost_reply+ask_again")
-    assert [e.id for e in ledger.effects] == ["re_1"]
-    repeat = [a for a in ledger.attempts if a.mutating][-1]
+    faults = ["lost_reply+ask_again", "compaction+ask_again"]
+    summary = _run(twice, out, ["stub/retry"], faults, "--intent-key")
+    assert all(c["safe_success_rate"] == 1.0 and c["errors"] == 0 for c in summary["cells"])
+    asked = _ledger(out, "stub/retry", "lost_reply+ask_again")
+    assert [e.id for e in asked.effects] == ["re_1"]
+    repeat = [a for a in asked.attempts if a.mutating][-1]
     assert repeat.source == "user" and repeat.replayed
+    # Both conversation faults in one trial: each repeat is named for what caused it.
+    both = _ledger(out, "stub/retry", "compaction+ask_again")
+    assert [e.id for e in both.effects] == ["re_1"]
+    mutating = [a for a in both.attempts if a.mutating]
+    assert [a.source for a in mutating] == ["initial", "compaction", "user"]
+    assert [a.replayed for a in mutating] == [False, True, True]
 
 
 @pytest.mark.slow
