@@ -13,13 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
-import signal
 import socket
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +53,7 @@ from twice.tasks.agents import (
 
 from ..locks import wait_for_lock
 from ..suite import AGENT_TIMEOUT, check_hang_seconds
+from ._command import OUTPUT_TAIL, CommandRun, code_block, output_tail, run_command
 from ._history import HISTORY_ENV, final_answer, joined, write_history
 
 SERVED_STORE_KEY = "twice:served"
@@ -224,142 +222,6 @@ BRIDGE_API_KEY = "twice-agent-bridge"
 AGENT_OUTPUT_SOURCE = "twice:agent_cmd"
 """The ``source`` of the info event that records how an agent command ended and the tails of
 its stdout and stderr (the report's trial detail reads it)."""
-OUTPUT_TAIL = 64 * 1024
-"""Bytes logged of each of an agent command's output streams: the last ones."""
-# Read beyond the tail: a credential that the tail's first byte cuts is then still whole in
-# what was read, so it is scrubbed before the cut, never logged in part.
-_SECRET_MARGIN = 16 * 1024
-_KEPT_OUTPUT = OUTPUT_TAIL + _SECRET_MARGIN  # held of each stream while the command runs
-_STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL to the command's processes
-
-
-@dataclass(frozen=True)
-class CommandRun:
-    """How an agent command ended: its exit code (negative: killed by that signal), the
-    tails of its output (unscrubbed: see :func:`output_tail`), whether it ran out of time,
-    and how many bytes it wrote to each stream."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    timed_out: bool = False
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-
-
-def output_tail(kept: str, written: int, secrets: list[str]) -> tuple[str, bool]:
-    """What is logged of an output stream: its last :data:`OUTPUT_TAIL` bytes, scrubbed of
-    ``secrets``, and whether that is less than the ``written`` bytes.
-
-    Args:
-        kept: What :func:`run_command` kept of the stream (its tail, decoded).
-        written: How many bytes the command wrote to the stream.
-        secrets: The credentials to scrub (:func:`tasks.secret_values`).
-    """
-    text = scrub(kept, secrets)
-    if written <= OUTPUT_TAIL:
-        return text, False
-    if written > _KEPT_OUTPUT:
-        # What was kept starts mid-stream, perhaps inside a credential it cannot recognise:
-        # the margin read for that goes, with whatever it holds.
-        text = text[_SECRET_MARGIN:]
-    return text.encode()[-OUTPUT_TAIL:].decode("utf-8", "ignore"), True
-
-
-def code_block(text: str) -> str:
-    """``text`` as a Markdown code block, fenced by more backticks than any run of them in
-    it, so nothing in it ends the block (or is read as Markdown or HTML)."""
-    longest = max((len(run) for run in re.findall("`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
-
-
-async def run_command(command: str, env: dict[str, str], cwd: str, timeout: float) -> CommandRun:
-    """Run ``sh -c COMMAND`` with ``env`` added to this process's environment.
-
-    The command gets a process group of its own, and every process in it is stopped (SIGTERM,
-    then SIGKILL after a grace) when the command runs out of ``timeout``, when the trial is
-    cancelled, and after the command exits: a shell's child or an agent's background job
-    would otherwise outlive the trial, and hold its output pipes open so it never ends.
-    """
-    proc = await asyncio.create_subprocess_exec(
-        "sh", "-c", command,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=cwd,
-        env={**os.environ, **env},
-        start_new_session=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [asyncio.create_task(_tail(proc.stdout)), asyncio.create_task(_tail(proc.stderr))]
-    try:
-        timed_out = not await _exited(proc, timeout)
-        await _stop_group(proc)
-        (out, out_bytes), (err, err_bytes) = await asyncio.gather(*readers)
-    except BaseException:  # cancelled: nothing of the command may outlive its trial
-        _signal_group(proc, signal.SIGKILL)
-        for reader in readers:
-            reader.cancel()
-        raise
-    returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-    return CommandRun(returncode, out, err, timed_out, out_bytes, err_bytes)
-
-
-async def _tail(stream: asyncio.StreamReader) -> tuple[str, int]:
-    """The stream's last :data:`_KEPT_OUTPUT` bytes, decoded, and how many it carried: a
-    command may write gigabytes, and only the tail is ever held."""
-    kept = bytearray()
-    written = 0
-    while chunk := await stream.read(65536):
-        written += len(chunk)
-        kept += chunk
-        del kept[:-_KEPT_OUTPUT]
-    return kept.decode("utf-8", "replace"), written
-
-
-_EXIT_POLL = 0.02
-
-
-async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
-    """Whether the command's own process exited within ``timeout`` seconds.
-
-    Its exit status, not ``proc.wait()``: on Python 3.11 that also waits for every holder of
-    its output pipes to close them, which a background job it left may never do."""
-    deadline = time.monotonic() + timeout
-    while proc.returncode is None:
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(_EXIT_POLL)
-    return True
-
-
-async def _stop_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM to the command's process group, SIGKILL to what is left after the grace."""
-    if not _signal_group(proc, signal.SIGTERM):
-        return  # nothing left
-    deadline = time.monotonic() + _STOP_GRACE
-    while time.monotonic() < deadline:
-        if proc.returncode is not None and not _signal_group(proc, 0):
-            return
-        await asyncio.sleep(_EXIT_POLL)
-    _signal_group(proc, signal.SIGKILL)
-
-
-def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> bool:
-    """Send ``sig`` to the command's process group; False when none of it is left."""
-    if os.name != "posix":  # no process groups: the command's own process only
-        if proc.returncode is not None:
-            return False
-        if sig:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-        return True
-    try:
-        os.killpg(proc.pid, sig)  # its pid is its group's id (start_new_session)
-    except (ProcessLookupError, PermissionError):  # gone (or its id reused by another user)
-        return False
-    return True
 
 
 def _free_port() -> int:
@@ -546,31 +408,40 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
         # model (its conversation, the model events) and the sandbox events inspect recorded
         # meanwhile (its model bridge's proxy runs in the sandbox) are scrubbed too.
         scrub_agent_trace(state, since=first_event)
-        secrets = secret_values()
-        errors = [_log_run(command, request, run, timeout, secrets) for request, run in runs]
-        # A command that fails, or hangs until it is stopped, is an agent that crashed, as
-        # an in-process agent's exception is: the trial is still scored from its ledger, and
-        # crashed_rate counts it.
-        failed = any(_failed(run) for _, run in runs)
-        store().set(
-            AGENT_STORE_KEY,
-            {
-                "agent": scrub(command, secrets),
-                "crashed": failed,
-                "error": next((e for e in errors if e), ""),
-            },
-        )
-        raise_if_stub_could_not_play()  # the command saw only the bridge's HTTP error
-        for _, run in runs:
-            if run.returncode in (126, 127):
-                raise RuntimeError(
-                    f"agent command {scrub(command, secrets)!r} could not run "
-                    f"(exit {run.returncode}): "
-                    f"{scrub(run.stderr, secrets).strip()[-500:]}"
-                )
+        _record_runs(command, runs, timeout)
         return state
 
     return solve
+
+
+def _record_runs(command: str, runs: list[tuple[str, CommandRun]], timeout: float) -> None:
+    """Log how each run of the command ended; record whether the agent crashed.
+
+    Raises:
+        RuntimeError: when the command could not run at all (exit 126 or 127).
+    """
+    secrets = secret_values()
+    errors = [_log_run(command, request, run, timeout, secrets) for request, run in runs]
+    # A command that fails, or hangs until it is stopped, is an agent that crashed, as
+    # an in-process agent's exception is: the trial is still scored from its ledger, and
+    # crashed_rate counts it.
+    failed = any(_failed(run) for _, run in runs)
+    store().set(
+        AGENT_STORE_KEY,
+        {
+            "agent": scrub(command, secrets),
+            "crashed": failed,
+            "error": next((e for e in errors if e), ""),
+        },
+    )
+    raise_if_stub_could_not_play()  # the command saw only the bridge's HTTP error
+    for _, run in runs:
+        if run.returncode in (126, 127):
+            raise RuntimeError(
+                f"agent command {scrub(command, secrets)!r} could not run "
+                f"(exit {run.returncode}): "
+                f"{scrub(run.stderr, secrets).strip()[-500:]}"
+            )
 
 
 def _failed(run: CommandRun) -> bool:
