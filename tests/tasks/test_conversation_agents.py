@@ -83,3 +83,21 @@ def test_conversation_agents_compaction_keeps_the_controls_apart(tmp_path: Path)
         assert "(Tool result removed)" in inputs[1] and "compacted" in inputs[1]
         assert "re_1" not in inputs[1]
     assert seen == {(a, s): n for a in agents for s, n in COMPACTED.items()}
+
+
+def test_conversation_agents_both_faults_name_each_repeat(tmp_path: Path) -> None:
+    # Compacted after the refund's reply, then asked again after the final answer: the
+    # follow-up's session is sent as the agent sends it, and each repeat is named for its cause.
+    (log,) = eval(
+        refund(fault="compaction+ask_again", agent="langgraph"),
+        model=get_model("stub/retry"),
+        display="none",
+        log_dir=str(tmp_path),
+        limit=1,
+    )
+    assert log.status == "success", log.error
+    (sample,) = log.samples or []
+    ledger = sample.store[LEDGER_STORE_KEY]
+    assert len(ledger["effects"]) == 3
+    sources = [a["source"] for a in ledger["attempts"] if a["mutating"]]
+    assert sources == ["initial", "compaction", "user"]
