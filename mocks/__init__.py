@@ -6,6 +6,7 @@ The stub model provider is registered with inspect through the package's entry p
 
 from ._errors import RunError, TwiceError, UsageError
 from ._faults import (
+    BOTH_CONVERSATIONS,
     CONVERSATION_FAULTS,
     CRASH_HEADER,
     FAULTS,
@@ -81,6 +82,7 @@ from .services import (
 
 __all__ = [
     "BACKOFF_HEADER",
+    "BOTH_CONVERSATIONS",
     "CALL_HEADER",
     "CONVERSATION_FAULTS",
     "CRASH_HEADER",

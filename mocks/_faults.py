@@ -70,9 +70,14 @@ class Fault:
     as Stripe saves its 500s). False: it comes from something between client and service (a
     gateway), and the service's own saved response is what a keyed retry gets."""
     conversation: str | None = None
-    """A conversation fault that comes with this one (:data:`CONVERSATION_FAULTS`): what
-    twice's agent loop does to the conversation (the user asks again, the context is
-    compacted). None: the conversation is left alone."""
+    """The conversation faults that come with this one (:data:`CONVERSATION_FAULTS`), joined
+    by ``+`` in the order they happen (``compaction+ask_again``): what twice's agent loop does
+    to the conversation (the user asks again, the context is compacted). None: the
+    conversation is left alone."""
+
+    def changes(self, conversation: str) -> bool:
+        """Whether this fault carries the conversation fault ``conversation``."""
+        return self.conversation is not None and conversation in self.conversation.split("+")
 
     @property
     def wire_name(self) -> str:
@@ -80,8 +85,8 @@ class Fault:
         ``ask_again``; what an attempt it hits records."""
         if self.conversation is None:
             return self.name
-        wire, plus, _ = self.name.rpartition("+")
-        return wire if plus else "none"
+        wire = self.name.removesuffix(self.conversation).removesuffix("+")
+        return wire or "none"
 
     def before_commit(self, request: httpx.Request) -> httpx.Response | None:
         """Return a response to stop before the work, or raise; None lets the work happen."""
@@ -259,21 +264,32 @@ wire, the agent's loop changes the conversation. Each is a fault name of its own
 (``ask_again``) and composes with one wire fault as ``WIRE+CONVERSATION``
 (``lost_reply+ask_again``): a cell stays (model, prompt, task, fault, protection)."""
 
+BOTH_CONVERSATIONS = "compaction+ask_again"
+"""Both conversation faults in one trial, in the order they happen: the context is compacted
+after the first mutating result, then the user asks again after the final answer."""
+
+CONVERSATIONS = (*CONVERSATION_FAULTS, BOTH_CONVERSATIONS)
+"""What a fault name may end with after its wire fault: one conversation fault, or both."""
+
 
 def get_fault(name: str) -> Fault:
     """The built-in fault called ``name``: a wire fault (:data:`FAULTS`), a conversation
-    fault (:data:`CONVERSATION_FAULTS`), or one of each joined by ``+`` (``lost_reply+ask_again``).
+    fault (:data:`CONVERSATION_FAULTS`), or one of each joined by ``+`` (``lost_reply+ask_again``);
+    both conversation faults are :data:`BOTH_CONVERSATIONS` (``lost_reply+compaction+ask_again``).
 
     Raises:
         ValueError: naming the bad value and the accepted ones.
     """
     if name in FAULTS:
         return FAULTS[name]
-    wire, plus, conversation = name.rpartition("+")
-    if conversation in CONVERSATION_FAULTS and (not plus or wire in FAULTS):
-        base = FAULTS[wire] if plus else NoFault()
-        return replace(base, name=name, conversation=conversation)
+    for conversation in sorted(CONVERSATIONS, key=len, reverse=True):  # the longest first
+        if name == conversation:
+            return replace(NoFault(), name=name, conversation=conversation)
+        wire = name.removesuffix("+" + conversation)
+        if wire != name and wire in FAULTS:
+            return replace(FAULTS[wire], name=name, conversation=conversation)
     raise ValueError(
         f"unknown fault {name!r}; expected one of: {', '.join([*FAULTS, *CONVERSATION_FAULTS])}, "
-        f"or a fault and a conversation fault joined by '+' (lost_reply+ask_again)"
+        f"or a fault and a conversation fault joined by '+' (lost_reply+ask_again; both "
+        f"conversation faults, in the order they happen: {BOTH_CONVERSATIONS})"
     )

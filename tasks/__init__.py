@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 from inspect_ai import Task
 
+from ._conversation import CompactingFilter, follow_up
 from ._dataset import Record, load_dataset, load_records
 from ._inspect_compat import is_registry_object
 from ._openapi import openapi_parts as _openapi_parts
@@ -179,6 +180,7 @@ __all__ = [
     "TASK_SPEC",
     "ActionLog",
     "ActionRecord",
+    "CompactingFilter",
     "Compensation",
     "HeldMetadata",
     "IdempotencyClass",
@@ -199,6 +201,7 @@ __all__ = [
     "check_agent_cell",
     "create_ticket",
     "file_digest",
+    "follow_up",
     "get_protection",
     "get_task",
     "hold_metadata",

@@ -256,13 +256,15 @@ def resumable_generate(
     Args:
         contexts: The task's live trial contexts (filled by :func:`trial_setup`).
         max_restarts: Restarts allowed per trial before the crash fails the sample.
-        conversation: ``ask_again``, ``compaction`` or None (the conversation is left alone).
+        conversation: ``ask_again``, ``compaction``, both (``compaction+ask_again``) or None
+            (the conversation is left alone).
         task: The task's name (the follow-up names its action).
     """
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         key = (state.sample_id, state.epoch)
         asked = compacted = False
+        faults = (conversation or "").split("+")
         try:
             while True:
                 mark = len(state.messages)
@@ -285,7 +287,7 @@ def resumable_generate(
                     )
                     continue
                 if (
-                    conversation == "compaction"
+                    "compaction" in faults
                     and not compacted
                     and ctx is not None
                     and not state.completed
@@ -304,7 +306,7 @@ def resumable_generate(
                 if state.completed or (
                     isinstance(last, ChatMessageAssistant) and not last.tool_calls
                 ):
-                    if conversation == "ask_again" and not asked and not state.completed:
+                    if "ask_again" in faults and not asked and not state.completed:
                         asked = True
                         text = follow_up(task, state.sample_id, state.epoch)
                         state.messages.append(ChatMessageUser(content=text))
@@ -497,7 +499,15 @@ def twice_task(
     loop = (
         resumable_generate(contexts, conversation=get_fault(fault).conversation, task=name)
         if agent == REACT
-        else agent_solver(agent, contexts, name, p.text, mocks, _agent_follow_up(name, fault))
+        else agent_solver(
+            agent,
+            contexts,
+            name,
+            p.text,
+            mocks,
+            _agent_follow_up(name, fault),
+            compaction=get_fault(fault).changes("compaction"),
+        )
     )
     return Task(
         name=name,
@@ -528,7 +538,7 @@ def twice_task(
 
 def _agent_follow_up(task: str, fault: str) -> Callable[[str | int, int], str] | None:
     """The follow-up an agent under test is asked again with, under ``ask_again``."""
-    if get_fault(fault).conversation != "ask_again":
+    if not get_fault(fault).changes("ask_again"):
         return None
     return lambda sample_id, epoch: follow_up(task, sample_id, epoch)
 
@@ -609,10 +619,4 @@ def check_agent_cell(
         raise AgentError(
             f"fault {fault!r} restarts the run from twice's checkpoints, which only the "
             f"{REACT!r} agent has; agent {agent!r} accepts the other faults"
-        )
-    if get_fault(fault).conversation == "compaction":
-        raise AgentError(
-            f"fault {fault!r} compacts the conversation inside twice's own agent loop, which "
-            f"only the {REACT!r} agent has (an agent under test compacts its own); agent "
-            f"{agent!r} accepts the other faults, ask_again included"
         )

@@ -294,6 +294,7 @@ CONVERSATION_SUITE = Suite(
                 "compaction",
                 "lost_reply+ask_again",
                 "timeout_before_commit+ask_again",
+                "compaction+ask_again",
             ),
             protections=("bare",),
         ),

@@ -49,8 +49,12 @@ def issue_refund(order_id, amount, reason=""):
     return f"Created refund {refund['id']}."
 
 
+# The session's earlier turns: empty, or the first exchange when the user asks again.
+with open(os.environ["TWICE_HISTORY"], encoding="utf-8") as f:
+    history = json.load(f)
 messages = [
     {"role": "system", "content": os.environ["TWICE_SYSTEM_PROMPT"]},
+    *history,
     {"role": "user", "content": os.environ["TWICE_INPUT"]},
 ]
 auth = {"Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}"}

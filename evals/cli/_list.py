@@ -8,7 +8,13 @@ import click
 @click.command("list")
 def list_() -> None:
     """List tasks, prompts, faults, protections and stub models."""
-    from twice.mocks import CONVERSATION_FAULTS, FAULTS, STUB_MODELS, noisy_retry_rate
+    from twice.mocks import (
+        BOTH_CONVERSATIONS,
+        CONVERSATION_FAULTS,
+        FAULTS,
+        STUB_MODELS,
+        noisy_retry_rate,
+    )
     from twice.tasks import PROTECTIONS, TASKS, builtin_prompts
 
     click.echo("tasks:")
@@ -25,6 +31,7 @@ def list_() -> None:
         click.echo(f"  {name:<24} {doc}")
     for name, doc in CONVERSATION_FAULTS.items():
         click.echo(f"  {name:<24} {doc}")
+    click.echo(f"  {BOTH_CONVERSATIONS:<24} both conversation faults, in the order they happen")
     click.echo(f"  {'FAULT+' + '|'.join(CONVERSATION_FAULTS):<24} both: lost_reply+ask_again ...")
     click.echo("protections:")
     for name, p in PROTECTIONS.items():

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twice.assertions import Intent
-from twice.mocks import FAULTS
+from twice.mocks import CONVERSATION_FAULTS, FAULTS
 from twice.tasks import AGENT_FAULTS_REFUSED, PROTECTIONS, TASKS, task_parts
 
 from ..suite import DEFAULT_HANG_SECONDS, check_hang_seconds
@@ -207,6 +207,20 @@ def _check_lost_reply(body: dict[str, Any]) -> None:
 def _check_fault_served(body: dict[str, Any]) -> None:
     """Refuse a fault that only twice's own agent loop can run."""
     fault = _given(body, "fault", "none")
+    if (
+        isinstance(fault, str)
+        and fault not in FAULTS
+        and fault.rpartition("+")[2] in (CONVERSATION_FAULTS)
+    ):
+        # A served trial's turns are its client's: twice holds no model endpoint or agent
+        # run to ask again or to compact, so the fault would act as its wire part alone.
+        raise ControlError(
+            400,
+            f"fault {_json(fault)} changes the conversation between the agent's turns, which "
+            "twice drives only when it runs the agent (twice run --agent-cmd, or --agent); "
+            f"a served trial's client drives its own turns; one of: {', '.join(SERVE_FAULTS)}",
+            "fault",
+        )
     if fault in AGENT_FAULTS_REFUSED:
         # A served trial's agent is the client's own: nothing restarts its run from twice's
         # checkpoints, so the fault would act as "none" while its evidence said "crashed".

@@ -13,13 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
-import signal
 import socket
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +24,15 @@ import httpx
 from inspect_ai import Task
 from inspect_ai.agent import SandboxAgentBridge, sandbox_agent_bridge
 from inspect_ai.log import transcript
-from inspect_ai.model import ChatMessageSystem
+from inspect_ai.model import ChatMessageSystem, GenerateFilter
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import mcp_connection, mcp_server_http
 from inspect_ai.util import store
 from twice.assertions import side_effects
 from twice.mocks import LEDGER_STORE_KEY, Ledger, get_fault, raise_if_stub_could_not_play
 from twice.tasks import (
+    CompactingFilter,
+    follow_up,
     get_protection,
     load_prompt,
     prompt_metadata,
@@ -47,16 +46,22 @@ from twice.tasks.agents import (
     AGENT_STORE_KEY,
     attribute_attempts,
     intent_identity,
+    mark_source,
     model_tool_calls,
     scrub_agent_trace,
 )
 
 from ..locks import wait_for_lock
 from ..suite import AGENT_TIMEOUT, check_hang_seconds
+from ._command import OUTPUT_TAIL, CommandRun, code_block, output_tail, run_command
+from ._history import HISTORY_ENV, final_answer, joined, write_history
 
 SERVED_STORE_KEY = "twice:served"
-"""Store key of the served trial: ``{"server", "id", "urls"}`` (never the token: the store
-is in the log)."""
+"""Store key of the served trial: ``{"server", "id", "urls", "task", "conversation", "marks"}``
+(never the token: the store is in the log). ``conversation`` is the cell's conversation
+fault (``ask_again``, ``compaction`` or None), which the agent command's solver applies;
+``marks`` are ``[since, source, repeats_only]`` for :func:`~twice.tasks.agents.mark_source`:
+what the conversation fault caused, named when the ledger is copied."""
 
 
 TOKEN_ENV = "TWICE_SERVE_TOKEN"
@@ -125,8 +130,12 @@ async def sync_ledger(state: TaskState | None = None, since: int | None = None) 
     data = await trial_get(served["server"], served["id"], "ledger")
     if state is not None and since is not None:
         ledger = Ledger.from_dict(data)
+        identity = intent_identity(state.metadata)
+        marks = served.get("marks") or []
+        for at, source, repeats_only in marks:
+            mark_source(ledger, at, source, identity, repeats_only=repeats_only)
         calls = model_tool_calls(transcript().events[since:])
-        if attribute_attempts(ledger, calls, intent_identity(state.metadata)):
+        if attribute_attempts(ledger, calls, identity) or marks:
             data = {**data, "attempts": ledger.to_dict()["attempts"]}
     store().set(LEDGER_STORE_KEY, data)
 
@@ -164,10 +173,12 @@ def served_trial_setup(
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         url = server_url(server)
+        chosen = get_fault(fault)
         body: dict[str, Any] = {
             "task": task,
             "sample": str(state.sample_id),
-            "fault": fault,
+            # The server runs the wire fault; the conversation fault is the agent solver's.
+            "fault": chosen.wire_name,
             "protection": protection,
         }
         if hang_seconds is not None:
@@ -175,7 +186,14 @@ def served_trial_setup(
         trial = await create_trial(url, body)
         store().set(
             SERVED_STORE_KEY,
-            {"server": url, "id": trial["id"], "urls": trial["urls"]},
+            {
+                "server": url,
+                "id": trial["id"],
+                "urls": trial["urls"],
+                "task": task,
+                "conversation": chosen.conversation,
+                "marks": [],
+            },
         )
         await sync_ledger()
         state.messages.insert(0, ChatMessageSystem(content=prompt_text))
@@ -204,142 +222,6 @@ BRIDGE_API_KEY = "twice-agent-bridge"
 AGENT_OUTPUT_SOURCE = "twice:agent_cmd"
 """The ``source`` of the info event that records how an agent command ended and the tails of
 its stdout and stderr (the report's trial detail reads it)."""
-OUTPUT_TAIL = 64 * 1024
-"""Bytes logged of each of an agent command's output streams: the last ones."""
-# Read beyond the tail: a credential that the tail's first byte cuts is then still whole in
-# what was read, so it is scrubbed before the cut, never logged in part.
-_SECRET_MARGIN = 16 * 1024
-_KEPT_OUTPUT = OUTPUT_TAIL + _SECRET_MARGIN  # held of each stream while the command runs
-_STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL to the command's processes
-
-
-@dataclass(frozen=True)
-class CommandRun:
-    """How an agent command ended: its exit code (negative: killed by that signal), the
-    tails of its output (unscrubbed: see :func:`output_tail`), whether it ran out of time,
-    and how many bytes it wrote to each stream."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    timed_out: bool = False
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-
-
-def output_tail(kept: str, written: int, secrets: list[str]) -> tuple[str, bool]:
-    """What is logged of an output stream: its last :data:`OUTPUT_TAIL` bytes, scrubbed of
-    ``secrets``, and whether that is less than the ``written`` bytes.
-
-    Args:
-        kept: What :func:`run_command` kept of the stream (its tail, decoded).
-        written: How many bytes the command wrote to the stream.
-        secrets: The credentials to scrub (:func:`tasks.secret_values`).
-    """
-    text = scrub(kept, secrets)
-    if written <= OUTPUT_TAIL:
-        return text, False
-    if written > _KEPT_OUTPUT:
-        # What was kept starts mid-stream, perhaps inside a credential it cannot recognise:
-        # the margin read for that goes, with whatever it holds.
-        text = text[_SECRET_MARGIN:]
-    return text.encode()[-OUTPUT_TAIL:].decode("utf-8", "ignore"), True
-
-
-def code_block(text: str) -> str:
-    """``text`` as a Markdown code block, fenced by more backticks than any run of them in
-    it, so nothing in it ends the block (or is read as Markdown or HTML)."""
-    longest = max((len(run) for run in re.findall("`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
-
-
-async def run_command(command: str, env: dict[str, str], cwd: str, timeout: float) -> CommandRun:
-    """Run ``sh -c COMMAND`` with ``env`` added to this process's environment.
-
-    The command gets a process group of its own, and every process in it is stopped (SIGTERM,
-    then SIGKILL after a grace) when the command runs out of ``timeout``, when the trial is
-    cancelled, and after the command exits: a shell's child or an agent's background job
-    would otherwise outlive the trial, and hold its output pipes open so it never ends.
-    """
-    proc = await asyncio.create_subprocess_exec(
-        "sh", "-c", command,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=cwd,
-        env={**os.environ, **env},
-        start_new_session=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [asyncio.create_task(_tail(proc.stdout)), asyncio.create_task(_tail(proc.stderr))]
-    try:
-        timed_out = not await _exited(proc, timeout)
-        await _stop_group(proc)
-        (out, out_bytes), (err, err_bytes) = await asyncio.gather(*readers)
-    except BaseException:  # cancelled: nothing of the command may outlive its trial
-        _signal_group(proc, signal.SIGKILL)
-        for reader in readers:
-            reader.cancel()
-        raise
-    returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-    return CommandRun(returncode, out, err, timed_out, out_bytes, err_bytes)
-
-
-async def _tail(stream: asyncio.StreamReader) -> tuple[str, int]:
-    """The stream's last :data:`_KEPT_OUTPUT` bytes, decoded, and how many it carried: a
-    command may write gigabytes, and only the tail is ever held."""
-    kept = bytearray()
-    written = 0
-    while chunk := await stream.read(65536):
-        written += len(chunk)
-        kept += chunk
-        del kept[:-_KEPT_OUTPUT]
-    return kept.decode("utf-8", "replace"), written
-
-
-_EXIT_POLL = 0.02
-
-
-async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
-    """Whether the command's own process exited within ``timeout`` seconds.
-
-    Its exit status, not ``proc.wait()``: on Python 3.11 that also waits for every holder of
-    its output pipes to close them, which a background job it left may never do."""
-    deadline = time.monotonic() + timeout
-    while proc.returncode is None:
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(_EXIT_POLL)
-    return True
-
-
-async def _stop_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM to the command's process group, SIGKILL to what is left after the grace."""
-    if not _signal_group(proc, signal.SIGTERM):
-        return  # nothing left
-    deadline = time.monotonic() + _STOP_GRACE
-    while time.monotonic() < deadline:
-        if proc.returncode is not None and not _signal_group(proc, 0):
-            return
-        await asyncio.sleep(_EXIT_POLL)
-    _signal_group(proc, signal.SIGKILL)
-
-
-def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> bool:
-    """Send ``sig`` to the command's process group; False when none of it is left."""
-    if os.name != "posix":  # no process groups: the command's own process only
-        if proc.returncode is not None:
-            return False
-        if sig:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-        return True
-    try:
-        os.killpg(proc.pid, sig)  # its pid is its group's id (start_new_session)
-    except (ProcessLookupError, PermissionError):  # gone (or its id reused by another user)
-        return False
-    return True
 
 
 def _free_port() -> int:
@@ -372,7 +254,9 @@ _bridge_tools = {"installed": False}
 
 
 @contextlib.asynccontextmanager
-async def agent_bridge(port: int) -> AsyncIterator[SandboxAgentBridge]:
+async def agent_bridge(
+    port: int, filter: GenerateFilter | None = None
+) -> AsyncIterator[SandboxAgentBridge]:
     """Inspect's ``sandbox_agent_bridge`` on ``port``, entered by one trial of the host at a
     time until the sandbox tools are installed.
 
@@ -391,7 +275,7 @@ async def agent_bridge(port: int) -> AsyncIterator[SandboxAgentBridge]:
         fd = None
     async with contextlib.AsyncExitStack() as stack:
         try:
-            bridge = await stack.enter_async_context(sandbox_agent_bridge(port=port))
+            bridge = await stack.enter_async_context(sandbox_agent_bridge(port=port, filter=filter))
             _bridge_tools["installed"] = True
         finally:
             if fd is not None:
@@ -456,79 +340,155 @@ def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None 
     return logged(shown, timeout=timeout, cwd=cwd)
 
 
+async def served_ledger(served: dict[str, Any]) -> Ledger:
+    """The served trial's ledger as it stands (``GET /_twice/trials/<id>/ledger``)."""
+    return Ledger.from_dict(await trial_get(served["server"], served["id"], "ledger"))
+
+
 def _command_solver(command: str, timeout: float, where: str) -> Solver:
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         served = store().get(SERVED_STORE_KEY)
+        conversation = served.get("conversation")
         port = _free_port()
         first_event = len(transcript().events)
+        compactor = None
+        faults = (conversation or "").split("+")
+        if "compaction" in faults:
+            compactor = CompactingFilter(lambda: served_ledger(served))
+
+        def mark_compaction() -> None:
+            # Repeats of a request sent before the compaction are the compaction's doing
+            # (named before the user's follow-up, whose attempts are the user's).
+            if compactor is None or compactor.since is None:
+                return
+            mark = [compactor.since, "compaction", True]
+            if mark not in served["marks"]:
+                served["marks"].append(mark)
+                store().set(SERVED_STORE_KEY, served)
+
+        env = agent_env(served, state, port)
+        deadline = time.monotonic() + timeout
+        runs: list[tuple[str, CommandRun]] = []
         try:
-            async with agent_bridge(port) as bridge:
-                await _wait_for_port(port)
-                result = await run_command(command, agent_env(served, state, port), where, timeout)
+            with tempfile.TemporaryDirectory(prefix="twice-history-") as folder:
+                history = Path(folder) / "history.json"
+                write_history(history, [])
+                env[HISTORY_ENV] = str(history)
+                async with agent_bridge(port, filter=compactor) as bridge:
+                    await _wait_for_port(port)
+                    runs.append(("request", await run_command(command, env, where, timeout)))
+                    messages = list(bridge.state.messages)
+                    if "ask_again" in faults and not _failed(runs[-1][1]):
+                        if compactor is not None:
+                            compactor.end()
+                            mark_compaction()
+                        text = follow_up(served["task"], state.sample_id, state.epoch)
+                        answer = final_answer(bridge.state.output, messages)
+                        write_history(history, [("user", state.input_text), ("assistant", answer)])
+                        # Every mutating attempt from here on answers the user's follow-up.
+                        asked_from = len((await served_ledger(served)).attempts)
+                        served["marks"].append([asked_from, "user", False])
+                        store().set(SERVED_STORE_KEY, served)
+                        transcript().info(f"twice: the user asks again: {text!r}")
+                        left = max(deadline - time.monotonic(), 0.0)
+                        run = await run_command(command, {**env, "TWICE_INPUT": text}, where, left)
+                        runs.append(("follow-up", run))
+                        messages = joined(messages, list(bridge.state.messages), text)
         except BaseException:
             # A limit (the task's message_limit, a token limit) ends the sample here, and
             # inspect logs what the agent sent so far: scrubbed as on the way out below.
             scrub_agent_trace(state, since=first_event)
             raise
-        if bridge.state.messages:
-            state.messages = list(bridge.state.messages)
+        mark_compaction()
+        if messages:
+            state.messages = messages
         state.output = bridge.state.output
         # What the command printed may carry the environment's credentials (a traceback
         # with a header, an agent printing its settings): scrubbed here. What it sent the
         # model (its conversation, the model events) and the sandbox events inspect recorded
         # meanwhile (its model bridge's proxy runs in the sandbox) are scrubbed too.
         scrub_agent_trace(state, since=first_event)
-        secrets = secret_values()
-        stdout, stdout_cut = output_tail(result.stdout, result.stdout_bytes, secrets)
-        stderr, stderr_cut = output_tail(result.stderr, result.stderr_bytes, secrets)
-        # Both streams alike: the agent's answer comes through the model bridge, so stdout
-        # is, as stderr, what the agent chose to say about its run.
-        transcript().info(
-            {
-                "agent_cmd": scrub(command, secrets),
-                "returncode": result.returncode,
-                "timed_out": result.timed_out,
-                "tail_bytes": OUTPUT_TAIL,
-                "stdout": stdout,
-                "stdout_bytes": result.stdout_bytes,
-                "stdout_truncated": stdout_cut,
-                "stderr": stderr,
-                "stderr_bytes": result.stderr_bytes,
-                "stderr_truncated": stderr_cut,
-            },
-            source=AGENT_OUTPUT_SOURCE,
-        )
-        # inspect view shows a dict info event as JSON, where a text of many lines is one
-        # line of escapes; it renders a text info event as Markdown: each stream is also
-        # logged as a code block, which it shows line by line.
-        for stream, text, cut in (("stderr", stderr, stderr_cut), ("stdout", stdout, stdout_cut)):
-            if text:
-                shown = f" (last {OUTPUT_TAIL // 1024} KiB)" if cut else ""
-                transcript().info(code_block(text), source=f"{AGENT_OUTPUT_SOURCE} {stream}{shown}")
-        # A command that fails, or hangs until it is stopped, is an agent that crashed, as
-        # an in-process agent's exception is: the trial is still scored from its ledger, and
-        # crashed_rate counts it.
-        failed = result.returncode != 0 or result.timed_out
-        last = (result.stderr.strip().splitlines() or [""])[-1]
-        if result.timed_out:
-            error = f"timed out after {timeout:g} s (--agent-timeout); its processes were stopped"
-        else:
-            error = f"exit {result.returncode}: {last}".rstrip(": ") if failed else ""
-        error = scrub(error, secrets)
-        store().set(
-            AGENT_STORE_KEY,
-            {"agent": scrub(command, secrets), "crashed": failed, "error": error},
-        )
-        raise_if_stub_could_not_play()  # the command saw only the bridge's HTTP error
-        if result.returncode in (126, 127):
-            raise RuntimeError(
-                f"agent command {scrub(command, secrets)!r} could not run "
-                f"(exit {result.returncode}): "
-                f"{scrub(result.stderr, secrets).strip()[-500:]}"
-            )
+        _record_runs(command, runs, timeout)
         return state
 
     return solve
+
+
+def _record_runs(command: str, runs: list[tuple[str, CommandRun]], timeout: float) -> None:
+    """Log how each run of the command ended; record whether the agent crashed.
+
+    Raises:
+        RuntimeError: when the command could not run at all (exit 126 or 127).
+    """
+    secrets = secret_values()
+    errors = [_log_run(command, request, run, timeout, secrets) for request, run in runs]
+    # A command that fails, or hangs until it is stopped, is an agent that crashed, as
+    # an in-process agent's exception is: the trial is still scored from its ledger, and
+    # crashed_rate counts it.
+    failed = any(_failed(run) for _, run in runs)
+    store().set(
+        AGENT_STORE_KEY,
+        {
+            "agent": scrub(command, secrets),
+            "crashed": failed,
+            "error": next((e for e in errors if e), ""),
+        },
+    )
+    raise_if_stub_could_not_play()  # the command saw only the bridge's HTTP error
+    for _, run in runs:
+        if run.returncode in (126, 127):
+            raise RuntimeError(
+                f"agent command {scrub(command, secrets)!r} could not run "
+                f"(exit {run.returncode}): "
+                f"{scrub(run.stderr, secrets).strip()[-500:]}"
+            )
+
+
+def _failed(run: CommandRun) -> bool:
+    return run.returncode != 0 or run.timed_out
+
+
+def _log_run(
+    command: str, request: str, result: CommandRun, timeout: float, secrets: list[str]
+) -> str:
+    """Log how one run of the command ended and the tails of its output; return its error
+    (empty when it exited 0 in time).
+
+    ``request``: which of the user's requests the run answered (``request``, or
+    ``follow-up`` under ``ask_again``)."""
+    stdout, stdout_cut = output_tail(result.stdout, result.stdout_bytes, secrets)
+    stderr, stderr_cut = output_tail(result.stderr, result.stderr_bytes, secrets)
+    # Both streams alike: the agent's answer comes through the model bridge, so stdout
+    # is, as stderr, what the agent chose to say about its run.
+    transcript().info(
+        {
+            "agent_cmd": scrub(command, secrets),
+            "request": request,
+            "returncode": result.returncode,
+            "timed_out": result.timed_out,
+            "tail_bytes": OUTPUT_TAIL,
+            "stdout": stdout,
+            "stdout_bytes": result.stdout_bytes,
+            "stdout_truncated": stdout_cut,
+            "stderr": stderr,
+            "stderr_bytes": result.stderr_bytes,
+            "stderr_truncated": stderr_cut,
+        },
+        source=AGENT_OUTPUT_SOURCE,
+    )
+    # inspect view shows a dict info event as JSON, where a text of many lines is one
+    # line of escapes; it renders a text info event as Markdown: each stream is also
+    # logged as a code block, which it shows line by line.
+    for stream, text, cut in (("stderr", stderr, stderr_cut), ("stdout", stdout, stdout_cut)):
+        if text:
+            shown = f" (last {OUTPUT_TAIL // 1024} KiB)" if cut else ""
+            transcript().info(code_block(text), source=f"{AGENT_OUTPUT_SOURCE} {stream}{shown}")
+    last = (result.stderr.strip().splitlines() or [""])[-1]
+    if result.timed_out:
+        error = f"timed out after {timeout:g} s (--agent-timeout); its processes were stopped"
+    else:
+        error = f"exit {result.returncode}: {last}".rstrip(": ") if _failed(result) else ""
+    return scrub(error, secrets)
 
 
 def served_task(
@@ -552,7 +512,8 @@ def served_task(
         server: The server's base URL (``http://127.0.0.1:8765``), or ``$NAME``: the URL in
             environment variable ``NAME`` when a trial starts (:func:`server_url`; a run
             whose server's port changes then still resumes).
-        fault: A fault name.
+        fault: A fault name. The server runs its wire part; a conversation part
+            (``ask_again``, ``compaction``) is applied by :func:`command_agent`.
         protection: A protection name (the server's tool layer applies it to MCP tools).
         prompt: A built-in prompt name or a prompt file path.
         solver: The agent; default: the model drives the trial's tools over MCP.
@@ -572,7 +533,12 @@ def served_task(
             out of range.
     """
     parts = task_parts(task)
-    get_fault(fault)
+    if get_fault(fault).conversation is not None and solver is None:
+        raise ValueError(
+            f"fault {fault!r} changes the conversation between the agent's turns, which the "
+            "MCP agent (the default solver) does not take; give the agent command's solver "
+            "(command_agent), or a fault without a conversation part"
+        )
     if hang_seconds is not None:
         hang_seconds = check_hang_seconds(hang_seconds)
     get_protection(protection)

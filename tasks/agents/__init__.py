@@ -11,7 +11,13 @@ Limits (each refused with an :class:`AgentLimitError`): synchronous model client
 """
 
 from ._apis import API_TOOLS, api_tools
-from ._attribute import ModelToolCall, attribute_attempts, intent_identity, model_tool_calls
+from ._attribute import (
+    ModelToolCall,
+    attribute_attempts,
+    intent_identity,
+    mark_source,
+    model_tool_calls,
+)
 from ._context import BRIDGE_MODEL, AgentContext, AgentError, AgentFunction, AgentLimitError
 from ._hosts import check_model_request, parse_hosts, serve_trial, take_late_requests
 from ._load import (
@@ -49,6 +55,7 @@ __all__ = [
     "intent_identity",
     "is_user_agent",
     "load_agent",
+    "mark_source",
     "model_tool_calls",
     "parse_hosts",
     "scrub_agent_trace",

@@ -167,3 +167,39 @@ def attribute_attempts(
         attempt.asked = asked[request]
         done += 1
     return done
+
+
+def mark_source(
+    ledger: Ledger,
+    since: int,
+    source: str,
+    identity: Mapping[str, Sequence[str]] | None = None,
+    *,
+    repeats_only: bool = False,
+) -> int:
+    """Name ``source`` on the mutating attempts from attempt index ``since`` on: what the
+    conversation fault that happened at ``since`` caused (``user``: the follow-up, whose run
+    sends every such attempt; ``compaction``).
+
+    Run before :func:`attribute_attempts`, which then leaves them alone.
+
+    Args:
+        ledger: The trial's ledger (changed in place).
+        since: How many attempts the ledger held when the fault happened.
+        source: The retry source to name.
+        identity: Identity fields by effect name (:func:`intent_identity`).
+        repeats_only: Only the attempts that repeat a request sent before ``since`` (after
+            a compaction, the agent's plan goes on: its next new step is not a repeat).
+
+    Returns:
+        How many attempts were named.
+    """
+    identity = identity or {}
+    before = {_request(a, identity) for a in ledger.attempts[:since] if a.mutating}
+    named = 0
+    for attempt in ledger.attempts[since:]:
+        if not attempt.mutating or (repeats_only and _request(attempt, identity) not in before):
+            continue
+        attempt.source = source
+        named += 1
+    return named

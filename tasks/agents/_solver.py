@@ -14,10 +14,11 @@ from inspect_ai.log import transcript
 from inspect_ai.model import ChatMessageTool, ModelOutput
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import LimitExceededError, store
-from twice.mocks import RunError, raise_if_stub_could_not_play
+from twice.mocks import Ledger, RunError, raise_if_stub_could_not_play
 
+from .._conversation import CompactingFilter
 from .._redact import scrub, scrub_value, scrubbed_fields, secret_values
-from ._attribute import attribute_attempts, intent_identity, model_tool_calls
+from ._attribute import attribute_attempts, intent_identity, mark_source, model_tool_calls
 from ._context import AgentContext, AgentLimitError
 from ._hosts import parse_hosts, serve_trial
 from ._load import DUMMY_KEY, PLACEHOLDER_KEYS, load_agent
@@ -113,6 +114,7 @@ def agent_solver(
     prompt_text: str,
     mocks: Mapping[str, str] | None = None,
     follow_up: Callable[[str | int, int], str] | None = None,
+    compaction: bool = False,
 ) -> Solver:
     """Run ``agent`` on the trial's request; score what the services saw, even if it crashed.
 
@@ -133,6 +135,10 @@ def agent_solver(
             epoch). The agent is called a second time with it and the first exchange in
             ``ctx.history``; the mutating attempts of that call carry the retry source
             ``user``.
+        compaction: The ``compaction`` fault: from the model turn after the first mutating
+            call's reply reached the agent, the model reads the conversation compacted
+            (``CompactingFilter`` on the bridge); the mutating attempts after it that repeat
+            an earlier request carry the retry source ``compaction``.
     """
     fn = load_agent(agent)
     mock_hosts = dict(mocks or {})
@@ -153,12 +159,18 @@ def agent_solver(
         for var in PLACEHOLDER_KEYS:
             os.environ.setdefault(var, DUMMY_KEY)
         record: dict[str, Any] = {"agent": agent, "crashed": False, "error": ""}
+        asked_from: int | None = None
         bridge = None
         answer = ""
         first_event = len(transcript().events)
+
+        async def ledger() -> Ledger:
+            return services.ledger
+
+        compactor = CompactingFilter(ledger) if compaction else None
         try:
             with serve_trial(services, hosts):
-                async with agent_bridge() as bridge:
+                async with agent_bridge(filter=compactor) as bridge:
                     seconds = _time_limit
                     with anyio.move_on_after(seconds) as scope:
                         result = await fn(state.input_text, actx)
@@ -167,16 +179,11 @@ def agent_solver(
                             asked = dataclasses.replace(
                                 actx, history=(("user", state.input_text), ("assistant", result))
                             )
-                            before = len(services.ledger.attempts)
+                            if compactor is not None:
+                                compactor.end()
+                            asked_from = len(services.ledger.attempts)
                             transcript().info(f"twice: the user asks again: {text!r}")
-                            try:
-                                result = await fn(text, asked)
-                            finally:
-                                # The agent's own tools say nothing of who sent an attempt:
-                                # every mutating one the follow-up caused is the user's.
-                                for attempt in services.ledger.attempts[before:]:
-                                    if attempt.mutating:
-                                        attempt.source = "user"
+                            result = await fn(text, asked)
                     if scope.cancel_called:  # also when the agent swallowed the cancel
                         raise AgentTimedOut(f"timed out after {seconds:g} s (--agent-timeout)")
                     if anyio.current_time() > scope.deadline:
@@ -208,10 +215,17 @@ def agent_solver(
                 if isinstance(message, ChatMessageTool):
                     ctx.observe(message.text)
             # Before the scorer reads the ledger: its verdict names who sent each effect.
+            # The agent's own tools say nothing of who sent an attempt: every mutating one
+            # the follow-up caused is the user's, a repeat after a compaction the compaction's.
+            identity = intent_identity(state.metadata)
+            if compactor is not None and compactor.since is not None:
+                mark_source(
+                    services.ledger, compactor.since, "compaction", identity, repeats_only=True
+                )
+            if asked_from is not None:
+                mark_source(services.ledger, asked_from, "user")
             attribute_attempts(
-                services.ledger,
-                model_tool_calls(transcript().events[first_event:]),
-                intent_identity(state.metadata),
+                services.ledger, model_tool_calls(transcript().events[first_event:]), identity
             )
             store().set(AGENT_STORE_KEY, record)
             scrub_agent_trace(state, since=first_event)  # also when a limit ends the sample

@@ -24,27 +24,28 @@ def test_conversation_cli_bad_fault_name_exits_2_naming_it(
     assert not (tmp_path / "logs").exists()
 
 
-@pytest.mark.parametrize("fault", ["compaction", "lost_reply+compaction"])
-def test_conversation_cli_agent_under_test_is_refused_naming_what_applies(
-    twice: Any, tmp_path: Path, fault: str
+@pytest.mark.parametrize("fault", ["compaction", "lost_reply+ask_again"])
+def test_conversation_cli_agents_under_test_take_the_conversation_faults(fault: str) -> None:
+    from twice.evals.suite import suite_from_flags
+
+    # Both kinds of agent under test: each cell plans (no trial runs here).
+    for agent in ({"agents": ("langgraph",)}, {"agent_cmd": "python my_agent.py"}):
+        suite = suite_from_flags(
+            config=None, models=("stub/retry",), prompts=(), tasks=("refund",),
+            faults=(fault,), protections=(), epochs=None, limit=1, **agent,
+        )  # fmt: skip
+        assert {c.fault for c in suite.cells()} == {fault}
+
+
+def test_conversation_cli_crash_after_commit_is_still_refused_for_an_agent_cmd(
+    twice: Any, tmp_path: Path
 ) -> None:
     result = twice(
-        "run", "--log-dir", tmp_path / "logs", "--agent", "langgraph", "--fault", fault,
-        "--limit", "1",
-    )  # fmt: skip
-    assert result.exit_code == 2, result.stdout
-    line = " ".join(result.stderr.split())
-    assert repr(fault) in line and "only the 'react' agent has" in line
-    assert "ask_again included" in line
-
-
-def test_conversation_cli_agent_cmd_is_refused_up_front(twice: Any, tmp_path: Path) -> None:
-    result = twice(
         "run", "--log-dir", tmp_path / "logs", "--agent-cmd", "true", "--fault",
-        "lost_reply+ask_again", "--limit", "1",
+        "crash_after_commit", "--limit", "1",
     )  # fmt: skip
     assert result.exit_code == 2, result.stdout
-    assert "'lost_reply+ask_again' changes the conversation" in " ".join(result.stderr.split())
+    assert "'crash_after_commit' restarts" in " ".join(result.stderr.split())
 
 
 def test_conversation_cli_run_counts_user_and_compaction_sources(

@@ -612,6 +612,12 @@ def test_parse_trial_config_defaults() -> None:
         ({"task": "refund", "hang_seconds": True}, "hang_seconds true must be a number"),
         ({"task": "refund", "sample": 7}, "sample 7 is not in task 'refund'"),
         ({"task": "refund", "fault": "crash_after_commit"}, "restarts twice's own agent loop"),
+        # A served trial's client drives its own turns: nothing would ask it again or compact.
+        ({"task": "refund", "fault": "ask_again"}, 'fault "ask_again" changes the conversation'),
+        (
+            {"task": "refund", "fault": "lost_reply+compaction"},
+            'fault "lost_reply+compaction" changes the conversation',
+        ),
         (
             {"task": "refund", "fault": "lost_reply", "lost_reply": "drop"},
             'lost_reply "drop" is the fault "reset_after_commit"',

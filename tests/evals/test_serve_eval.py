@@ -3,6 +3,7 @@ table (the README's "Reference results") through inspect's ``mcp_server_http``."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,3 +84,11 @@ def test_served_and_local_tasks_log_the_same_prompt_facts(tmp_path: Path) -> Non
     facts = ("prompt", "prompt_source", "prompt_sha256", "prompt_text", "prompt_bytes")
     assert {k: served[k] for k in facts} == {k: local[k] for k in facts}
     assert served["prompt_bytes"] == 68_000 and len(served["prompt_text"]) < 68_000 // 10
+
+
+@pytest.mark.parametrize("fault", ["ask_again", "timeout_before_commit+compaction"])
+def test_served_task_mcp_agent_refuses_a_conversation_fault(fault: str) -> None:
+    # The MCP agent is inspect's generate over the server's tools: nothing would ask it again
+    # or compact what its model reads, so the cell would measure the wire fault alone.
+    with pytest.raises(ValueError, match=re.escape(f"fault {fault!r} changes the conversation")):
+        served_task("refund", "http://127.0.0.1:1", fault=fault)

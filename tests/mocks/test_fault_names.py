@@ -47,3 +47,19 @@ def test_fault_names_an_attempt_records_the_wire_fault_that_hit_it() -> None:
     assert get_fault("lost_reply+ask_again").wire_name == "lost_reply"
     assert get_fault("compaction").wire_name == "none"
     assert get_fault("lost_reply").wire_name == "lost_reply"
+
+
+@pytest.mark.parametrize(
+    ("name", "wire"),
+    [("compaction+ask_again", "none"), ("lost_reply+compaction+ask_again", "lost_reply")],
+)
+def test_fault_names_both_conversation_faults_in_the_order_they_happen(
+    name: str, wire: str
+) -> None:
+    fault = get_fault(name)
+    assert fault.changes("compaction") and fault.changes("ask_again")
+    assert (fault.name, fault.wire_name) == (name, wire)
+    assert not get_fault("lost_reply+ask_again").changes("compaction")
+    assert not get_fault("lost_reply").changes("ask_again")
+    with pytest.raises(ValueError, match="compaction\\+ask_again"):
+        get_fault("ask_again+compaction")  # asked again first: then nothing is left to compact

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from inspect_ai import eval, task_with
+from inspect_ai.log import resolve_sample_attachments
 from inspect_ai.model import get_model
 from twice.mocks import LEDGER_STORE_KEY
 from twice.tasks import refund
@@ -44,9 +44,60 @@ def test_conversation_agents_asked_again_keep_the_controls_apart(tmp_path: Path)
     assert seen == {(a, s): n for a in AGENTS for s, n in STUBS.items()}
 
 
-@pytest.mark.parametrize("fault", ["compaction", "lost_reply+compaction"])
-def test_conversation_agents_compaction_is_refused_naming_what_applies(fault: str) -> None:
-    from twice.tasks.agents import AgentError
+COMPACTED = {"stub/retry": 2, "stub/no-retry": 2, "stub/verify": 1}
+"""Refunds on the server after a compaction, per control: retry and no-retry have lost the
+result and refund again, verify looks first (as in twice's own loop)."""
 
-    with pytest.raises(AgentError, match="ask_again included"):
-        refund(fault=fault, agent="langgraph")
+
+def test_conversation_agents_compaction_keeps_the_controls_apart(tmp_path: Path) -> None:
+    # The model reads the agent's conversation compacted from the turn after the refund's
+    # reply reached the agent; the agent's own process is left alone.
+    agents = ("openai-agents", "langgraph")
+    tasks = [
+        task_with(
+            refund(fault="compaction", agent=agent), model=get_model(stub), name=f"{agent}|{stub}"
+        )
+        for agent in agents
+        for stub in COMPACTED
+    ]
+    logs = eval(tasks, display="none", log_dir=str(tmp_path), limit=1, max_tasks=3)
+    assert all(log.status == "success" for log in logs), [log.error for log in logs]
+    seen = {}
+    for log in logs:
+        agent, stub = (log.eval.task or "").split("|")
+        (sample,) = log.samples or []
+        assert sample.store[AGENT_STORE_KEY]["crashed"] is False, sample.store[AGENT_STORE_KEY]
+        ledger = sample.store[LEDGER_STORE_KEY]
+        seen[agent, stub] = len(ledger["effects"])
+        sources = [a["source"] for a in ledger["attempts"] if a["mutating"]]
+        if COMPACTED[stub] == 2:
+            assert sources == ["initial", "compaction"], (agent, stub, sources)
+        else:
+            assert sources == ["initial"], (agent, stub, sources)
+        # The model's turn after the reply read the placeholder and the note, not the result.
+        inputs = [
+            " ".join(m.text for m in e.input)
+            for e in resolve_sample_attachments(sample).events
+            if e.event == "model" and e.input
+        ]
+        assert "(Tool result removed)" in inputs[1] and "compacted" in inputs[1]
+        assert "re_1" not in inputs[1]
+    assert seen == {(a, s): n for a in agents for s, n in COMPACTED.items()}
+
+
+def test_conversation_agents_both_faults_name_each_repeat(tmp_path: Path) -> None:
+    # Compacted after the refund's reply, then asked again after the final answer: the
+    # follow-up's session is sent as the agent sends it, and each repeat is named for its cause.
+    (log,) = eval(
+        refund(fault="compaction+ask_again", agent="langgraph"),
+        model=get_model("stub/retry"),
+        display="none",
+        log_dir=str(tmp_path),
+        limit=1,
+    )
+    assert log.status == "success", log.error
+    (sample,) = log.samples or []
+    ledger = sample.store[LEDGER_STORE_KEY]
+    assert len(ledger["effects"]) == 3
+    sources = [a["source"] for a in ledger["attempts"] if a["mutating"]]
+    assert sources == ["initial", "compaction", "user"]

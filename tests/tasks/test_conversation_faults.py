@@ -369,3 +369,44 @@ def test_conversation_faults_verify_asked_again_after_an_undone_saga_does_not_un
     )
     (ledger,) = ledgers(log)
     assert [e.name for e in ledger.effects] == ["travel.flight.book", "travel.flight.cancel"]
+
+
+def test_conversation_faults_both_in_one_trial_name_each_repeat(tmp_path: Path) -> None:
+    from inspect_ai.log import read_eval_log
+    from twice.evals import run_suite
+    from twice.evals.suite._suite import Matrix, Suite
+    from twice.mocks import ledgers
+
+    suite = Suite(
+        (
+            Matrix(
+                models=("stub/retry", "stub/no-retry", "stub/verify"),
+                tasks=("refund",),
+                faults=("compaction+ask_again",),
+                protections=("bare", "intent-key"),
+            ),
+        ),
+        limit=1,
+        source="test",
+    )
+    run = run_suite(suite, tmp_path)
+    assert run.ok, run.failed
+    seen = {}
+    for log in run.logs:
+        protection = (log.eval.metadata or {})["twice"]["protection"]
+        (ledger,) = ledgers(read_eval_log(log.location))
+        seen[log.eval.model, protection] = (
+            len(ledger.effects),
+            [a.source for a in ledger.attempts if a.mutating],
+        )
+    assert seen == {
+        # Compacted, it refunds again; asked again, it refunds a third time.
+        ("stub/retry", "bare"): (3, ["initial", "compaction", "user"]),
+        # Compacted, it refunds again; asked again, it answers from what it now remembers.
+        ("stub/no-retry", "bare"): (2, ["initial", "compaction"]),
+        ("stub/verify", "bare"): (1, ["initial"]),
+        # One key for the intent: both repeats get the first refund back.
+        ("stub/retry", "intent-key"): (1, ["initial", "compaction", "user"]),
+        ("stub/no-retry", "intent-key"): (1, ["initial", "compaction"]),
+        ("stub/verify", "intent-key"): (1, ["initial"]),
+    }
