@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import httpx
 
 from ._openapi_plan import (
+    MUTATING_METHODS,
     Operation,
     Plan,
     Resource,
@@ -43,6 +44,9 @@ class OpenAPIService(Service):
 
     plan: ClassVar[Plan]
     builder: ClassVar[Builder]
+    # Every mutating operation keeps keys, whatever its method: a document's PUT, PATCH or
+    # DELETE commits an effect as its POST does, and a retried one commits another.
+    keyed_methods: ClassVar[frozenset[str]] = frozenset(MUTATING_METHODS)
 
     def __init__(self, base_url: str | None = None, **state: list[dict[str, Any]]) -> None:
         super().__init__(base_url)
