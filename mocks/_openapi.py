@@ -308,7 +308,7 @@ def openapi_service(
         overrides: A YAML/TOML file (or its mapping) fixing what inference gets wrong:
             ``name``, ``base_url``, ``idempotency_header``, ``resources.<resource>`` (``id_field``,
             ``prefix``, ``state_key``) and ``operations.<operationId or "METHOD /path">``
-            (``name``, ``resource``, ``verb``, ``mutating``).
+            (``name``, ``resource``, ``verb``, ``mutating``, ``tool``).
 
     Raises:
         OpenAPIError: naming what in the document or the overrides cannot be used.

@@ -17,7 +17,8 @@ from twice.tasks import get_task, normal_spec, openapi_files, openapi_task
 
 ROOT = Path(__file__).parents[2]
 STRIPE = ROOT / "tests" / "mocks" / "openapi_docs" / "stripe.json"
-STRIPE_DATA = ROOT / "docs" / "examples" / "openapi" / "stripe_refunds.jsonl"
+EXAMPLES = ROOT / "docs" / "examples" / "openapi"
+STRIPE_DATA = EXAMPLES / "stripe_refunds.jsonl"
 HELPDESK = Path(__file__).parent / "openapi" / "helpdesk.yaml"
 USAGE = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
 
@@ -61,6 +62,24 @@ def test_openapi_task_intent_key_makes_stub_retry_exactly_once() -> None:
     assert [(e["name"], e["fields"]["charge"], e["fields"]["amount"]) for e in effects] == [
         ("stripe.refund.create", "ch_1", 499)  # a form body, typed back by the document
     ]
+
+
+@pytest.mark.parametrize(
+    ("protection", "refunds"),
+    [("retry-nokey", 2), ("retry-stepkey", 1), ("lookup", 1), ("declared", 1)],
+)
+def test_openapi_task_protections_give_the_seed_demos_table(protection: str, refunds: int) -> None:
+    # stub/no-retry under a lost reply: only the tool layer retries. ``lookup`` finds the
+    # refund in GetRefunds' list (the resource's list operation) before retrying.
+    log = _run(_stripe(protection=protection), "stub/no-retry")
+    (effects,) = _effects(log)
+    assert len(effects) == refunds
+
+
+def test_openapi_task_from_python_docs_example_is_a_task_of_your_own() -> None:
+    make = get_task(f"{EXAMPLES / 'refund_task.py'}:stripe_refunds")
+    log = _run(make(fault="lost_reply", protection="intent-key"), "stub/retry", limit=2)
+    assert [s["safe_success"] for s in _scores(log)] == [1.0, 1.0]
 
 
 def test_openapi_task_sends_the_key_under_the_header_the_document_declares() -> None:
