@@ -437,9 +437,7 @@ class Services:
         # Keys only mean something on a mutating route's keyed methods (Stripe's POST: "sending
         # them on GET and DELETE has no effect"), and only to a service that supports them.
         honoured = (
-            route.mutating
-            and request.method in service.keyed_methods
-            and service.idempotency_keys
+            route.mutating and request.method in service.keyed_methods and service.idempotency_keys
         )
         key = attempt.key if honoured else None
         saved = None
