@@ -13,7 +13,7 @@ from inspect_ai.log import EvalLog
 from inspect_ai.model import ModelOutput, ModelUsage, get_model
 from inspect_ai.tool import ToolInfo
 from twice.mocks import LEDGER_STORE_KEY, OpenAPIError, openapi_operations, openapi_service
-from twice.tasks import get_task, normal_spec, openapi_files, openapi_task
+from twice.tasks import file_digest, get_task, normal_spec, openapi_files, openapi_task
 
 ROOT = Path(__file__).parents[2]
 STRIPE = ROOT / "tests" / "mocks" / "openapi_docs" / "stripe.json"
@@ -226,3 +226,21 @@ def test_openapi_tools_refuse_two_operations_with_one_tool_name(tmp_path: Path) 
     )
     fixed = openapi_service(path, overrides={"operations": {"POST /carts": {"tool": "addCart"}}})
     assert sorted(o.tool for o in openapi_operations(fixed)) == ["addCart", "orders_create"]
+
+
+def test_openapi_task_reads_overrides_beside_and_its_digest_follows_them(tmp_path: Path) -> None:
+    doc = tmp_path / "helpdesk.yaml"
+    doc.write_bytes(HELPDESK.read_bytes())
+    (tmp_path / "helpdesk.jsonl").write_bytes(HELPDESK.with_suffix(".jsonl").read_bytes())
+    name = f"openapi:{doc}"
+    plain = file_digest(name)
+    assert plain and openapi_files(name)[2] is None
+    beside = tmp_path / "helpdesk.overrides.yaml"
+    beside.write_text("operations:\n  createTicket:\n    tool: open_ticket\n")
+    assert openapi_files(name)[2] == beside
+    assert file_digest(name) != plain  # its old logs are stale, not reused
+    # The dataset still calls createTicket, which the overrides renamed: named at load.
+    with pytest.raises(ValueError, match=r"plan\[0\]\.call\.tool 'createTicket' is not an "):
+        get_task(name)
+    doc.write_text(doc.read_text() + "\n# edited\n")
+    assert file_digest(name) not in (plain, "")
