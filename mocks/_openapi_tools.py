@@ -213,6 +213,8 @@ def _tool_schema(plan: Plan, node: Any, depth: int) -> dict[str, Any]:
     if not isinstance(node, dict) or depth > _MAX_DEPTH:
         return {}
     out: dict[str, Any] = {k: node[k] for k in _SCHEMA_KEYS if k in node}
+    if "const" in node and "enum" not in out:  # tool schemas have no const
+        out["enum"] = [node["const"]]
     if isinstance(out.get("description"), str):
         out["description"] = _plain(out["description"])
     if "items" in node:

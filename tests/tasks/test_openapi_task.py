@@ -244,3 +244,61 @@ def test_openapi_task_reads_overrides_beside_and_its_digest_follows_them(tmp_pat
         get_task(name)
     doc.write_text(doc.read_text() + "\n# edited\n")
     assert file_digest(name) not in (plain, "")
+
+
+def test_openapi_tool_schemas_resolve_refs_and_speak_the_tool_dialect(tmp_path: Path) -> None:
+    body = {
+        "allOf": [
+            {"$ref": "#/components/schemas/Base"},
+            {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "gift"}}},
+        ]
+    }
+    doc = {
+        "openapi": "3.0.3",
+        "info": {"title": "Shop", "version": "1"},
+        "paths": {
+            "/orders": {
+                "post": {
+                    "operationId": "createOrder",
+                    "summary": "<b>Place</b> an order &amp; pay.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": body}},
+                    },
+                    "responses": {"201": {"description": "made"}},
+                }
+            }
+        },
+        "components": {
+            "schemas": {
+                "Base": {
+                    "type": "object",
+                    "required": ["sku"],
+                    "properties": {
+                        "sku": {"type": "string", "description": "The item."},
+                        "note": {"type": "string", "nullable": True},
+                        "ship": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+                    },
+                }
+            }
+        },
+    }
+    path = tmp_path / "shop.json"
+    path.write_text(json.dumps(doc))
+    (op,) = openapi_operations(openapi_service(path))
+    assert op.description == "Place an order & pay."
+    args = {a.name: (a.where, a.required, a.schema) for a in op.arguments}
+    assert args == {
+        "kind": ("body", True, {"enum": ["gift"], "description": "The request's kind field."}),
+        "sku": ("body", True, {"type": "string", "description": "The item."}),
+        "note": (
+            "body", False,
+            {"anyOf": [{"type": "string"}, {"type": "null"}],
+             "description": "The request's note field."},
+        ),
+        "ship": (
+            "body", False,
+            {"anyOf": [{"type": "string"}, {"type": "integer"}],
+             "description": "The request's ship field."},
+        ),
+    }  # fmt: skip
