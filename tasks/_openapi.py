@@ -48,6 +48,11 @@ def openapi_files(name: str) -> tuple[Path, Path, Path | None]:
         raise ValueError(f"task {name!r} is not of the form {OPENAPI_TASK}")
     doc = Path(document)
     if not doc.is_file():
+        head, sep, tail = document.rpartition(":")
+        if sep and Path(head).is_file():
+            raise ValueError(
+                f"task {name!r}: the dataset {tail!r} is not a .jsonl file; {OPENAPI_TASK}"
+            )
         raise ValueError(f"task {name!r}: no OpenAPI document {document!r}")
     data = Path(dataset) if dataset else doc.with_suffix(".jsonl")
     if not data.is_file():

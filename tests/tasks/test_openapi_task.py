@@ -203,6 +203,8 @@ def test_openapi_task_dataset_defaults_to_the_one_beside_the_document(tmp_path: 
         get_task(f"openapi:{lone}")
     with pytest.raises(ValueError, match=r"no OpenAPI document 'missing\.yaml'"):
         get_task("openapi:missing.yaml")
+    with pytest.raises(ValueError, match=r"the dataset 'rows\.json' is not a \.jsonl file"):
+        get_task(f"openapi:{HELPDESK}:rows.json")
     assert normal_spec(f"openapi:./{HELPDESK.name}:./x.jsonl") == f"openapi:{HELPDESK.name}:x.jsonl"
 
 
