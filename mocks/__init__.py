@@ -42,6 +42,7 @@ from ._ledger import (
 from ._live import forget_held_metadata, keep_held_metadata, trial_metadata
 from ._openapi import OpenAPIService, openapi_service
 from ._openapi_plan import OpenAPIError
+from ._openapi_tools import OpenAPIArgument, OpenAPIOperation, openapi_operations
 from ._own_transport import start as start_own_transport
 from ._own_transport import stop as stop_own_transport
 from ._own_transport import through_own_transport
@@ -65,6 +66,7 @@ from ._trial_services import Services
 from ._wire import (
     BACKOFF_HEADER,
     CALL_HEADER,
+    FORM_TYPE,
     KEY_HEADER,
     REPLAYED_HEADER,
     SOURCE_HEADER,
@@ -87,6 +89,7 @@ __all__ = [
     "CONVERSATION_FAULTS",
     "CRASH_HEADER",
     "FAULTS",
+    "FORM_TYPE",
     "KEY_HEADER",
     "LEDGER_STORE_KEY",
     "MAX_KEY_LENGTH",
@@ -110,7 +113,9 @@ __all__ = [
     "Ledger",
     "LostReply",
     "NoFault",
+    "OpenAPIArgument",
     "OpenAPIError",
+    "OpenAPIOperation",
     "OpenAPIService",
     "OrdersService",
     "Outcome",
@@ -145,6 +150,7 @@ __all__ = [
     "live_ledger",
     "noisy_retry_rate",
     "not_found",
+    "openapi_operations",
     "openapi_service",
     "outcome_of",
     "raise_if_stub_could_not_play",

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import httpx
 
 from ._openapi_plan import (
+    MUTATING_METHODS,
     Operation,
     Plan,
     Resource,
@@ -43,6 +44,9 @@ class OpenAPIService(Service):
 
     plan: ClassVar[Plan]
     builder: ClassVar[Builder]
+    # Every mutating operation keeps keys, whatever its method: a document's PUT, PATCH or
+    # DELETE commits an effect as its POST does, and a retried one commits another.
+    keyed_methods: ClassVar[frozenset[str]] = frozenset(MUTATING_METHODS)
 
     def __init__(self, base_url: str | None = None, **state: list[dict[str, Any]]) -> None:
         super().__init__(base_url)
@@ -304,7 +308,7 @@ def openapi_service(
         overrides: A YAML/TOML file (or its mapping) fixing what inference gets wrong:
             ``name``, ``base_url``, ``idempotency_header``, ``resources.<resource>`` (``id_field``,
             ``prefix``, ``state_key``) and ``operations.<operationId or "METHOD /path">``
-            (``name``, ``resource``, ``verb``, ``mutating``).
+            (``name``, ``resource``, ``verb``, ``mutating``, ``tool``).
 
     Raises:
         OpenAPIError: naming what in the document or the overrides cannot be used.

@@ -112,6 +112,8 @@ class Operation:
     spec: dict[str, Any]
     operation_id: str | None = None
     action: str | None = None
+    tool: str | None = None
+    """The tool name an overrides file gives it (None: from the operationId)."""
 
 
 @dataclass
@@ -351,6 +353,7 @@ def read_plan(
                 spec=spec,
                 operation_id=op_id,
                 action=action,
+                tool=str(fix["tool"]) if fix.get("tool") else None,
             )
             if op.name in names:
                 # Two paths infer one name (a nested and a top-level route): the operationId

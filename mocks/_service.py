@@ -89,6 +89,8 @@ class Service:
     without key support ignores the header entirely (it is still recorded on the attempt)."""
     api_name: ClassVar[str | None] = None
     """What messages call the service ("helpdesk API"); None: ``"<name> API"``."""
+    keyed_methods: ClassVar[frozenset[str]] = frozenset({"POST"})
+    """The methods whose mutating routes honour the key (Stripe: a key on DELETE does nothing)."""
     key_header: ClassVar[str] = KEY_HEADER
     """The request header carrying the idempotency key (an API may declare another name)."""
     read_headers: ClassVar[frozenset[str]] = frozenset()

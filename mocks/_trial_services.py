@@ -413,7 +413,9 @@ class Services:
                 # Validation failures never began executing: not saved, retryable.
                 service.keys.release(key)
             else:
-                service.keys.save(key, response.status_code, response.json())
+                # A reply with no body (a DELETE's 204) is saved as none, and replayed so.
+                body = response.json() if response.content else None
+                service.keys.save(key, response.status_code, body)
         return response
 
     def _pipeline(
@@ -432,9 +434,11 @@ class Services:
         if fault is not None:
             attempt.fault = fault.wire_name
 
-        # Keys only mean something on POST (Stripe: "sending them on GET and DELETE has no effect"),
-        # and only to a service that supports them.
-        honoured = route.mutating and request.method == "POST" and service.idempotency_keys
+        # Keys only mean something on a mutating route's keyed methods (Stripe's POST: "sending
+        # them on GET and DELETE has no effect"), and only to a service that supports them.
+        honoured = (
+            route.mutating and request.method in service.keyed_methods and service.idempotency_keys
+        )
         key = attempt.key if honoured else None
         saved = None
         if key is not None:

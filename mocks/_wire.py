@@ -22,6 +22,7 @@ BACKOFF_HEADER = "X-Twice-Backoff"
 """Request header carrying the virtual seconds the client waited before this attempt."""
 KEY_HEADER = "Idempotency-Key"
 FORM_TYPE = "application/x-www-form-urlencoded"
+"""The content type of a form body (what Stripe's SDKs send)."""
 REPLAYED_HEADER = "Idempotent-Replayed"
 """Response header set to ``true`` on a response replayed from the idempotency store (Stripe's
 name): the client can tell "this call made it" from "an earlier request with this key did"."""

@@ -8,7 +8,9 @@ from inspect_ai import Task
 from ._conversation import CompactingFilter, follow_up
 from ._dataset import Record, load_dataset, load_records
 from ._inspect_compat import is_registry_object
+from ._openapi import openapi_files, openapi_task, openapi_tools
 from ._openapi import openapi_parts as _openapi_parts
+from ._openapi import openapi_task_function as _openapi_task_function
 from ._prompts import PROMPTS_DIR, Prompt, builtin_prompts, load_prompt, read_regular_file
 from ._protections import PROTECTIONS, Protection, get_protection
 from ._redact import (
@@ -22,7 +24,8 @@ from ._redact import (
     secret_values,
     secrets_in,
 )
-from ._spec import file_digest, normal_spec
+from ._spec import OPENAPI_TASK, file_digest, normal_spec
+from ._spec import is_openapi_task as _is_openapi_task
 from ._spec import is_spec as _is_spec
 from ._spec import load_function as _load_function
 from ._toolkit import (
@@ -79,7 +82,10 @@ TASKS: dict[str, Callable[..., Task]] = {
 ``mocks``."""
 
 
-TASK_SPEC = "path/to/tasks.py:function or package.module:function"
+TASK_SPEC = (
+    f"path/to/tasks.py:function or package.module:function, or {OPENAPI_TASK} (a task "
+    "made from an OpenAPI document and a dataset)"
+)
 """How a task of the user's own is named on the task axis."""
 
 _USER_TASKS: dict[str, Callable[..., Task]] = {}
@@ -88,8 +94,10 @@ _USER_TASKS: dict[str, Callable[..., Task]] = {}
 def get_task(name: str) -> Callable[..., Task]:
     """The task function called ``name``: a built-in task, or a task of your own named
     ``path/to/tasks.py:function`` or ``package.module:function`` (an inspect ``@task`` taking
-    ``fault``, ``protection`` and ``prompt``, built with :func:`twice_task`). A file is
-    imported once per process.
+    ``fault``, ``protection`` and ``prompt``, built with :func:`twice_task`), or
+    ``openapi:PATH[:DATASET.jsonl]``, a task made from an OpenAPI document and a dataset
+    (:func:`openapi_task`; the document and dataset are checked now). A file is imported
+    once per process.
 
     Raises:
         ValueError: naming the bad value and the accepted ones, or what is wrong with a task
@@ -97,6 +105,10 @@ def get_task(name: str) -> Callable[..., Task]:
     """
     if name in TASKS:
         return TASKS[name]
+    if _is_openapi_task(name):
+        if name not in _USER_TASKS:
+            _USER_TASKS[name] = _openapi_task_function(name)
+        return _USER_TASKS[name]
     if not _is_spec(name):
         raise ValueError(
             f"unknown task {name!r}; expected one of: {', '.join(TASKS)}, or {TASK_SPEC}"
@@ -172,6 +184,7 @@ __all__ = [
     "COMPENSATIONS_STORE_KEY",
     "CREDENTIAL_ARG",
     "IDEMPOTENCY_CLASSES",
+    "OPENAPI_TASK",
     "PROMPTS_DIR",
     "PROTECTIONS",
     "REDACTED",
@@ -211,6 +224,9 @@ __all__ = [
     "make_tool",
     "mutate",
     "normal_spec",
+    "openapi_files",
+    "openapi_task",
+    "openapi_tools",
     "place_order",
     "prompt_metadata",
     "read",

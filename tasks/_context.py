@@ -56,6 +56,8 @@ class ServiceAPI:
         noun: str,
         lookup: Lookup | None = None,
         method: str = "POST",
+        form: bool = False,
+        params: dict[str, Any] | None = None,
     ) -> Mutation:
         """Send one mutating request under the trial's protection (see ``mutate``).
 
@@ -67,6 +69,11 @@ class ServiceAPI:
             noun: What gets made, for messages ("refund").
             lookup: Finds an existing effect, for the ``lookup`` protection.
             method: HTTP method.
+            form: Send the payload as a form body, not JSON.
+            params: Query parameters.
+
+        The idempotency key, when the protection sends one, goes in the header the service
+        reads it from (its ``key_header``).
         """
         return await mutate(
             self.ctx,
@@ -78,6 +85,9 @@ class ServiceAPI:
             noun=noun,
             api=self.label,
             lookup=lookup,
+            key_header=self.service.key_header,
+            form=form,
+            params=params,
         )
 
 

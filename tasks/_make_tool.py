@@ -36,6 +36,9 @@ def make_tool(
     parallel: bool = False,
     compensation: Compensation | None = None,
     verify_with: str | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: ToolParams | None = None,
 ) -> Tool:
     """Turn an async function into an inspect tool bound to a trial.
 
@@ -56,6 +59,10 @@ def make_tool(
             its result tells the model how to undo it.
         verify_with: Name of a read tool that tells whether this tool's action already
             happened; named in the ``declared`` protection's advice after an unknown outcome.
+        name: The tool's name (default: the function's).
+        description: With ``parameters``, the tool's schema as data, for a tool made from
+            a description rather than a docstring (``fn`` then takes ``**kwargs: Any``).
+        parameters: The JSON schema of the tool's arguments (see ``description``).
 
     Raises:
         ValueError: for an unknown class or a compensation that does not fit the class.
@@ -75,7 +82,12 @@ def make_tool(
             f"tool {fn.__name__!r} declares a compensation but its class is {idempotency!r}; "
             "only 'compensable' tools register a compensation"
         )
-    spec = ToolSpec(fn.__name__, idempotency, compensation, verify_with)
+    if (description is None) != (parameters is None):
+        raise ValueError(
+            f"tool {name or fn.__name__!r}: give description and parameters together (a "
+            "schema as data), or neither (the schema from the function's docstring)"
+        )
+    spec = ToolSpec(name or fn.__name__, idempotency, compensation, verify_with)
     ctx.tool_specs[spec.name] = spec
 
     @functools.wraps(fn)
@@ -108,17 +120,27 @@ def make_tool(
     if verify_with is not None:
         twice["verify_with"] = verify_with
     options: dict[str, object] = {"twice": twice}
+    if description is not None and parameters is not None:
+        # No stand-in: its schema is data, which inspect takes as given, without parsing.
+        return ToolDef(
+            execute,
+            name=spec.name,
+            description=description,
+            parameters=parameters,
+            parallel=parallel,
+            options=options,
+        ).as_tool()
     key = shape_key(fn)
     description, parameters = _schema(key, fn, execute)
     made = ToolDef(
         execute,
-        name=fn.__name__,
+        name=spec.name,
         description=description,
         parameters=parameters,
         parallel=parallel,
         options=options,
     ).as_tool()
-    shape = (key, parallel, repr(options))
+    shape = (key, spec.name, parallel, repr(options))
     stand_in = _STAND_INS.get(shape)
     if stand_in is None:
         stand_in = _STAND_INS[shape] = _stand_in(made)

@@ -31,6 +31,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from twice.mocks import (
     BACKOFF_HEADER,
     CALL_HEADER,
     CRASH_HEADER,
+    FORM_TYPE,
     KEY_HEADER,
     REPLAYED_HEADER,
     SOURCE_HEADER,
@@ -227,6 +229,12 @@ class _Call:
     api: str
     noun: str
     frame: CallFrame | None
+    key_header: str = KEY_HEADER
+    """The header the service reads its idempotency key from."""
+    form: bool = False
+    """Send the payload as a form body (``a[b]=c`` brackets), not JSON."""
+    params: dict[str, Any] | None = None
+    """Query parameters."""
     # Set by _open:
     number: int = 0
     policy: _Policy = _Policy(0, "none", False)
@@ -308,6 +316,22 @@ def _parsed(url: str) -> httpx.URL:
     return httpx.URL(url)
 
 
+def form_pairs(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """A value as form fields the way Stripe's SDKs send them: ``metadata[k]=v`` for a
+    mapping, ``expand[0]=a`` for a list, ``true``/``false`` for a boolean, an empty value
+    for null (the generated services read these brackets back)."""
+    if isinstance(value, dict):
+        out: list[tuple[str, str]] = []
+        for k, v in value.items():
+            out += form_pairs(v, f"{prefix}[{k}]" if prefix else str(k))
+        return out
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in form_pairs(v, f"{prefix}[{i}]")]
+    if isinstance(value, bool):
+        return [(prefix, "true" if value else "false")]
+    return [(prefix, "" if value is None else str(value))]
+
+
 def _server_message(response: httpx.Response) -> str:
     try:
         body = response.json()
@@ -326,10 +350,14 @@ async def _attempt(
         headers = {SOURCE_HEADER: source, CALL_HEADER: str(call.number)}
         headers[BACKOFF_HEADER] = f"{backoff:g}"
         if call.key is not None:
-            headers[KEY_HEADER] = call.key
+            headers[call.key_header] = call.key
+        body: dict[str, Any] = {"json": call.payload}
+        if call.form:
+            headers["Content-Type"] = FORM_TYPE
+            body = {"content": urllib.parse.urlencode(form_pairs(call.payload)).encode()}
         try:
             response = await ctx.client.request(
-                call.method, _parsed(call.url), json=call.payload, headers=headers
+                call.method, _parsed(call.url), params=call.params, headers=headers, **body
             )
         except httpx.TimeoutException:
             return Problem(f"timed out waiting for the {call.api}", unknown=True)
@@ -484,6 +512,9 @@ async def mutate(
     noun: str,
     api: str,
     lookup: Lookup | None = None,
+    key_header: str = KEY_HEADER,
+    form: bool = False,
+    params: dict[str, Any] | None = None,
 ) -> Mutation:
     """Send one mutating request under the trial's protection.
 
@@ -502,6 +533,10 @@ async def mutate(
         api: Which API, for messages ("payments API").
         lookup: Finds an existing effect by the client reference, for the ``lookup``
             protection; returns its JSON or None.
+        key_header: The header the service reads the idempotency key from (the service's
+            ``key_header``: an API may declare its own name).
+        form: Send the payload as a form body (``metadata[k]=v`` brackets) instead of JSON.
+        params: Query parameters.
 
     Returns:
         The result; :meth:`Mutation.say` gives the sentence the agent is told.
@@ -514,7 +549,7 @@ async def mutate(
     """
     call = _Call(
         route, method, url, dict(payload), _intent_id(route, identity), api, noun,
-        frame=CURRENT_CALL.get(),
+        frame=CURRENT_CALL.get(), key_header=key_header, form=form, params=params,
     )  # fmt: skip
     _open(ctx, call)
     if call.policy.lookup and lookup is None:

@@ -27,9 +27,36 @@ def is_spec(value: str) -> bool:
     return bool(sep and where and attr.isidentifier())
 
 
+OPENAPI_PREFIX = "openapi:"
+OPENAPI_TASK = "openapi:PATH[:DATASET.jsonl]"
+"""How a task made from an OpenAPI document is named on the task axis."""
+OVERRIDES_BESIDE = (".overrides.yaml", ".overrides.yml", ".overrides.toml")
+"""Suffixes of an overrides file beside the document (``stripe.json`` →
+``stripe.overrides.yaml``) that a task named ``openapi:PATH`` reads."""
+
+
+def is_openapi_task(name: str) -> bool:
+    """Whether ``name`` names a task made from an OpenAPI document (``openapi:PATH...``)."""
+    return name.startswith(OPENAPI_PREFIX)
+
+
+def split_openapi_task(name: str) -> tuple[str, str | None]:
+    """``openapi:PATH[:DATASET.jsonl]`` → (PATH, DATASET or None)."""
+    rest = name[len(OPENAPI_PREFIX) :]
+    head, sep, tail = rest.rpartition(":")
+    if sep and head and tail.endswith(".jsonl"):
+        return head, tail
+    return rest, None
+
+
 def normal_spec(spec: str) -> str:
-    """A file spec with its path normalised (``./agents/a.py:run`` → ``agents/a.py:run``), so
-    two spellings of one path name one cell (and find its logs); other values unchanged."""
+    """A file spec with its path normalised (``./agents/a.py:run`` → ``agents/a.py:run``,
+    ``openapi:./x.json`` → ``openapi:x.json``), so two spellings of one path name one cell
+    (and find its logs); other values unchanged."""
+    if is_openapi_task(spec):
+        document, dataset = split_openapi_task(spec)
+        out = OPENAPI_PREFIX + os.path.normpath(document) if document else spec
+        return out + (":" + os.path.normpath(dataset) if dataset else "")
     where, sep, attr = spec.rpartition(":")
     if not (sep and where.endswith(".py") and is_spec(spec)):
         return spec
@@ -54,6 +81,8 @@ def file_digest(spec: str) -> str:
     environment's library directories and outside twice. A spec that imports none of the
     user's modules keeps the digest of its file alone.
     """
+    if is_openapi_task(spec):
+        return _openapi_digest(spec)
     root = spec_file(spec) or _module_file(spec.rpartition(":")[0])
     if root is None or not root.is_file():
         return ""
@@ -61,6 +90,20 @@ def file_digest(spec: str) -> str:
     for name, path in sorted(_own_imports(root, _package_of(spec)).items()):
         digest.update(f"\0{name}\0".encode())
         digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _openapi_digest(spec: str) -> str:
+    """The digest of an ``openapi:`` task's document and the overrides file beside it (its
+    dataset's digest is the task's own, ``twice_task``)."""
+    document = Path(split_openapi_task(spec)[0])
+    if not document.is_file():
+        return ""
+    digest = hashlib.sha256(document.read_bytes())
+    for suffix in OVERRIDES_BESIDE:
+        beside = document.with_name(document.stem + suffix)
+        if beside.is_file():
+            digest.update(b"\0" + beside.read_bytes())
     return digest.hexdigest()[:12]
 
 

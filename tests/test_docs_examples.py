@@ -58,13 +58,29 @@ RUN_BY: dict[str, tuple[str, str]] = {
         "tests/mocks/test_openapi_service.py",
         "test_openapi_adyen_refund_with_overrides_and_its_declared_key_header",
     ),
+    "docs/examples/openapi/gate.toml": (
+        "tests/evals/test_openapi_run.py",
+        "test_twice_run_suite_of_an_openapi_task_summary_report_and_gate",
+    ),
     "docs/examples/openapi/refund_agent.py": (
         "tests/evals/test_serve_openapi.py",
         "test_serve_openapi_docs_agent_refunds_once_through_a_lost_reply",
     ),
+    "docs/examples/openapi/refund_task.py": (
+        "tests/tasks/test_openapi_task.py",
+        "test_openapi_task_from_python_docs_example_is_a_task_of_your_own",
+    ),
     "docs/examples/openapi/stripe_overrides.yaml": (
         "tests/evals/test_serve_openapi.py",
         "test_serve_openapi_stripe_sdk_own_retries_refund_once",
+    ),
+    "docs/examples/openapi/stripe_refunds.jsonl": (
+        "tests/tasks/test_openapi_task.py",
+        "test_openapi_task_tells_the_stub_controls_apart_under_a_lost_reply",
+    ),
+    "docs/examples/openapi/suite.toml": (
+        "tests/evals/test_openapi_run.py",
+        "test_twice_run_suite_of_an_openapi_task_summary_report_and_gate",
     ),
     "docs/examples/own_assertion.py": (
         "tests/test_docs_examples.py",

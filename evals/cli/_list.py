@@ -22,6 +22,7 @@ def list_() -> None:
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         click.echo(f"  {name:<24} {doc}")
     click.echo(f"  {'path.py:function':<24} your own task (an inspect @task built with twice_task)")
+    click.echo(f"  {'openapi:PATH[:DATA.jsonl]':<24} a task from an OpenAPI document and a dataset")
     click.echo("prompts:")
     for name in builtin_prompts():
         click.echo(f"  {name:<24} (stub/noisy retries with p={noisy_retry_rate(name):g})")

@@ -23,6 +23,7 @@ def test_cli_list_shows_everything() -> None:
                  "stub/parallel"):  # fmt: skip
         assert name in out
     assert "path.py:function         your own task" in out  # tasks and agents alike
+    assert "openapi:PATH[:DATA.jsonl] a task from an OpenAPI document and a dataset" in out
     assert "path.py:function         your own agent" in out
 
 

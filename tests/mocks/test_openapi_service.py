@@ -189,6 +189,22 @@ def test_openapi_twilio_message_from_a_form_body_has_a_patterned_sid() -> None:
     assert effect.name == "twilio.message.create" and effect.fields["AccountSid"] == ACCOUNT
 
 
+def test_openapi_twilio_delete_with_a_key_is_kept_as_a_post_is() -> None:
+    # A document's DELETE commits an effect as its POST does: a retry with the same key gets
+    # the saved reply, not a second effect (built-in services keep keys on POST only).
+    kind = openapi_service(TWILIO)
+    sid = "SM" + "0" * 31 + "9"
+    state = {"messages": [{"sid": sid, "body": "Your order shipped"}]}
+    services = Services(services_from_state(state, kind), fault=get_fault("lost_reply"))
+    url = f"/2010-04-01/Accounts/{ACCOUNT}/Messages/{sid}.json"
+    with services.sync_client(base_url=kind.default_base_url) as client:
+        with pytest.raises(httpx.ReadTimeout):
+            client.delete(url, headers={"Idempotency-Key": "del-1"})
+        again = client.delete(url, headers={"Idempotency-Key": "del-1"})
+    assert again.status_code == 204 and again.headers["Idempotent-Replayed"] == "true"
+    assert [e.name for e in services.ledger.effects] == ["twilio.message.delete"]
+
+
 def test_openapi_adyen_refund_with_overrides_and_its_declared_key_header() -> None:
     kind = openapi_service(ADYEN, overrides=ADYEN_OVERRIDES)
     assert kind.key_header == "Idempotency-Key"
