@@ -13,6 +13,15 @@ Limits (each refused with an :class:`AgentLimitError`): synchronous model client
 from ._apis import API_TOOLS, api_tools
 from ._attribute import ModelToolCall, attribute_attempts, intent_identity, model_tool_calls
 from ._context import BRIDGE_MODEL, AgentContext, AgentError, AgentFunction, AgentLimitError
+from ._frameworks import (
+    COMMANDS_DIR,
+    FRAMEWORKS_DIR,
+    Behaviour,
+    FrameworkRow,
+    FrameworkRowError,
+    load_framework_row,
+    load_frameworks,
+)
 from ._hosts import check_model_request, parse_hosts, serve_trial, take_late_requests
 from ._load import (
     AGENT_TASKS,
@@ -32,13 +41,18 @@ __all__ = [
     "API_TOOLS",
     "BRIDGE_MODEL",
     "BUILTIN_AGENTS",
+    "COMMANDS_DIR",
     "EXTRA",
+    "FRAMEWORKS_DIR",
     "REACT",
     "AgentContext",
     "AgentError",
     "AgentFunction",
     "AgentLimitError",
+    "Behaviour",
     "BuiltinAgent",
+    "FrameworkRow",
+    "FrameworkRowError",
     "ModelToolCall",
     "agent_solver",
     "agent_time_limit",
@@ -49,6 +63,8 @@ __all__ = [
     "intent_identity",
     "is_user_agent",
     "load_agent",
+    "load_framework_row",
+    "load_frameworks",
     "model_tool_calls",
     "parse_hosts",
     "scrub_agent_trace",
