@@ -18,6 +18,8 @@ NO_RETRY = "stub/no-retry"
 """The control whose model never retries: any second attempt under it is the framework's."""
 RETRY = "stub/retry"
 """The control whose model repeats a failed call."""
+VERIFY = "stub/verify"
+"""The control whose model looks before retrying: a duplicate under it was not its choice."""
 
 NOUNS: dict[str, tuple[str, str]] = {
     "refund": ("refund", "refunds"),
@@ -141,6 +143,12 @@ def finding(row: FrameworkRow, cells: Cells) -> str:
                 f"retries ({NO_RETRY}, `{worst.get('fault')}`: {k.k} of {k.n} trials; "
                 f"duplicates under {_faults(dup)})."
             )
+            careful = pooled(of_model(cells, VERIFY), "duplication_rate")
+            if careful.k:
+                sentence = sentence[:-1] + (
+                    f"; a model that looks before retrying cannot prevent it ({VERIFY}: "
+                    f"{percent(careful)})."
+                )
         else:
             extra = attempts_by(never, "framework")
             sentence = (
