@@ -21,7 +21,9 @@ DEFAULT_LOG_DIR = "logs/frameworks"
     help="A row of the frameworks registry to run (repeatable; its file's stem). Default: "
     "every row; rows measured earlier in the same --log-dir stay on the page.",
 )
-@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--epochs", type=click.IntRange(min=1), default=1, show_default=True, help="Epochs per sample."
+)
 @click.option("--limit", type=click.IntRange(min=1), help="Samples per task (first N).")
 @click.option(
     "--log-dir",

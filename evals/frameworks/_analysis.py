@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from twice.mocks import RunError
 from twice.reports import Location, as_location, is_file, join, read_text, write_text
 from twice.tasks.agents import COMMANDS_DIR, FRAMEWORKS_DIR, FrameworkRow, load_frameworks
 
@@ -116,6 +117,7 @@ def run_frameworks(
     Raises:
         FrameworkRowError: for a bad registry file.
         SuiteError: for an unknown ``--row`` or a row whose suite cannot run.
+        RunError: when the page cannot be written.
     """
     registry = load_frameworks(plan.registry)
     selected = select_rows(registry, plan.rows)
@@ -159,7 +161,13 @@ def run_frameworks(
     )
     for where in (join(as_location(plan.log_dir), PAGE), plan.page):
         if where is not None:
-            write_text(as_location(where), page)
+            try:
+                write_text(as_location(where), page)
+            except OSError as ex:
+                raise RunError(
+                    f"cannot write the page to {where}: {ex.strerror or ex}; the rows' logs "
+                    "are kept, and the same command writes it without running them again"
+                ) from None
             result.page_paths.append(as_location(where))
     if plan.report and measures:
         result.report_path = _write_report(plan.log_dir, result.measured)
