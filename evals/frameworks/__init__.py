@@ -13,7 +13,7 @@ from ._analysis import (
     run_frameworks,
     select_rows,
 )
-from ._findings import NO_RETRY, RETRY, VERIFY, Pooled, finding, pooled, retried_by_itself
+from ._findings import BASELINE, NO_RETRY, RETRY, VERIFY, Pooled, finding, pooled, retried_by_itself
 from ._installed import RowStatus, row_status
 from ._page import (
     HEADINGS,
@@ -27,6 +27,7 @@ from ._page import (
 )
 
 __all__ = [
+    "BASELINE",
     "CONTROLS",
     "FAULTS",
     "HEADINGS",

@@ -21,6 +21,9 @@ RETRY = "stub/retry"
 VERIFY = "stub/verify"
 """The control whose model looks before retrying: a duplicate under it was not its choice."""
 
+BASELINE = "react"
+"""The row every other is compared with: twice's own loop, no framework."""
+
 NOUNS: dict[str, tuple[str, str]] = {
     "refund": ("refund", "refunds"),
     "send_email": ("email", "emails"),
@@ -115,9 +118,27 @@ def _effects_per_duplicate(cell: Mapping[str, Any]) -> int:
     return 1 + max(1, round(excess / dup)) if dup > 0 else 1
 
 
-def finding(row: FrameworkRow, cells: Cells) -> str:
+def completes_otherwise(cells: Cells, baseline: Cells, models: Sequence[str]) -> list[str]:
+    """Where ``cells`` complete the task at a rate whose interval does not overlap the
+    baseline's under the same control model: one phrase each."""
+    out = []
+    for model in models:
+        mine = pooled(of_model(cells, model), "completion_rate")
+        theirs = pooled(of_model(baseline, model), "completion_rate")
+        if mine.ci is None or theirs.ci is None:
+            continue
+        if mine.ci[1] < theirs.ci[0] or theirs.ci[1] < mine.ci[0]:
+            out.append(f"{model} {percent(mine)} against {percent(theirs)}")
+    return out
+
+
+def finding(row: FrameworkRow, cells: Cells, baseline: Cells | None = None) -> str:
     """One sentence stating what the measurement shows of ``row``'s framework, citing the
-    behaviour source, and saying so when it disagrees with ``retries_by_itself``."""
+    behaviour source, and saying so when it disagrees with ``retries_by_itself``.
+
+    With ``baseline`` (the cells of twice's own loop, ``react``, under the same controls), a
+    completion rate that differs from it beyond both intervals is named too.
+    """
     name = f"{row.framework} ({row.setting})" if row.setting != "default" else row.framework
     if not any(scored(c) for c in cells):
         return f"{name}: no trial was scored, so nothing is measured (see the run's errors)."
@@ -175,6 +196,15 @@ def finding(row: FrameworkRow, cells: Cells) -> str:
             )
         else:
             sentence += "."
+    if baseline:
+        models = list(dict.fromkeys(str(c.get("model")) for c in cells))
+        differs = completes_otherwise(cells, baseline, models)
+        if differs:
+            sentence += (
+                f" It completes the task otherwise than twice's own loop ({BASELINE}) under "
+                + "; ".join(differs)
+                + "."
+            )
     crashed = [c for c in cells if (c.get("crashed_rate") or 0) > 0]
     if crashed:
         sentence += f" The agent run ends with an error under {_faults(crashed)}."

@@ -14,7 +14,7 @@ from typing import Any
 
 from twice.tasks.agents import FrameworkRow
 
-from ._findings import Cells, attempts_by, finding, of_model, percent, pooled
+from ._findings import BASELINE, Cells, attempts_by, finding, of_model, percent, pooled
 
 TITLE = "# Which agent frameworks do it twice"
 MARKER = (
@@ -76,7 +76,9 @@ def matrix_table(measures: Sequence[RowMeasure], models: Sequence[str]) -> list[
         head += [f"{m} dup", f"{m} done"]
     head += ["extra attempts by", "finding"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for measure in measures:
+    base = next((m.cells for m in measures if m.row.row == BASELINE), None)
+    # The baseline first: every other row is read against it.
+    for measure in sorted(measures, key=lambda m: m.row.row != BASELINE):
         cells = measure.cells
         row = measure.row
         name = f"{text(row.framework)} (`{row.row}`)"
@@ -89,7 +91,8 @@ def matrix_table(measures: Sequence[RowMeasure], models: Sequence[str]) -> list[
                 percent(pooled(mine, "duplication_rate")),
                 percent(pooled(mine, "completion_rate")),
             ]
-        line += [_sources(cells), text(finding(row, cells))]
+        compare = base if row.row != BASELINE else None
+        line += [_sources(cells), text(finding(row, cells, compare))]
         lines.append("| " + " | ".join(line) + " |")
     return lines
 
@@ -120,7 +123,10 @@ def frameworks_page(
         "the task; each over both tasks and every fault, with its Wilson 95% interval. "
         "*extra attempts by*: mutating attempts the framework re-sent on its own and the model "
         "asked for again, and the share of trials in which they committed a duplicate "
-        "(`framework_duplication_rate`, `model_duplication_rate`).",
+        "(`framework_duplication_rate`, `model_duplication_rate`). *finding*: what the "
+        "measurement shows, a completion rate that differs from twice's own loop "
+        f"(`{BASELINE}`, no framework) beyond both intervals, and the framework's code that "
+        "does it, from the row's registry file.",
         "",
         *matrix_table(measures, models),
         "",

@@ -44,6 +44,12 @@ def test_frameworks_registry_shipped_rows_cover_every_builtin_agent_and_react() 
         assert r.behaviour.text and r.behaviour.source
     retrying = {r.row for r in rows if r.behaviour.retries_by_itself}
     assert retrying == {"langgraph-retry"}
+    # The row the frameworks guide shows.
+    shown = load_framework_row(FRAMEWORKS_DIR / "langgraph-retry.toml")
+    assert (shown.agent, shown.setting) == (
+        "langgraph-retry",
+        "retry_policy=RetryPolicy() on the tool node",
+    )
 
 
 def test_frameworks_registry_good_file_loads(tmp_path: Path) -> None:
