@@ -37,13 +37,13 @@ def _write(folder: Path, name: str, body: str) -> Path:
 
 def test_frameworks_registry_shipped_rows_cover_every_builtin_agent_and_react() -> None:
     rows = load_frameworks()
-    assert {r.agent for r in rows} == {"react", *BUILTIN_AGENTS}
+    assert {r.agent for r in rows if not r.is_command} == {"react", *BUILTIN_AGENTS}
     for r in rows:
         assert r.path.parent == FRAMEWORKS_DIR
         assert r.row == r.path.stem
         assert r.behaviour.text and r.behaviour.source
     retrying = {r.row for r in rows if r.behaviour.retries_by_itself}
-    assert retrying == {"langgraph-retry"}
+    assert "langgraph-retry" in retrying and "langgraph" not in retrying
     # The row the frameworks guide shows.
     shown = load_framework_row(FRAMEWORKS_DIR / "langgraph-retry.toml")
     assert (shown.agent, shown.setting) == (
