@@ -50,6 +50,13 @@ DEFAULT_LOG_DIR = "logs/frameworks"
     help="A folder of registry rows (*.toml) to run instead of twice's own "
     "(tasks/agents/frameworks/).",
 )
+@click.option(
+    "--hang-seconds",
+    type=float,
+    help="Seconds an agent command row's trials hold a lost reply (lost_reply, "
+    "timeout_before_commit) open before closing the connection (default 120, at most 600); "
+    "the agent's own, shorter timeout is what should end the wait.",
+)
 def frameworks(
     rows: tuple[str, ...],
     epochs: int,
@@ -59,6 +66,7 @@ def frameworks(
     display: str | None,
     no_report: bool,
     registry: Path | None,
+    hang_seconds: float | None,
 ) -> None:
     """Which agent frameworks do it twice: run every framework row under the stub controls.
 
@@ -74,7 +82,7 @@ def frameworks(
 
     plan = FrameworksPlan(
         log_dir=log_dir, rows=rows, epochs=epochs, limit=limit, page=page,
-        display=display or default_display(), report=not no_report,
+        display=display or default_display(), report=not no_report, hang_seconds=hang_seconds,
     )  # fmt: skip
     if registry is not None:
         plan = replace(plan, registry=registry)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,9 @@ class FrameworksPlan:
     tasks: tuple[str, ...] = TASKS
     display: str = "none"
     report: bool = True
+    hang_seconds: float | None = None
+    """Seconds a command row's trials hold a lost reply open (``--hang-seconds``); None: the
+    suite's default. An agent whose own timeout is shorter sees its timeout first."""
 
 
 @dataclass
@@ -104,6 +107,8 @@ def row_suite(status: RowStatus, plan: FrameworksPlan) -> Suite:
         matrices=(matrix,), epochs=plan.epochs, limit=plan.limit,
         source=f"frameworks row {row.path}", agent_cmd=status.command,
     )  # fmt: skip
+    if status.command is not None and plan.hang_seconds is not None:
+        suite = replace(suite, hang_seconds=plan.hang_seconds)
     suite.validate()
     return suite
 

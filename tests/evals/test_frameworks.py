@@ -17,12 +17,14 @@ from twice.evals.frameworks import (
     FrameworksPlan,
     PageSettings,
     RowMeasure,
+    RowStatus,
     finding,
     frameworks_page,
     page_structure,
     pooled,
     retried_by_itself,
     row_status,
+    row_suite,
     run_frameworks,
 )
 from twice.tasks.agents import FRAMEWORKS_DIR, Behaviour, FrameworkRow
@@ -271,3 +273,15 @@ def test_frameworks_finding_names_a_completion_rate_apart_from_the_baseline() ->
         "50% [35%–65%] against 100% [91%–100%]." in sentence
     )
     assert "otherwise" not in finding(_row(retries=False), baseline, baseline)
+
+
+def test_frameworks_row_suite_gives_a_command_row_the_hang_seconds(tmp_path: Path) -> None:
+    row = _row(row="thing", agent=None, agent_cmd="sh {dir}/a.sh", install="make things")
+    status = RowStatus(row, None, {}, command="sh /x/a.sh")
+    plan = FrameworksPlan(log_dir=str(tmp_path), hang_seconds=5.0)
+    suite = row_suite(status, plan)
+    assert (suite.agent_cmd, suite.hang_seconds) == ("sh /x/a.sh", 5.0)
+    assert {c.model for c in suite.cells()} == {"stub/retry", "stub/no-retry", "stub/verify"}
+    assert len(suite.cells()) == 3 * 5 * 2
+    builtin = row_suite(RowStatus(_row(), None, {}), plan)
+    assert builtin.agent_cmd is None and {c.agent for c in builtin.cells()} == {"langgraph-retry"}
