@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= logs/demo
 REAL_DIR ?= logs/demo-real
 
-.PHONY: setup demo real-setup demo-real test check bench docs docs-serve mutation mutation-changed clean
+.PHONY: setup demo real-setup demo-real frameworks test check bench docs docs-serve mutation mutation-changed clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,17 @@ real-setup: setup
 demo-real: real-setup
 	$(BIN)/twice run --config evals/real.toml --log-dir $(REAL_DIR)
 	@echo "open $(REAL_DIR)/report.html in a browser"
+
+## Which agent frameworks do it twice: every row of tasks/agents/frameworks/ (the installed
+## ones; the others are listed with how to install them) under the stub controls, into
+## FRAMEWORKS_LOGS (a rerun resumes), then its page, docs/frameworks.md, and report.html.
+## ROWS="langgraph langgraph-retry" runs some rows; FRAMEWORKS_ARGS="--limit 2" makes it cheap.
+FRAMEWORKS_LOGS ?= logs/frameworks
+ROWS ?=
+FRAMEWORKS_ARGS ?=
+frameworks: setup
+	$(BIN)/twice frameworks --log-dir $(FRAMEWORKS_LOGS) --page docs/frameworks.md \
+		$(foreach row,$(ROWS),--row $(row)) $(FRAMEWORKS_ARGS)
 
 ## Run the whole test suite on every core: the tests that can share the machine with -n
 ## (pytest-xdist, one worker per core), then the ones marked serial (wall-clock bounds,

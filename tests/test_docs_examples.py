@@ -42,6 +42,10 @@ RUN_BY: dict[str, tuple[str, str]] = {
         "tests/evals/test_eval_in_pytest.py",
         "test_twice_eval_docs_example_gates_on_rates",
     ),
+    "tasks/agents/frameworks/langgraph-retry.toml": (
+        "tests/tasks/test_frameworks_registry.py",
+        "test_frameworks_registry_shipped_rows_cover_every_builtin_agent_and_react",
+    ),
     "docs/examples/http_agent.py": (
         "tests/evals/test_agent_cmd.py",
         "test_run_agent_cmd_scores_the_external_agents_ledger",

@@ -85,6 +85,8 @@ def test_wheel_installs_only_twice_and_survives_a_users_own_tasks(tmp_path: Path
     assert "twice/reports/stats/__init__.py" in names
     assert "twice/tasks/refund/dataset.jsonl" in names
     assert "twice/evals/local_model/server.mjs" in names
+    assert "twice/tasks/agents/frameworks/langgraph-retry.toml" in names  # twice frameworks
+    assert "twice/evals/frameworks/__init__.py" in names
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)

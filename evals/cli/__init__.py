@@ -1,5 +1,5 @@
 """The ``twice`` command line: ``run``, ``list``, ``gate``, ``report``, ``trials``, ``serve``,
-``local-model``; one module per command (parse, one call, print).
+``local-model``, ``frameworks``; one module per command (parse, one call, print).
 
 Exit codes (docs/architecture.md): ``run`` exits 0 when every planned trial ran (whatever
 the rates), 1 when an eval errored, a trial errored or a model could not be reached, 2 on bad

@@ -16,6 +16,7 @@ from twice.mocks import TwiceError
 from .._inspect_compat import init_dotenv
 from ..run import batch_gc
 from . import _common
+from ._frameworks import frameworks
 from ._gate import gate
 from ._list import list_
 from ._local_model import local_model
@@ -166,6 +167,7 @@ def release_worker_threads() -> None:
                 thread.queue.put_nowait(None)
 
 
+cli.add_command(frameworks)
 cli.add_command(gate)
 cli.add_command(list_)
 cli.add_command(local_model)

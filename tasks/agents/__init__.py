@@ -19,6 +19,15 @@ from ._attribute import (
     model_tool_calls,
 )
 from ._context import BRIDGE_MODEL, AgentContext, AgentError, AgentFunction, AgentLimitError
+from ._frameworks import (
+    COMMANDS_DIR,
+    FRAMEWORKS_DIR,
+    Behaviour,
+    FrameworkRow,
+    FrameworkRowError,
+    load_framework_row,
+    load_frameworks,
+)
 from ._hosts import check_model_request, parse_hosts, serve_trial, take_late_requests
 from ._load import (
     AGENT_TASKS,
@@ -38,13 +47,18 @@ __all__ = [
     "API_TOOLS",
     "BRIDGE_MODEL",
     "BUILTIN_AGENTS",
+    "COMMANDS_DIR",
     "EXTRA",
+    "FRAMEWORKS_DIR",
     "REACT",
     "AgentContext",
     "AgentError",
     "AgentFunction",
     "AgentLimitError",
+    "Behaviour",
     "BuiltinAgent",
+    "FrameworkRow",
+    "FrameworkRowError",
     "ModelToolCall",
     "agent_solver",
     "agent_time_limit",
@@ -55,6 +69,8 @@ __all__ = [
     "intent_identity",
     "is_user_agent",
     "load_agent",
+    "load_framework_row",
+    "load_frameworks",
     "mark_source",
     "model_tool_calls",
     "parse_hosts",
