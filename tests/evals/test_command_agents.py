@@ -1,4 +1,5 @@
-"""The shipped command agents (``tasks/agents/commands/``) under ``twice run --agent-cmd``.
+"""The shipped command agents (``tasks/agents/commands/*/agent.mjs`` and ``agent.py``) under
+``twice run --agent-cmd``.
 
 Each runs the refund task under ``lost_reply`` with the controls that never retry and that
 always retry: a framework that leaves the decision to the model refunds once with the first and
