@@ -19,19 +19,25 @@ import asyncio
 import functools
 import os
 import sys
+import tempfile
 from pathlib import Path
 
+# CrewAI keeps task outputs under $XDG_DATA_HOME/<the current folder's name> and makes a
+# credentials folder under ~/.local/share when imported: both go to a folder of this run's own,
+# removed when it ends, so no trial reads what another left and nothing lands in the home.
+_DATA = tempfile.TemporaryDirectory(prefix="twice-crewai-")
+os.environ["XDG_DATA_HOME"] = os.environ["HOME"] = _DATA.name
 # No telemetry or tracing leaves the machine, and no first-run prompt waits on a terminal.
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("CREWAI_DISABLE_TRACKING", "true")
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
-from crewai import LLM, Agent, Crew, Task
-from crewai.tools import tool
+from crewai import LLM, Agent, Crew, Task  # noqa: E402
+from crewai.tools import tool  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from services import TRIAL, ApiTool, client, service_tools
+from services import TRIAL, ApiTool, client, service_tools  # noqa: E402
 
 
 def sync(name: str, fn: ApiTool) -> object:
