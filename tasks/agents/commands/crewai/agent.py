@@ -48,7 +48,8 @@ def sync(name: str, fn: ApiTool) -> object:
         async def once() -> str:
             async with client() as http:
                 tools = {t.__name__: t for t in service_tools(http)}
-                return await tools[name](**kwargs)
+                result: str = await tools[name](**kwargs)
+                return result
 
         return asyncio.run(once())
 
