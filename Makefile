@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= logs/demo
 REAL_DIR ?= logs/demo-real
 
-.PHONY: setup demo real-setup demo-real frameworks test check bench docs docs-serve mutation mutation-changed clean
+.PHONY: setup demo real-setup demo-real frameworks frameworks-install test check bench docs docs-serve mutation mutation-changed clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,26 @@ demo-real: real-setup
 	$(BIN)/twice run --config evals/real.toml --log-dir $(REAL_DIR)
 	@echo "open $(REAL_DIR)/report.html in a browser"
 
+## Install the agent commands of tasks/agents/commands/ (the JavaScript agents and the Python
+## frameworks that cannot share inspect-ai's pins): `npm ci` from each folder's lock file, and a
+## venv per folder with a requirements.txt (its .venv). Skips a folder already installed from
+## its current lock or requirements; npm's and pip's caches stay in build/. Needs node and npm.
+COMMANDS   := tasks/agents/commands
+JS_AGENTS  := $(patsubst %/package-lock.json,%/node_modules/.package-lock.json,$(wildcard $(COMMANDS)/*/package-lock.json))
+PY_AGENTS  := $(patsubst %/requirements.txt,%/.venv/.installed,$(wildcard $(COMMANDS)/*/requirements.txt))
+frameworks-install: $(JS_AGENTS) $(PY_AGENTS)
+
+$(COMMANDS)/%/node_modules/.package-lock.json: $(COMMANDS)/%/package-lock.json $(COMMANDS)/%/package.json
+	cd $(COMMANDS)/$* && npm ci --no-audit --no-fund --loglevel=error --cache "$(CURDIR)/build/npm-cache"
+	touch $@
+
+$(COMMANDS)/%/.venv/.installed: $(COMMANDS)/%/requirements.txt
+	rm -rf $(COMMANDS)/$*/.venv
+	$(PYTHON) -m venv $(COMMANDS)/$*/.venv
+	PIP_CACHE_DIR="$(CURDIR)/build/pip-cache" $(COMMANDS)/$*/.venv/bin/pip install --quiet \
+		--disable-pip-version-check -r $<
+	touch $@
+
 ## Which agent frameworks do it twice: every row of tasks/agents/frameworks/ (the installed
 ## ones; the others are listed with how to install them) under the stub controls, into
 ## FRAMEWORKS_LOGS (a rerun resumes), then its page, docs/frameworks.md, and report.html.
@@ -42,7 +62,7 @@ demo-real: real-setup
 FRAMEWORKS_LOGS ?= logs/frameworks
 ROWS ?=
 FRAMEWORKS_ARGS ?=
-frameworks: setup
+frameworks: setup frameworks-install
 	$(BIN)/twice frameworks --log-dir $(FRAMEWORKS_LOGS) --page docs/frameworks.md \
 		$(foreach row,$(ROWS),--row $(row)) $(FRAMEWORKS_ARGS)
 
@@ -102,4 +122,4 @@ bench: setup
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) logs build site *.egg-info
+	rm -rf $(VENV) logs build site *.egg-info $(COMMANDS)/*/node_modules $(COMMANDS)/*/.venv

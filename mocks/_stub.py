@@ -23,7 +23,8 @@ Errors across an agent bridge: a framework agent's tool errors reach the model a
 (inspect's ``ChatMessageTool.error`` is None in the OpenAI wire format), so a stub also treats a
 tool result as an error when its text looks like one (:data:`ERROR_TEXT`: LangGraph's
 ``Error: ...``, openai-agents' "An error occurred while running the tool", pydantic-ai's
-``{"error": ...}`` and "Fix the errors and try again", twice's unknown-outcome phrase), and
+``{"error": ...}`` and "Fix the errors and try again", the bare messages of Node's fetch
+that the Vercel AI SDK passes on, twice's unknown-outcome phrase), and
 as an *unknown* outcome when it says so or names a timeout or a connection closed before
 the reply (:data:`TIMEOUT_TEXT`). A text that hides the error's kind (the openai-agents
 default) is an error of unknown kind: ``verify`` treats it as a plain failure.
@@ -98,7 +99,12 @@ NOISY_DEFAULT_RATE = 0.5
 
 ERROR_TEXT = re.compile(
     r"^\s*error\b|^\s*\{\s*\"error\"|an error occurred while running the tool|"
-    r"fix the errors and try again|" + re.escape(UNKNOWN_OUTCOME),
+    r"fix the errors and try again|"
+    # A framework that hands the model the bare error message (the Vercel AI SDK): Node's
+    # fetch when the connection failed or its AbortSignal.timeout fired, and a tool's own
+    # error for a reply that was not 2xx.
+    r"^\s*(?:TypeError: )?fetch failed|the operation was aborted due to timeout|"
+    r"^\s*HTTP [45]\d\d\b|" + re.escape(UNKNOWN_OUTCOME),
     re.IGNORECASE,
 )
 """A tool result whose text matches this is an error even when it arrives as plain text."""

@@ -58,6 +58,10 @@ RUN_BY: dict[str, tuple[str, str]] = {
         "tests/evals/test_agent_cmd.py",
         "test_a_node_agents_own_retry_loop_is_charged_to_the_framework_not_the_model",
     ),
+    "tasks/agents/commands/vercel-ai/agent.mjs": (
+        "tests/evals/test_command_agents.py",
+        "test_a_command_agent_refunds_as_its_framework_decides",
+    ),
     "docs/examples/openapi/adyen_overrides.yaml": (
         "tests/mocks/test_openapi_service.py",
         "test_openapi_adyen_refund_with_overrides_and_its_declared_key_header",

@@ -75,10 +75,24 @@ def _is_import_module(func: ast.expr) -> bool:
     return name == "import_module"
 
 
+def sources(package: str) -> list[Path]:
+    """The package's Python files, without the installed environments inside it: a command
+    agent's folder (``tasks/agents/commands/NAME/``) holds its own ``.venv`` or
+    ``node_modules``, third-party code that is not twice's."""
+    root = ROOT / package
+    return [
+        p
+        for p in root.rglob("*.py")
+        if not any(
+            part.startswith(".") or part == "node_modules" for part in p.relative_to(root).parts
+        )
+    ]
+
+
 @pytest.mark.parametrize("package", ALLOWED)
 def test_layering_imports_point_one_way(package: str) -> None:
     bad = {}
-    for path in (ROOT / package).rglob("*.py"):
+    for path in sources(package):
         source = path.read_text(encoding="utf-8")
         found = imported_packages(source, error_root_exempt=package == "reports")
         wrong = found - ALLOWED[package] - {package}
@@ -147,7 +161,7 @@ def module_name(path: Path) -> str:
 
 def library_modules() -> dict[str, Path]:
     """Every module of the five packages, by its installed name."""
-    return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    return {module_name(p): p for pkg in PACKAGES for p in sources(pkg)}
 
 
 def imports_of(name: str, path: Path, source: str, known: set[str]) -> set[str]:

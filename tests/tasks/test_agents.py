@@ -516,6 +516,12 @@ def _tool(text: str) -> ChatMessageTool:
             True,
         ),
         ("Error: TypeError: fetch failed (UND_ERR_SOCKET: other side closed)", True, True),
+        # The Vercel AI SDK hands the model error.message alone: Node's fetch timing out (an
+        # unknown outcome), failing with its cause hidden (an error of unknown kind), and a
+        # command agent's tool on a reply that was not 2xx.
+        ("The operation was aborted due to timeout", True, True),
+        ("fetch failed", True, False),
+        ("HTTP 502 Bad Gateway from POST http://127.0.0.1:1/v1/refunds: {}", True, False),
         ("Created refund re_1 of $4.99 on order order_1042 (status succeeded).", False, False),
         ("No refunds found for order order_1042.", False, False),
     ],
