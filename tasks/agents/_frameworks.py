@@ -192,7 +192,9 @@ def load_frameworks(directory: str | Path = FRAMEWORKS_DIR) -> tuple[FrameworkRo
     rows = [load_framework_row(f) for f in sorted(folder.glob("*.toml"))]
     seen: dict[str, Path] = {}
     for r in rows:
-        agent = r.agent if r.agent is not None else f"agent_cmd = {r.agent_cmd!r}"
+        # Commands are compared filled in: `node {dir}/agent.mjs` is a different agent in each
+        # row's own folder.
+        agent = r.agent if r.agent is not None else f"agent_cmd = {r.command()!r}"
         if agent in seen:
             raise FrameworkRowError(
                 f"{r.path}: runs the same agent ({agent}) as {seen[agent]}; each row is one "

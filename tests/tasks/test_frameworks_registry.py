@@ -126,6 +126,23 @@ def test_frameworks_registry_two_rows_of_one_agent_are_refused(tmp_path: Path) -
         load_frameworks(tmp_path)
 
 
+def test_frameworks_registry_one_command_template_in_two_folders_is_two_agents(
+    tmp_path: Path,
+) -> None:
+    # `node {dir}/agent.mjs` filled in with each row's own folder runs two different agents;
+    # the same folder and arguments twice is one agent.
+    body = GOOD.replace(
+        'agent = "langgraph"', 'agent_cmd = "node {dir}/agent.mjs"\ninstall = "make x"'
+    )
+    for row in ("vercel-ai", "langgraph-js"):
+        _write(tmp_path, row, body.replace("{row}", row))
+    assert [r.row for r in load_frameworks(tmp_path)] == ["langgraph-js", "vercel-ai"]
+    twin = body.replace("{row}", "twin").replace("[behaviour]", 'dir = "vercel-ai"\n\n[behaviour]')
+    _write(tmp_path, "twin", twin)
+    with pytest.raises(FrameworkRowError, match=r"vercel-ai\.toml: runs the same agent .*twin"):
+        load_frameworks(tmp_path)
+
+
 def test_frameworks_registry_command_dir_defaults_to_the_row_then_its_family(
     tmp_path: Path,
 ) -> None:
