@@ -16,6 +16,7 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import LimitExceededError, store
 from twice.mocks import RunError, raise_if_stub_could_not_play
 
+from .._inspect_compat import cache_installed_versions
 from .._redact import scrub, scrub_value, scrubbed_fields, secret_values
 from ._attribute import attribute_attempts, intent_identity, model_tool_calls
 from ._context import AgentContext, AgentLimitError
@@ -136,6 +137,7 @@ def agent_solver(
     """
     fn = load_agent(agent)
     mock_hosts = dict(mocks or {})
+    cache_installed_versions()  # the bridge checks openai's version on every model call
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         ctx = contexts.pop((state.sample_id, state.epoch))
