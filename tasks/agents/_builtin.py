@@ -99,10 +99,6 @@ def _openai_client() -> AsyncOpenAI:
     return AsyncOpenAI()
 
 
-def _tools(ctx: AgentContext, client: httpx.AsyncClient) -> list[ApiTool]:
-    return api_tools(ctx.task, client, ctx.urls)
-
-
 @functools.lru_cache(maxsize=64)
 def _openai_agents_tools(task: str, urls: tuple[tuple[str, str], ...]) -> list[Any]:
     from agents import function_tool
