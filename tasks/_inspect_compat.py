@@ -6,6 +6,7 @@ inspect release that moves one fails that test by name instead of changing behav
 
 from __future__ import annotations
 
+import functools
 from contextvars import ContextVar
 
 # A made tool carries inspect's registry entry: inspect has no public way to copy one.
@@ -32,7 +33,25 @@ def init_bridge_request_patch() -> None:
     init()
 
 
+def cache_installed_versions() -> None:
+    """Have inspect read each package's installed version once per process.
+
+    Inspect's agent bridge checks the openai package's version when a trial opens the bridge
+    and again on every model call it answers, each time by reading the package's metadata
+    from disk (``importlib.metadata``: 2-4 ms of CPU a check, ten times twice's own cost of a
+    model turn). The modules this process imported do not change while it runs, so the first
+    answer stays the right one. An inspect without the function is left as it is."""
+    try:
+        from inspect_ai._util import version
+    except ImportError:  # pragma: no cover - a later inspect
+        return
+    installed = getattr(version, "_installed_version", None)
+    if callable(installed) and not hasattr(installed, "cache_info"):
+        version._installed_version = functools.cache(installed)
+
+
 __all__ = [
+    "cache_installed_versions",
     "init_bridge_request_patch",
     "is_registry_object",
     "registry_info",

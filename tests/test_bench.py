@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from twice.tasks.agents import BUILTIN_AGENTS, AgentError, check_agent
 from twice.tasks.refund.refund import DATASET
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +45,14 @@ FIGURES = {
     "serve_rps_ratio",
     "serve_same_key",
 }
+
+
+def _installed(agent: str) -> bool:
+    try:
+        check_agent(agent, "refund")
+    except AgentError:
+        return False
+    return True
 
 
 def _script(name: str, path: Path) -> ModuleType:
@@ -87,12 +96,12 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
         "agent_cmd",
     }:
         assert isinstance(results[key], float) and results[key] > 0, key
-    assert set(results["agent_overhead"]) == {
-        "openai-agents",
-        "langgraph",
-        "langgraph-retry",
-        "pydantic-ai",
-    }
+    # Every built-in agent whose framework is installed; the others are named as skipped.
+    installed = {name for name in BUILTIN_AGENTS if _installed(name)}
+    assert set(results["agent_overhead"]) == installed
+    assert {"openai-agents", "langgraph", "langgraph-retry", "pydantic-ai"} <= installed
+    for name in set(BUILTIN_AGENTS) - installed:
+        assert f"agent {name}: not measured" in done.stdout
     assert all(isinstance(v, float) and v > 0 for v in results["agent_overhead"].values())
     cmd = results["agent_cmd"]
     assert set(cmd) == {
@@ -122,6 +131,8 @@ def test_bench_table_marks_missed_targets() -> None:
     run = _run_module()
     text = run.table(
         {
+            "agent_overhead": {"openai-agents": 1.9, "langgraph": 2.1},
+            "agent_cmd": {"extra_seconds_per_trial": 0.4, "cpu_ratio": 3.0, "trials": 8},
             "overhead_ratio": 1.4,
             "fault_ratio": 1.01,
             "concurrency_efficiency_64": 0.5,
@@ -131,6 +142,8 @@ def test_bench_table_marks_missed_targets() -> None:
     )
     lines = {line.split()[0]: line for line in text.splitlines()}
     assert lines["overhead_ratio"].endswith("MISSED")
+    assert lines["agent_overhead"].endswith("each <= 2  MISSED")  # the worst agent decides
+    assert lines["agent_cmd"].endswith("extra_seconds_per_trial <= 0.5  ok")
     assert lines["fault_ratio"].endswith("ok")
     assert lines["concurrency_efficiency_64"].endswith("MISSED")
     assert lines["concurrent_same_key"].endswith("MISSED")

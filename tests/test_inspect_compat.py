@@ -74,3 +74,15 @@ def test_inspect_compat_compaction_placeholder_is_the_one_inspect_writes() -> No
     from inspect_ai.model._compaction import edit
 
     assert mocks_compat.TOOL_RESULT_REMOVED == edit.TOOL_RESULT_REMOVED
+
+
+def test_inspect_compat_installed_versions_are_read_once_per_process() -> None:
+    # The agent bridge checks openai's version on every model call it answers.
+    from inspect_ai._util import version
+
+    tasks_compat.cache_installed_versions()
+    assert hasattr(version._installed_version, "cache_info")
+    assert version.has_required_version("openai", "0.0.1")
+    hits = version._installed_version.cache_info().hits
+    assert version.has_required_version("openai", "0.0.1")
+    assert version._installed_version.cache_info().hits == hits + 1

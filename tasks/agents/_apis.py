@@ -27,22 +27,30 @@ from .._interfaces import (
 )
 
 ApiTool = Callable[..., Awaitable[str]]
-ToolFactory = Callable[[httpx.AsyncClient, Mapping[str, str]], list[ApiTool]]
+HttpClient = httpx.AsyncClient | Callable[[], httpx.AsyncClient]
+"""The client a set of tools sends with: the client itself, or a function that returns the
+client to use at each call (tools made once and shared by many trials, each trial sending
+with its own client)."""
+ToolFactory = Callable[[HttpClient, Mapping[str, str]], list[ApiTool]]
 
 
-async def _get(client: httpx.AsyncClient, url: str, params: dict[str, Any] | None = None) -> Any:
-    response = await client.get(url, params=params)
+def _client(client: HttpClient) -> httpx.AsyncClient:
+    return client if isinstance(client, httpx.AsyncClient) else client()
+
+
+async def _get(client: HttpClient, url: str, params: dict[str, Any] | None = None) -> Any:
+    response = await _client(client).get(url, params=params)
     response.raise_for_status()
     return response.json()
 
 
-async def _post(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> Any:
-    response = await client.post(url, json=payload)
+async def _post(client: HttpClient, url: str, payload: dict[str, Any]) -> Any:
+    response = await _client(client).post(url, json=payload)
     response.raise_for_status()
     return response.json()
 
 
-def refund_tools(client: httpx.AsyncClient, urls: Mapping[str, str]) -> list[ApiTool]:
+def refund_tools(client: HttpClient, urls: Mapping[str, str]) -> list[ApiTool]:
     """Tools of the refund task: ``issue_refund``, ``find_refunds``, ``get_order``."""
     base = urls["payments"]
 
@@ -68,7 +76,7 @@ def refund_tools(client: httpx.AsyncClient, urls: Mapping[str, str]) -> list[Api
     return [issue_refund, find_refunds, get_order]
 
 
-def send_email_tools(client: httpx.AsyncClient, urls: Mapping[str, str]) -> list[ApiTool]:
+def send_email_tools(client: HttpClient, urls: Mapping[str, str]) -> list[ApiTool]:
     """Tools of the send_email task: ``send_email``, ``find_sent_emails``."""
     base = urls["email"]
 
@@ -92,7 +100,7 @@ def send_email_tools(client: httpx.AsyncClient, urls: Mapping[str, str]) -> list
     return [send_email, find_sent_emails]
 
 
-def create_ticket_tools(client: httpx.AsyncClient, urls: Mapping[str, str]) -> list[ApiTool]:
+def create_ticket_tools(client: HttpClient, urls: Mapping[str, str]) -> list[ApiTool]:
     """Tools of the create_ticket task: ``create_ticket``, ``find_tickets``, ``get_customer``."""
     base = urls["tickets"]
 
@@ -137,8 +145,14 @@ API_TOOLS: dict[str, ToolFactory] = {
 """The tasks the built-in framework agents can run, with their tools."""
 
 
-def api_tools(task: str, client: httpx.AsyncClient, urls: Mapping[str, str]) -> list[ApiTool]:
+def api_tools(task: str, client: HttpClient, urls: Mapping[str, str]) -> list[ApiTool]:
     """The built-in agents' tools for ``task``.
+
+    Args:
+        task: The task name (a key of :data:`API_TOOLS`).
+        client: The ``httpx`` client the tools send with, or a function returning the client
+            to use at each call (for tools made once and used by many trials).
+        urls: Base URL of each service of the task, by service name.
 
     Raises:
         KeyError: for a task without framework tools (checked earlier, with a clear message).

@@ -17,6 +17,7 @@ from inspect_ai.util import LimitExceededError, store
 from twice.mocks import Ledger, RunError, raise_if_stub_could_not_play
 
 from .._conversation import CompactingFilter
+from .._inspect_compat import cache_installed_versions
 from .._redact import scrub, scrub_value, scrubbed_fields, secret_values
 from ._attribute import attribute_attempts, intent_identity, mark_source, model_tool_calls
 from ._context import AgentContext, AgentLimitError
@@ -142,6 +143,7 @@ def agent_solver(
     """
     fn = load_agent(agent)
     mock_hosts = dict(mocks or {})
+    cache_installed_versions()  # the bridge checks openai's version on every model call
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         ctx = contexts.pop((state.sample_id, state.epoch))
