@@ -6,7 +6,7 @@ sample's gold plan, the prompt's name and a seed (:func:`keep_stub_config`); a r
 sees none of them, and none of them is logged.
 
 A stub follows the plan step by step. It recovers where it is from the ids of its *own* earlier
-tool calls (``stub_s<step>_<a|v><n>``), so it keeps no state between calls and adds nothing a
+tool calls (``call_stub_s<step>_<a|v><n>``), so it keeps no state between calls and adds nothing a
 real model would see. What it does after an error is its behaviour:
 
 ========== ==========================================================================
@@ -23,7 +23,9 @@ Errors across an agent bridge: a framework agent's tool errors reach the model a
 (inspect's ``ChatMessageTool.error`` is None in the OpenAI wire format), so a stub also treats a
 tool result as an error when its text looks like one (:data:`ERROR_TEXT`: LangGraph's
 ``Error: ...``, openai-agents' "An error occurred while running the tool", pydantic-ai's
-``{"error": ...}`` and "Fix the errors and try again", twice's unknown-outcome phrase), and
+``{"error": ...}`` and "Fix the errors and try again", Google ADK's ``{..."error_type": ...}``,
+twice's unknown-outcome phrase, or a bare exception message that opens with a timeout or a
+lost connection, as AutoGen and Agno send it), and
 as an *unknown* outcome when it says so or names a timeout or a connection closed before
 the reply (:data:`TIMEOUT_TEXT`). A text that hides the error's kind (the openai-agents
 default) is an error of unknown kind: ``verify`` treats it as a plain failure.
@@ -37,11 +39,11 @@ first and does only what it finds undone; ``noisy`` does the plan again with its
 probability, else answers from memory, as ``no-retry`` and ``parallel`` always do. When a
 tool result was compacted away (inspect's placeholder, :data:`COMPACTED_RESULT`), ``verify``
 looks the step up; every other stub has no memory of it and does the step again. Calls made
-after the user's n-th further message carry ``stub_r<n>_`` ids.
+after the user's n-th further message carry ``call_stub_r<n>_`` ids.
 
 Sagas: when a stub gives up on a step whose plan says ``on_fail: "compensate"``, it calls the
 ``compensate`` action of each earlier step that has one, latest first (ids
-``stub_s<step>_c<n>``), with ``{ref}`` replaced by the reference (e.g. a booking id) found by
+``call_stub_s<step>_c<n>``), with ``{ref}`` replaced by the reference (e.g. a booking id) found by
 the step's ``ref_pattern`` in the last successful result of that step that contains one: the
 id the agent saw, which is not always the one the service made first. A compensation that
 fails is retried like a forward call by ``retry``/``drift``; the others report it. A stub
@@ -98,6 +100,8 @@ NOISY_DEFAULT_RATE = 0.5
 
 ERROR_TEXT = re.compile(
     r"^\s*error\b|^\s*\{\s*\"error\"|an error occurred while running the tool|"
+    # Google ADK's ReflectAndRetryToolPlugin: a JSON object naming the exception's type.
+    r"^\s*\{[^\n]*\"error_type\"\s*:|"
     r"fix the errors and try again|" + re.escape(UNKNOWN_OUTCOME),
     re.IGNORECASE,
 )
@@ -113,7 +117,10 @@ TIMEOUT_TEXT = re.compile(
 """An error whose text matches this (or says :data:`UNKNOWN_OUTCOME`) is an unknown outcome:
 a timeout, or a connection closed before the reply."""
 
-_ID = re.compile(r"^stub_(?:r\d+_)?s(?P<step>\d+)_(?P<kind>[avc])(?P<n>\d+)")
+ID_PREFIX = "call_stub_"
+"""How a stub's tool-call ids begin: ``call_`` as OpenAI's do, since some frameworks (Agno)
+replace an id of another shape with one of their own, and the stub would lose its place."""
+_ID = re.compile(r"^(?:call_)?stub_(?:r\d+_)?s(?P<step>\d+)_(?P<kind>[avc])(?P<n>\d+)")
 
 COMPACTED_RESULT = TOOL_RESULT_REMOVED
 """The text inspect's edit compaction leaves in place of a tool result: a stub that reads it
@@ -194,8 +201,17 @@ def _undone(messages: list[ChatMessage], step: int, args: dict[str, Any]) -> boo
 
 
 def _is_error(result: ChatMessageTool) -> bool:
-    """Whether a tool result is an error: inspect's error field, or error text (bridged)."""
-    return result.error is not None or ERROR_TEXT.search(result.text) is not None
+    """Whether a tool result is an error: inspect's error field, or error text (bridged).
+
+    A result that is nothing but the exception's message (AutoGen and Agno send
+    ``str(exception)``: "timed out waiting for the response") is an error when that message
+    opens with a timeout or a lost connection: no tool's success text does."""
+    text = result.text
+    return (
+        result.error is not None
+        or ERROR_TEXT.search(text) is not None
+        or TIMEOUT_TEXT.match(text.lstrip()) is not None
+    )
 
 
 def _is_unknown(text: str) -> bool:
@@ -463,11 +479,11 @@ class StubAPI(ModelAPI):
         tool = spec["compensate"]["tool"]
         if self.behaviour == "parallel":
             calls = [
-                ToolCall(id=f"stub_s{step}_c{n}p{i}", function=tool, arguments=dict(args))
+                ToolCall(id=f"{ID_PREFIX}s{step}_c{n}p{i}", function=tool, arguments=dict(args))
                 for i in (1, 2)
             ]
         else:
-            calls = [ToolCall(id=f"stub_s{step}_c{n}", function=tool, arguments=args)]
+            calls = [ToolCall(id=f"{ID_PREFIX}s{step}_c{n}", function=tool, arguments=args)]
         return self._calls(input, calls)
 
     def _after_undo(
@@ -536,13 +552,17 @@ class StubAPI(ModelAPI):
         if self.behaviour == "parallel":
             calls = [
                 ToolCall(
-                    id=f"stub_s{step}_a{n}p{i}", function=spec["call"]["tool"], arguments=dict(args)
+                    id=f"{ID_PREFIX}s{step}_a{n}p{i}",
+                    function=spec["call"]["tool"],
+                    arguments=dict(args),
                 )
                 for i in (1, 2)
             ]
         else:
             calls = [
-                ToolCall(id=f"stub_s{step}_a{n}", function=spec["call"]["tool"], arguments=args)
+                ToolCall(
+                    id=f"{ID_PREFIX}s{step}_a{n}", function=spec["call"]["tool"], arguments=args
+                )
             ]
         return self._calls(input, calls)
 
@@ -550,7 +570,9 @@ class StubAPI(ModelAPI):
         self, input: list[ChatMessage], spec: dict[str, Any], step: int, n: int
     ) -> ModelOutput:
         v = spec["verify"]
-        call = ToolCall(id=f"stub_s{step}_v{n}", function=v["tool"], arguments=dict(v["args"]))
+        call = ToolCall(
+            id=f"{ID_PREFIX}s{step}_v{n}", function=v["tool"], arguments=dict(v["args"])
+        )
         return self._calls(input, [call])
 
     def _calls(self, input: list[ChatMessage], calls: list[ToolCall]) -> ModelOutput:
@@ -558,7 +580,11 @@ class StubAPI(ModelAPI):
         if n:
             # The user wrote again: ids of this round differ from the earlier round's.
             calls = [
-                ToolCall(id=f"stub_r{n}_{c.id[5:]}", function=c.function, arguments=c.arguments)
+                ToolCall(
+                    id=f"{ID_PREFIX}r{n}_{c.id[len(ID_PREFIX) :]}",
+                    function=c.function,
+                    arguments=c.arguments,
+                )
                 for c in calls
             ]
         out = ModelOutput.from_message(

@@ -84,3 +84,26 @@ def test_stub_whose_action_the_agent_does_not_offer_is_an_error_naming_both(
         asyncio.run(StubAPI(behaviour).generate(first, renamed, "auto", GenerateConfig()))  # type: ignore[arg-type]
     with pytest.raises(StubCannotPlay, match="the agent offered no tools"):
         asyncio.run(StubAPI(behaviour).generate(first, [], "auto", GenerateConfig()))  # type: ignore[arg-type]
+
+
+def test_stub_tool_call_ids_have_openais_shape_so_frameworks_keep_them() -> None:
+    # Agno replaces a tool-call id that does not start with ``call_`` (and is longer than 40
+    # characters) with ``call_000…``: a stub whose ids did not look like OpenAI's lost its
+    # place, took the lost reply for its first turn's answer and never retried.
+    store().set(STUB_STORE_KEY, {"plan": PLAN, "prompt": "baseline", "seed": "s"})
+    first = asyncio.run(
+        StubAPI("retry").generate(
+            [ChatMessageUser(content="Refund.")], TOOLS, "auto", GenerateConfig()
+        )  # type: ignore[arg-type]
+    )
+    (call,) = first.message.tool_calls or []
+    assert call.id.startswith("call_") and len(call.id) <= 40
+    # Its own earlier calls are still found by that id: the retry follows the error.
+    history = [
+        ChatMessageUser(content="Refund."),
+        first.message,
+        ChatMessageTool(content="timed out waiting for the response", tool_call_id=call.id),
+    ]
+    again = asyncio.run(StubAPI("retry").generate(history, TOOLS, "auto", GenerateConfig()))  # type: ignore[arg-type]
+    assert [c.function for c in again.message.tool_calls or []] == ["issue_refund"]
+    assert (again.message.tool_calls or [])[0].id != call.id

@@ -516,6 +516,16 @@ def _tool(text: str) -> ChatMessageTool:
             True,
         ),
         ("Error: TypeError: fetch failed (UND_ERR_SOCKET: other side closed)", True, True),
+        # A bare exception message (AutoGen, Agno): no "error" word, yet an unknown outcome.
+        ("timed out waiting for the response", True, True),
+        ("Server disconnected without sending a response.", True, True),
+        ("Refund re_1 created; the timeout setting is 10 s.", False, True),
+        (
+            '{"response_type": "ERROR_HANDLED_BY_REFLECT_AND_RETRY_PLUGIN", "error_type": '
+            '"ReadTimeout", "error_details": "timed out waiting for the response"}',
+            True,
+            True,
+        ),
         ("Created refund re_1 of $4.99 on order order_1042 (status succeeded).", False, False),
         ("No refunds found for order order_1042.", False, False),
     ],
