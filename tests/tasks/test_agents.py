@@ -90,6 +90,10 @@ def test_builtin_agents_keep_every_trials_effects_its_own(tmp_path: Path) -> Non
             refund(fault="lost_reply", agent=agent), model=get_model("stub/retry"), name=agent
         )
         for agent in BUILTIN_AGENTS
+        # Their model never sees the error (the run ends, or aborts), so stub/retry makes no
+        # extra refund to count; the other agents of their framework run here (agno-retries
+        # runs agno's code path).
+        if agent not in ("autogen", "google-adk", "agno-retries")
     ]
     logs = _run(tasks, tmp_path, epochs=2, max_samples=32, max_tasks=1)
     for log in logs:

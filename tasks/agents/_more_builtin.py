@@ -1,0 +1,193 @@
+"""More built-in framework agents: AutoGen AgentChat, Agno and Google ADK, each with its defaults
+and with the retry or tool-error setting its framework documents.
+
+Written as ``_builtin``'s are: the framework's own idioms, the task's tools from ``_apis``
+handed over the way the framework's docs hand over plain functions, and the model reached as
+``ctx.model`` (``inspect``) through a client the agent bridge answers. Each docstring states
+what the framework does with a tool that raised, with the line of its source that does it
+(in the version the ``frameworks`` extra was tested with).
+
+Framework imports are inside the functions: the packages are the optional ``frameworks`` extra.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import httpx
+
+from ._apis import ApiTool, api_tools
+from ._builtin import MAX_TURNS, TOOL_TIMEOUT
+from ._context import AgentContext
+
+
+def _tools(ctx: AgentContext, client: httpx.AsyncClient) -> list[ApiTool]:
+    return api_tools(ctx.task, client, ctx.urls)
+
+
+def _with_history(request: str, ctx: AgentContext) -> str:
+    """The request, after the session's earlier turns as text, for a framework whose run takes
+    one message (the framework's own session store would hold them in production)."""
+    if not ctx.history:
+        return request
+    earlier = "\n".join(f"{role}: {text}" for role, text in ctx.history)
+    return f"Earlier in this conversation:\n{earlier}\n\nuser: {request}"
+
+
+# -- AutoGen AgentChat ------------------------------------------------------------------------
+
+
+async def _autogen(request: str, ctx: AgentContext, *, reflect: bool) -> str:
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_core.models import ModelFamily, ModelInfo
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    # A model name OpenAI does not know needs its capabilities stated (autogen's docs).
+    info = ModelInfo(
+        vision=False,
+        function_calling=True,
+        json_output=False,
+        family=ModelFamily.UNKNOWN,
+        structured_output=False,
+    )
+    # autogen warns when a reply names another model than the request; through the bridge
+    # it always does (``inspect`` is answered by the eval's model).
+    warnings.filterwarnings("ignore", "Resolved model mismatch", UserWarning)
+    model_client = OpenAIChatCompletionClient(model=ctx.model, model_info=info, max_retries=0)
+    async with httpx.AsyncClient(timeout=TOOL_TIMEOUT) as client:
+        agent = AssistantAgent(
+            name="support_agent",
+            model_client=model_client,
+            tools=list(_tools(ctx, client)),
+            system_message=ctx.instructions,
+            reflect_on_tool_use=reflect,
+            # With reflection the model answers after each tool result; allowing more
+            # iterations lets it call a tool again, as the other agents' loops do.
+            max_tool_iterations=MAX_TURNS if reflect else 1,
+        )
+        try:
+            result = await agent.run(task=_with_history(request, ctx))
+        finally:
+            await model_client.close()
+        last = result.messages[-1]
+        return str(getattr(last, "content", last))
+
+
+async def autogen(request: str, ctx: AgentContext) -> str:
+    """AutoGen AgentChat: ``AssistantAgent`` with plain async tools, default settings.
+
+    A tool that raises becomes a tool result with ``is_error=True`` and ``str(exception)``
+    (``autogen_core/tools/_static_workbench.py:121-123``); with the defaults
+    ``reflect_on_tool_use=False`` and ``max_tool_iterations=1``
+    (``autogen_agentchat/agents/_assistant_agent.py:738-739``) the run ends with that result
+    as its answer: the model never sees the error, so it cannot retry (nor verify).
+    """
+    return await _autogen(request, ctx, reflect=False)
+
+
+async def autogen_reflect(request: str, ctx: AgentContext) -> str:
+    """AutoGen AgentChat with ``reflect_on_tool_use=True``: the model reads each tool result.
+
+    The tool error reaches the model as ``str(exception)`` (``_static_workbench.py:121-123``)
+    and the model decides what to do; AutoGen retries no tool call by itself.
+    """
+    return await _autogen(request, ctx, reflect=True)
+
+
+# -- Agno -------------------------------------------------------------------------------------
+
+
+async def _agno(request: str, ctx: AgentContext, *, retries: int) -> str:
+    from agno.agent import Agent
+    from agno.models.openai import OpenAIChat
+
+    async with httpx.AsyncClient(timeout=TOOL_TIMEOUT) as client:
+        agent = Agent(
+            model=OpenAIChat(id=ctx.model, max_retries=0),
+            instructions=ctx.instructions,
+            tools=list(_tools(ctx, client)),
+            retries=retries,
+            delay_between_retries=0,
+            telemetry=False,  # it would report the run to agno's servers
+        )
+        # arun(): Agent.run() uses the synchronous OpenAI client, which the bridge does not
+        # answer.
+        result = await agent.arun(_with_history(request, ctx))
+        return str(result.content)
+
+
+async def agno(request: str, ctx: AgentContext) -> str:
+    """Agno: ``Agent`` on ``OpenAIChat`` with plain async tools, run with ``arun()``.
+
+    A tool that raises becomes a failed function result whose text, ``str(exception)``, is
+    sent to the model as the tool message (``agno/tools/function.py:3001-3005``,
+    ``agno/models/base.py:2192-2198``); Agno retries no tool call by itself.
+    """
+    return await _agno(request, ctx, retries=0)
+
+
+async def agno_retries(request: str, ctx: AgentContext) -> str:
+    """Agno with ``Agent(retries=2)``: the whole run is re-run when it raises.
+
+    ``retries`` re-runs the entire run on an exception (``arun``: ``agno/agent/_run.py:1571``,
+    ``:1898-1909``), but a tool's exception never reaches it: it is caught and shown to the
+    model first (``agno/tools/function.py:3001-3005``). A lost tool reply is handled as by
+    ``agno``.
+    """
+    return await _agno(request, ctx, retries=2)
+
+
+# -- Google ADK -------------------------------------------------------------------------------
+
+
+async def _adk(request: str, ctx: AgentContext, *, reflect: bool) -> str:
+    from google.adk.agents import LlmAgent
+    from google.adk.integrations.openai import OpenAILlm
+    from google.adk.plugins import BasePlugin
+    from google.adk.plugins.reflect_retry_tool_plugin import ReflectAndRetryToolPlugin
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    async with httpx.AsyncClient(timeout=TOOL_TIMEOUT) as client:
+        agent = LlmAgent(
+            name="support_agent",
+            model=OpenAILlm(model=ctx.model),
+            instruction=ctx.instructions,
+            tools=list(_tools(ctx, client)),
+        )
+        plugins: list[BasePlugin] = [ReflectAndRetryToolPlugin()] if reflect else []
+        runner = InMemoryRunner(agent=agent, app_name="twice", plugins=plugins)
+        session = await runner.session_service.create_session(app_name="twice", user_id="user")
+        message = types.Content(role="user", parts=[types.Part(text=_with_history(request, ctx))])
+        answer = ""
+        try:
+            async for event in runner.run_async(
+                user_id="user", session_id=session.id, new_message=message
+            ):
+                if event.is_final_response() and event.content and event.content.parts:
+                    answer = "".join(p.text or "" for p in event.content.parts)
+        finally:
+            await runner.close()
+        return answer
+
+
+async def google_adk(request: str, ctx: AgentContext) -> str:
+    """Google ADK: ``LlmAgent`` on ``OpenAILlm`` with plain async tools, ``InMemoryRunner``.
+
+    A tool that raises is offered to ``on_tool_error_callback`` (of the agent or a plugin);
+    with none set, the exception is re-raised and the whole run aborts
+    (``google/adk/flows/llm_flows/tools/_caller.py:582-595``): the model never sees it.
+    """
+    return await _adk(request, ctx, reflect=False)
+
+
+async def google_adk_reflect(request: str, ctx: AgentContext) -> str:
+    """Google ADK with ``ReflectAndRetryToolPlugin()``, its documented tool-error plugin.
+
+    The plugin's ``on_tool_error_callback`` turns a tool's exception into a result for the
+    model, ``{"response_type": "ERROR_HANDLED_BY_REFLECT_AND_RETRY_PLUGIN", "error_type": ...}``
+    with guidance ("Do not repeat the exact same call"), and counts failures up to
+    ``max_retries=3`` (``google/adk/plugins/reflect_retry_tool_plugin.py:197-218``, ``:311``):
+    whether to call the tool again is the model's decision; ADK re-sends nothing by itself.
+    """
+    return await _adk(request, ctx, reflect=True)

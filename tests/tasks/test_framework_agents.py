@@ -1,0 +1,106 @@
+"""The further built-in framework agents (AutoGen, Agno, Google ADK, smolagents) on the controls.
+
+One lost reply on the refund task, under each stub control: how many refunds the payments
+service made, whether the agent crashed, and who sent each excess refund.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inspect_ai import eval, task_with
+from inspect_ai.model import get_model
+from twice.mocks import LEDGER_STORE_KEY
+from twice.tasks import refund
+from twice.tasks.agents import AGENT_STORE_KEY, BUILTIN_AGENTS, AgentError, check_agent
+
+STUBS = ("stub/retry", "stub/no-retry", "stub/verify")
+
+# Refunds under lost_reply, per agent × stub (retry, no-retry, verify): the guide's table.
+# None of these frameworks re-sends a tool call by itself: stub/no-retry makes 1 refund
+# everywhere, and every second refund is the model's.
+TABLE: dict[str, tuple[int, int, int]] = {
+    "autogen": (1, 1, 1),  # the run ends after the tool: the model never sees the error
+    "autogen-reflect": (2, 1, 1),
+    "agno": (2, 1, 1),
+    "agno-retries": (2, 1, 1),  # Agent.retries never sees a tool's exception
+    "google-adk": (1, 1, 1),  # the tool's exception aborts the run (crashed)
+    "google-adk-reflect": (2, 1, 1),
+}
+CRASHES = {"google-adk": "ReadTimeout: timed out waiting for the response"}
+
+
+@pytest.mark.slow
+def test_framework_agents_under_a_lost_reply_make_the_tables_refunds(tmp_path: Path) -> None:
+    tasks = [
+        task_with(
+            refund(fault="lost_reply", agent=agent), model=get_model(stub), name=f"{agent}|{stub}"
+        )
+        for agent in TABLE
+        for stub in STUBS
+    ]
+    logs = eval(tasks, display="none", log_dir=str(tmp_path), log_realtime=False, limit=1)
+    assert all(log.status == "success" for log in logs), [log.error for log in logs]
+    seen: dict[tuple[str, str], int] = {}
+    for log in logs:
+        agent, stub = log.eval.task.split("|")
+        (sample,) = log.samples or []
+        crash = CRASHES.get(agent, "")
+        assert sample.store[AGENT_STORE_KEY] == {
+            "agent": agent,
+            "crashed": bool(crash),
+            "error": crash,
+        }, (agent, stub)
+        ledger: dict[str, Any] = sample.store[LEDGER_STORE_KEY]
+        seen[agent, stub] = len(ledger["effects"])
+        refunds = [a for a in ledger["attempts"] if a["route"] == "payments.refund.create"]
+        # The first attempt is the model's call; any other is the model's again (the
+        # framework sent none of its own).
+        assert [a["source"] for a in refunds] == ["initial"] + ["model"] * (len(refunds) - 1), (
+            agent,
+            stub,
+        )
+    assert seen == {
+        (agent, stub): TABLE[agent][STUBS.index(stub)] for agent in TABLE for stub in STUBS
+    }
+
+
+def test_framework_agents_are_registered_with_their_extra() -> None:
+    for name in TABLE:
+        assert BUILTIN_AGENTS[name].extra == "frameworks", name
+
+
+def test_a_framework_agent_whose_package_is_missing_names_the_frameworks_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        if name == "google" or name.startswith("google."):
+            raise ModuleNotFoundError(name)  # a dotted name whose parent is missing
+        return None if name == "agno" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    extra = r"optional extra 'frameworks': pip install 'twice\[frameworks\]'"
+    with pytest.raises(AgentError, match=f"'agno' needs the package that provides 'agno'.*{extra}"):
+        check_agent("agno")
+    with pytest.raises(AgentError, match=f"provides 'google.adk'.*{extra}"):
+        check_agent("google-adk-reflect")
+    check_agent("autogen")
+
+
+def test_the_agent_guide_shows_the_lost_reply_table_the_test_measures() -> None:
+    guide = Path(__file__).parents[2] / "docs" / "guides" / "own-agent.md"
+    lines = guide.read_text(encoding="utf-8").splitlines()
+    header = "| agent | `stub/retry` | `stub/no-retry` | `stub/verify` | why |"
+    start = lines.index(header)
+    shown: dict[str, tuple[int, ...]] = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        agent, *cells = (c.strip().strip("`*") for c in line.strip("|").split("|"))
+        shown[agent] = tuple(int(c.strip("*").split()[0]) for c in cells[:3])
+    assert shown == TABLE
