@@ -30,6 +30,11 @@ as an *unknown* outcome when it says so or names a timeout or a connection close
 the reply (:data:`TIMEOUT_TEXT`). A text that hides the error's kind (the openai-agents
 default) is an error of unknown kind: ``verify`` treats it as a plain failure.
 
+A framework that writes the conversation's tool calls as text (smolagents'
+``ToolCallingAgent``: "Calling tools: [...]", "Observation: ...", and only the error when a tool
+raised) is read back as tool calls first; offered smolagents' ``final_answer`` tool, a stub
+gives its final answer by calling it.
+
 Independent actions: when a stub gives up on a step whose plan says ``on_fail: "continue"``
 (e.g. the first of two refunds), it goes on with the next step instead of stopping.
 
@@ -52,6 +57,7 @@ never undoes again what an undo of the conversation already undid with the same 
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import random
@@ -321,17 +327,19 @@ class StubAPI(ModelAPI):
             # A turn's latency, awaited like a network call so other trials run meanwhile.
             await asyncio.sleep(self.delay)
         plan = plan_of(cfg)
+        names = {t.name for t in tools}
+        input = _from_text_transcript(input, plan)
         turn = _last_turn(input)
         if turn is None:
             if _asked_again(input):
                 out = self._asked_again(input, plan, cfg)
             elif any(isinstance(m, ChatMessageAssistant) for m in input):
-                return self._say(input, "Done.")
+                return _as_final_answer(self._say(input, "Done."), names)
             else:
                 out = self._act(input, plan, 0, 1)
         else:
             out = self._next(input, plan, cfg, turn)
-        return self._offered(out, input, plan, {t.name for t in tools})
+        return _as_final_answer(self._offered(out, input, plan, names), names)
 
     def _offered(
         self,
@@ -599,6 +607,121 @@ class StubAPI(ModelAPI):
         out = ModelOutput.from_content(f"stub/{self.behaviour}", text)
         out.usage = _usage(input, text)
         return out
+
+
+FINAL_ANSWER_TOOL = "final_answer"
+"""The tool a smolagents agent ends its run with (its ``FinalAnswerTool``): offered it, a stub
+gives its final answer by calling it, as the agent's system prompt asks a model to."""
+
+_CALLING = re.compile(r"^\s*Calling tools:\s*(?P<calls>\[.*\])\s*$", re.DOTALL)
+_RESULT = re.compile(
+    r"^\s*(?:Call id: (?P<id>\S+)\s*)?(?P<text>(?:Observation|Error):.*)$", re.DOTALL
+)
+_TOOL_FAILED = re.compile(r"Error executing tool '(?P<tool>[^']+)' with arguments")
+
+
+def _as_final_answer(out: ModelOutput, names: set[str]) -> ModelOutput:
+    """A text answer as a call of the agent's final-answer tool, when it offers one."""
+    if FINAL_ANSWER_TOOL not in names or out.message.tool_calls:
+        return out
+    call = ToolCall(
+        id=f"{ID_PREFIX}final", function=FINAL_ANSWER_TOOL, arguments={"answer": out.completion}
+    )
+    final = ModelOutput.from_message(
+        ChatMessageAssistant(content="", tool_calls=[call], model=out.model),
+        stop_reason="tool_calls",
+    )
+    final.usage = out.usage
+    return final
+
+
+def _from_text_transcript(
+    messages: list[ChatMessage], plan: list[dict[str, Any]]
+) -> list[ChatMessage]:
+    """A conversation whose tool calls the agent wrote as text, as tool-call messages.
+
+    smolagents sends its ``ToolCallingAgent``'s history as text: an assistant turn
+    ``Calling tools: [{'id': ..., 'function': {'name': ..., 'arguments': ...}}]`` and a user
+    turn ``Observation: ...`` or ``Error: ...``. A tool that raised leaves no call at all, only
+    ``Error: Error executing tool 'NAME' with arguments {...}: ...``: the call is rebuilt from
+    the plan (the step whose action or lookup is that tool, the next attempt of it), as a
+    model reading the error knows what it had called. Any other conversation is unchanged."""
+    if not any(
+        isinstance(m, ChatMessageAssistant) and not m.tool_calls and _CALLING.match(m.text)
+        for m in messages
+    ) and not any(isinstance(m, ChatMessageUser) and _TOOL_FAILED.search(m.text) for m in messages):
+        return messages
+    out: list[ChatMessage] = []
+    pending: list[ToolCall] = []  # calls of the last assistant turn not yet answered
+    made: list[str] = []  # ids of the calls so far
+    for m in messages:
+        found = _CALLING.match(m.text) if isinstance(m, ChatMessageAssistant) else None
+        if found is not None and not m.tool_calls:
+            try:
+                listed = ast.literal_eval(found["calls"])
+            except (ValueError, SyntaxError):
+                listed = []
+            pending = [
+                ToolCall(
+                    id=str(c.get("id")),
+                    function=c["function"]["name"],
+                    arguments=dict(c["function"].get("arguments") or {}),
+                )
+                for c in listed
+                if isinstance(c, dict) and isinstance(c.get("function"), dict)
+            ]
+            made += [c.id for c in pending]
+            out.append(ChatMessageAssistant(content="", tool_calls=pending, model=m.model))
+            continue
+        result = _RESULT.match(m.text) if isinstance(m, ChatMessageUser) else None
+        if result is not None:
+            failed = _TOOL_FAILED.search(m.text)
+            if not pending and failed is not None:
+                call = _rebuilt_call(failed["tool"], plan, made)
+                if call is not None:
+                    made.append(call.id)
+                    if (
+                        out
+                        and isinstance(out[-1], ChatMessageAssistant)
+                        and not out[-1].tool_calls
+                        and not out[-1].text.strip()
+                    ):
+                        out.pop()  # the empty turn that made the call
+                    out.append(ChatMessageAssistant(content="", tool_calls=[call]))
+                    pending = [call]
+            if pending:
+                call = next((c for c in pending if c.id == result["id"]), pending[0])
+                pending = [c for c in pending if c is not call]
+                out.append(
+                    ChatMessageTool(
+                        content=result["text"], tool_call_id=call.id, function=call.function
+                    )
+                )
+                continue
+        pending = []
+        out.append(m)
+    return out
+
+
+def _rebuilt_call(tool: str, plan: list[dict[str, Any]], made: list[str]) -> ToolCall | None:
+    """The call a stub made of ``tool`` that the transcript lost: the first plan step whose
+    action (else lookup) is ``tool``, as its next attempt after the ones in ``made``."""
+    for kind, key in (("a", "call"), ("v", "verify")):
+        for step, spec in enumerate(plan):
+            action = spec.get(key) or {}
+            if action.get("tool") != tool:
+                continue
+            n = 1 + sum(
+                1
+                for i in made
+                if (m := _ID.match(i)) is not None and int(m["step"]) == step and m["kind"] == kind
+            )
+            return ToolCall(
+                id=f"{ID_PREFIX}s{step}_{kind}{n}",
+                function=tool,
+                arguments=dict(action.get("args") or {}),
+            )
+    return None
 
 
 @modelapi(name="stub")

@@ -20,6 +20,7 @@ from ._more_builtin import (
     autogen_reflect,
     google_adk,
     google_adk_reflect,
+    smolagents,
 )
 
 REACT = "react"
@@ -133,6 +134,13 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             google_adk_reflect,
             ("google.adk", "openai"),
             "Google ADK with ReflectAndRetryToolPlugin()",
+            FRAMEWORKS_EXTRA,
+        ),
+        BuiltinAgent(
+            "smolagents",
+            smolagents,
+            ("smolagents", "openai"),
+            "smolagents: ToolCallingAgent on OpenAIServerModel (sync client, bridged) + @tool",
             FRAMEWORKS_EXTRA,
         ),
     )

@@ -1,5 +1,5 @@
-"""More built-in framework agents: AutoGen AgentChat, Agno and Google ADK, each with its defaults
-and with the retry or tool-error setting its framework documents.
+"""More built-in framework agents: AutoGen AgentChat, Agno, Google ADK and smolagents, each with
+its defaults and with the retry or tool-error setting its framework documents.
 
 Written as ``_builtin``'s are: the framework's own idioms, the task's tools from ``_apis``
 handed over the way the framework's docs hand over plain functions, and the model reached as
@@ -12,13 +12,21 @@ Framework imports are inside the functions: the packages are the optional ``fram
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
+import typing
 import warnings
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import httpx
 
 from ._apis import ApiTool, api_tools
 from ._builtin import MAX_TURNS, TOOL_TIMEOUT
 from ._context import AgentContext
+
+T = TypeVar("T")
 
 
 def _tools(ctx: AgentContext, client: httpx.AsyncClient) -> list[ApiTool]:
@@ -191,3 +199,96 @@ async def google_adk_reflect(request: str, ctx: AgentContext) -> str:
     whether to call the tool again is the model's decision; ADK re-sends nothing by itself.
     """
     return await _adk(request, ctx, reflect=True)
+
+
+# -- smolagents -------------------------------------------------------------------------------
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the trial's event loop from the agent's worker thread, and wait.
+
+    The coroutine runs in the thread's context (``call_soon_threadsafe`` copies it), which
+    ``asyncio.to_thread`` copied from the trial's: the bridge and the trial's services serve
+    it as they serve the agent's own awaits."""
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def _bridged_openai(loop: asyncio.AbstractEventLoop) -> Any:
+    """A synchronous ``openai.OpenAI`` class whose requests the agent bridge answers.
+
+    The bridge answers the *async* client only; a framework that calls the sync client (as
+    smolagents' ``OpenAIServerModel`` does) would reach the network. Each request of this
+    client is sent by an ``AsyncOpenAI`` on the trial's event loop instead, where the bridge
+    (and twice's guard: no streaming, model ``inspect`` only) sees it like any other."""
+    import openai
+
+    class BridgedOpenAI(openai.OpenAI):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._bridged = openai.AsyncOpenAI(api_key=self.api_key, base_url=self.base_url)
+
+        def request(  # type: ignore[override]
+            self, cast_to: Any, options: Any, *, stream: bool = False, stream_cls: Any = None
+        ) -> Any:
+            return _on_loop(loop, self._bridged.request(cast_to, options, stream=stream))
+
+    return BridgedOpenAI
+
+
+def _sync_tool(loop: asyncio.AbstractEventLoop, fn: ApiTool) -> Callable[..., str]:
+    """``fn`` as the synchronous function a smolagents ``@tool`` wraps (same name, signature
+    and docstring; smolagents calls tools from its own synchronous loop)."""
+
+    def call(*args: Any, **kwargs: Any) -> str:
+        return _on_loop(loop, fn(*args, **kwargs))
+
+    # smolagents reads the tool's source (a plain ``def``, no decorator but its own) and its
+    # type hints: this function's own source, and ``fn``'s name, docstring, signature and
+    # resolved hints.
+    functools.update_wrapper(call, fn)
+    del call.__wrapped__
+    call.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+    call.__annotations__ = typing.get_type_hints(fn)
+    return call
+
+
+async def _smolagents(request: str, ctx: AgentContext) -> str:
+    from smolagents import LogLevel, OpenAIServerModel, ToolCallingAgent, tool
+
+    loop = asyncio.get_running_loop()
+    client_class = _bridged_openai(loop)
+
+    class BridgedModel(OpenAIServerModel):  # type: ignore[misc]
+        def create_client(self) -> Any:
+            return client_class(**self.client_kwargs)
+
+    async with httpx.AsyncClient(timeout=TOOL_TIMEOUT) as client:
+        agent = ToolCallingAgent(
+            tools=[tool(_sync_tool(loop, fn)) for fn in _tools(ctx, client)],
+            model=BridgedModel(model_id=ctx.model),
+            instructions=ctx.instructions,
+            max_steps=MAX_TURNS,
+            verbosity_level=LogLevel.OFF,  # it prints every step, and errors, to the console
+        )
+        # smolagents runs synchronously: in a worker thread, which carries the trial.
+        result = await asyncio.to_thread(agent.run, _with_history(request, ctx))
+        return str(result)
+
+
+async def smolagents(request: str, ctx: AgentContext) -> str:
+    """smolagents: ``ToolCallingAgent`` on ``OpenAIServerModel`` with ``@tool`` functions.
+
+    A tool that raises is wrapped in ``AgentToolExecutionError("Error executing tool
+    'issue_refund' with arguments {...}: ReadTimeout: ...\\nPlease try again or use another
+    tool")`` (``smolagents/agents.py:1479-1502``) and kept as the step's error
+    (``agents.py:597-599``), which the model reads next turn with "Now let's retry: take care
+    not to repeat previous errors!" (``smolagents/memory.py:138-148``). The step's tool call
+    itself is not kept (``memory_step.tool_calls`` is set only after the tools ran,
+    ``agents.py:1436``): the model sees the error, not that it had called the tool.
+    smolagents retries no tool call by itself.
+
+    ``OpenAIServerModel`` uses the synchronous OpenAI client, which the agent bridge does not
+    answer: its ``create_client`` returns a client whose requests an async client sends on
+    the trial's event loop (:func:`_bridged_openai`); the agent runs in a worker thread.
+    """
+    return await _smolagents(request, ctx)

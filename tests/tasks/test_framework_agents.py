@@ -29,6 +29,7 @@ TABLE: dict[str, tuple[int, int, int]] = {
     "agno-retries": (2, 1, 1),  # Agent.retries never sees a tool's exception
     "google-adk": (1, 1, 1),  # the tool's exception aborts the run (crashed)
     "google-adk-reflect": (2, 1, 1),
+    "smolagents": (2, 1, 1),  # through the sync client, answered by the bridge
 }
 CRASHES = {"google-adk": "ReadTimeout: timed out waiting for the response"}
 
