@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from twice.tasks.agents import BUILTIN_AGENTS
 from twice.tasks.refund.refund import DATASET
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,12 +88,7 @@ def test_bench_quick_writes_every_figure(tmp_path: Path) -> None:
         "agent_cmd",
     }:
         assert isinstance(results[key], float) and results[key] > 0, key
-    assert set(results["agent_overhead"]) == {
-        "openai-agents",
-        "langgraph",
-        "langgraph-retry",
-        "pydantic-ai",
-    }
+    assert set(results["agent_overhead"]) == set(BUILTIN_AGENTS)  # every built-in agent
     assert all(isinstance(v, float) and v > 0 for v in results["agent_overhead"].values())
     cmd = results["agent_cmd"]
     assert set(cmd) == {

@@ -21,6 +21,8 @@ from ._more_builtin import (
     google_adk,
     google_adk_reflect,
     smolagents,
+    strands,
+    strands_retry,
 )
 
 REACT = "react"
@@ -31,6 +33,10 @@ EXTRA = "agents"
 
 FRAMEWORKS_EXTRA = "frameworks"
 """The optional extra that installs the further built-in agents' framework packages."""
+
+STRANDS_EXTRA = "strands"
+"""The optional extra that installs Strands Agents (its own: it pins ``mcp<2.2``, and twice's
+``serve`` extra needs ``mcp>=2.3``)."""
 
 PLACEHOLDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 DUMMY_KEY = "twice-agent-bridge"
@@ -142,6 +148,20 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("smolagents", "openai"),
             "smolagents: ToolCallingAgent on OpenAIServerModel (sync client, bridged) + @tool",
             FRAMEWORKS_EXTRA,
+        ),
+        BuiltinAgent(
+            "strands",
+            strands,
+            ("strands", "openai"),
+            "Strands Agents: Agent on OpenAIModel(stream=False) + @tool, defaults",
+            STRANDS_EXTRA,
+        ),
+        BuiltinAgent(
+            "strands-retry",
+            strands_retry,
+            ("strands", "openai"),
+            "Strands with a hook setting AfterToolCallEvent.retry on a tool call that raised",
+            STRANDS_EXTRA,
         ),
     )
 }

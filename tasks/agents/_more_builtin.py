@@ -1,5 +1,5 @@
-"""More built-in framework agents: AutoGen AgentChat, Agno, Google ADK and smolagents, each with
-its defaults and with the retry or tool-error setting its framework documents.
+"""More built-in framework agents: AutoGen AgentChat, Agno, Google ADK, smolagents and Strands,
+each with its defaults and with the retry or tool-error setting its framework documents.
 
 Written as ``_builtin``'s are: the framework's own idioms, the task's tools from ``_apis``
 handed over the way the framework's docs hand over plain functions, and the model reached as
@@ -7,7 +7,8 @@ handed over the way the framework's docs hand over plain functions, and the mode
 what the framework does with a tool that raised, with the line of its source that does it
 (in the version the ``frameworks`` extra was tested with).
 
-Framework imports are inside the functions: the packages are the optional ``frameworks`` extra.
+Framework imports are inside the functions: the packages are the optional ``frameworks`` extra
+(Strands: the ``strands`` extra, whose mcp pin conflicts with ``serve``'s).
 """
 
 from __future__ import annotations
@@ -292,3 +293,68 @@ async def smolagents(request: str, ctx: AgentContext) -> str:
     the trial's event loop (:func:`_bridged_openai`); the agent runs in a worker thread.
     """
     return await _smolagents(request, ctx)
+
+
+# -- Strands ----------------------------------------------------------------------------------
+
+RETRY_ATTEMPTS = 3
+"""Attempts in all of a tool call that raised, under the Strands retry hook (as LangGraph's
+``RetryPolicy``'s ``max_attempts``)."""
+
+
+async def _strands(request: str, ctx: AgentContext, *, retry: bool) -> str:
+    from strands import Agent, tool
+    from strands.hooks import AfterToolCallEvent, HookProvider, HookRegistry
+    from strands.models.openai import OpenAIModel
+
+    class RetryToolErrors(HookProvider):  # type: ignore[misc]
+        """Strands' documented retry hook: a tool call that raised is run again."""
+
+        def __init__(self) -> None:
+            self.attempts: dict[str, int] = {}
+
+        def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+            registry.add_callback(AfterToolCallEvent, self.after_tool)
+
+        def after_tool(self, event: AfterToolCallEvent) -> None:
+            if event.exception is None:
+                return
+            use = str(event.tool_use["toolUseId"])
+            self.attempts[use] = self.attempts.get(use, 1) + 1
+            event.retry = self.attempts[use] <= RETRY_ATTEMPTS
+
+    async with httpx.AsyncClient(timeout=TOOL_TIMEOUT) as client:
+        agent = Agent(
+            # stream=False: the agent bridge refuses a streamed request (the default).
+            model=OpenAIModel(model_id=ctx.model, client_args={"max_retries": 0}, stream=False),
+            system_prompt=ctx.instructions,
+            tools=[tool(fn) for fn in _tools(ctx, client)],
+            hooks=[RetryToolErrors()] if retry else [],
+            callback_handler=None,  # the default prints the model's text to stdout
+        )
+        result = await agent.invoke_async(_with_history(request, ctx))
+        return str(result).strip()
+
+
+async def strands(request: str, ctx: AgentContext) -> str:
+    """Strands Agents: ``Agent`` on ``OpenAIModel(stream=False)`` with ``@tool`` functions.
+
+    A tool that raises becomes a tool result with status ``error`` and the text
+    ``Error: ReadTimeout - timed out waiting for the response``
+    (``strands/tools/decorator.py:673-685``), which the model reads; Strands retries no tool
+    call by itself. ``stream=False`` because the model's default, ``stream=True``
+    (``strands/models/openai.py:514``), is refused by the agent bridge.
+    """
+    return await _strands(request, ctx, retry=False)
+
+
+async def strands_retry(request: str, ctx: AgentContext) -> str:
+    """Strands with a hook that sets ``AfterToolCallEvent.retry`` on a tool call that raised.
+
+    ``retry`` is Strands' documented way to retry a tool (``strands/hooks/events.py:262-301``):
+    the executor discards the result and runs **the same tool use, same arguments** again
+    (``strands/tools/executors/_executor.py:371-372``, ``:410-411``), before the model sees
+    anything; here up to :data:`RETRY_ATTEMPTS` attempts in all. The model only sees the last
+    attempt's result.
+    """
+    return await _strands(request, ctx, retry=True)

@@ -1,4 +1,4 @@
-"""The further built-in framework agents (AutoGen, Agno, Google ADK, smolagents) on the controls.
+"""The further built-in framework agents (AutoGen, Agno, ADK, smolagents, Strands) on the controls.
 
 One lost reply on the refund task, under each stub control: how many refunds the payments
 service made, whether the agent crashed, and who sent each excess refund.
@@ -69,7 +69,43 @@ def test_framework_agents_under_a_lost_reply_make_the_tables_refunds(tmp_path: P
     }
 
 
+# Strands, in its own extra (make test-strands): with the retry hook the framework re-sends
+# the refund by itself, so even stub/no-retry makes 2, and the second is the framework's.
+STRANDS: dict[str, tuple[tuple[int, int, int], str]] = {
+    "strands": ((2, 1, 1), "model"),
+    "strands-retry": ((2, 2, 2), "framework"),
+}
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("strands") is None,
+    reason="Strands is not in dev (its mcp pin conflicts with serve's): make test-strands",
+)
+def test_strands_agents_under_a_lost_reply_name_who_resent_the_refund(tmp_path: Path) -> None:
+    tasks = [
+        task_with(
+            refund(fault="lost_reply", agent=agent), model=get_model(stub), name=f"{agent}|{stub}"
+        )
+        for agent in STRANDS
+        for stub in STUBS
+    ]
+    logs = eval(tasks, display="none", log_dir=str(tmp_path), log_realtime=False, limit=1)
+    assert all(log.status == "success" for log in logs), [log.error for log in logs]
+    for log in logs:
+        agent, stub = log.eval.task.split("|")
+        (sample,) = log.samples or []
+        assert sample.store[AGENT_STORE_KEY]["crashed"] is False
+        ledger: dict[str, Any] = sample.store[LEDGER_STORE_KEY]
+        refunds, excess = STRANDS[agent]
+        assert len(ledger["effects"]) == refunds[STUBS.index(stub)], (agent, stub)
+        sources = [
+            a["source"] for a in ledger["attempts"] if a["route"] == "payments.refund.create"
+        ]
+        assert sources == ["initial"] + [excess] * (len(sources) - 1), (agent, stub)
+
+
 def test_framework_agents_are_registered_with_their_extra() -> None:
+    assert BUILTIN_AGENTS["strands"].extra == BUILTIN_AGENTS["strands-retry"].extra == "strands"
     for name in TABLE:
         assert BUILTIN_AGENTS[name].extra == "frameworks", name
 
@@ -97,11 +133,12 @@ def test_the_agent_guide_shows_the_lost_reply_table_the_test_measures() -> None:
     guide = Path(__file__).parents[2] / "docs" / "guides" / "own-agent.md"
     lines = guide.read_text(encoding="utf-8").splitlines()
     header = "| agent | `stub/retry` | `stub/no-retry` | `stub/verify` | why |"
-    start = lines.index(header)
     shown: dict[str, tuple[int, ...]] = {}
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        agent, *cells = (c.strip().strip("`*") for c in line.strip("|").split("|"))
-        shown[agent] = tuple(int(c.strip("*").split()[0]) for c in cells[:3])
-    assert shown == TABLE
+    # Two tables: the frameworks extra's, then the strands extra's.
+    for start in (i for i, line in enumerate(lines) if line == header):
+        for line in lines[start + 2 :]:
+            if not line.startswith("|"):
+                break
+            agent, *cells = (c.strip().strip("`*") for c in line.strip("|").split("|"))
+            shown[agent] = tuple(int(c.strip("*").split()[0]) for c in cells[:3])
+    assert shown == TABLE | {agent: refunds for agent, (refunds, _) in STRANDS.items()}
