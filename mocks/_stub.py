@@ -655,8 +655,11 @@ def _from_text_transcript(
     pending: list[ToolCall] = []  # calls of the last assistant turn not yet answered
     made: list[str] = []  # ids of the calls so far
     for m in messages:
-        found = _CALLING.match(m.text) if isinstance(m, ChatMessageAssistant) else None
-        if found is not None and not m.tool_calls:
+        if (
+            isinstance(m, ChatMessageAssistant)
+            and not m.tool_calls
+            and (found := _CALLING.match(m.text)) is not None
+        ):
             try:
                 listed = ast.literal_eval(found["calls"])
             except (ValueError, SyntaxError):

@@ -18,7 +18,7 @@ import functools
 import inspect
 import typing
 import warnings
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -205,13 +205,17 @@ async def google_adk_reflect(request: str, ctx: AgentContext) -> str:
 # -- smolagents -------------------------------------------------------------------------------
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on the trial's event loop from the agent's worker thread, and wait.
+def _on_loop(loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` on the trial's event loop from the agent's worker thread, and wait.
 
     The coroutine runs in the thread's context (``call_soon_threadsafe`` copies it), which
     ``asyncio.to_thread`` copied from the trial's: the bridge and the trial's services serve
     it as they serve the agent's own awaits."""
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    async def run() -> T:
+        return await awaitable
+
+    return asyncio.run_coroutine_threadsafe(run(), loop).result()
 
 
 def _bridged_openai(loop: asyncio.AbstractEventLoop) -> Any:
@@ -247,7 +251,7 @@ def _sync_tool(loop: asyncio.AbstractEventLoop, fn: ApiTool) -> Callable[..., st
     # type hints: this function's own source, and ``fn``'s name, docstring, signature and
     # resolved hints.
     functools.update_wrapper(call, fn)
-    del call.__wrapped__
+    delattr(call, "__wrapped__")
     call.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
     call.__annotations__ = typing.get_type_hints(fn)
     return call
