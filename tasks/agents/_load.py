@@ -71,6 +71,9 @@ class BuiltinAgent:
     summary: str
     extra: str = "agents"
     """The optional extra that installs its framework."""
+    keeps_history: bool = True
+    """Whether it passes ``ctx.history`` (the session's earlier turns) to its framework, as the
+    ``ask_again`` fault needs."""
 
 
 BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
@@ -106,6 +109,7 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("autogen_agentchat", "autogen_ext.models.openai"),
             "AutoGen AgentChat: AssistantAgent, default reflect_on_tool_use=False",
             FRAMEWORKS_EXTRA,
+            keeps_history=False,
         ),
         BuiltinAgent(
             "autogen-reflect",
@@ -113,6 +117,7 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("autogen_agentchat", "autogen_ext.models.openai"),
             "AutoGen AgentChat: AssistantAgent with reflect_on_tool_use=True",
             FRAMEWORKS_EXTRA,
+            keeps_history=False,
         ),
         BuiltinAgent(
             "agno",
@@ -120,6 +125,7 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("agno",),
             "Agno: Agent on OpenAIChat, run with arun(), default retries=0",
             FRAMEWORKS_EXTRA,
+            keeps_history=False,
         ),
         BuiltinAgent(
             "agno-retries",
@@ -127,6 +133,7 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("agno",),
             "Agno: Agent(retries=2), which re-runs the whole run when it raises",
             FRAMEWORKS_EXTRA,
+            keeps_history=False,
         ),
         BuiltinAgent(
             "google-adk",
@@ -134,6 +141,7 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("google.adk", "openai"),
             "Google ADK: LlmAgent on OpenAILlm, default tool-error handling (the run aborts)",
             FRAMEWORKS_EXTRA,
+            keeps_history=False,
         ),
         BuiltinAgent(
             "google-adk-reflect",
@@ -141,6 +149,7 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("google.adk", "openai"),
             "Google ADK with ReflectAndRetryToolPlugin()",
             FRAMEWORKS_EXTRA,
+            keeps_history=False,
         ),
         BuiltinAgent(
             "smolagents",
@@ -148,6 +157,7 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("smolagents", "openai"),
             "smolagents: ToolCallingAgent on OpenAIServerModel (sync client, bridged) + @tool",
             FRAMEWORKS_EXTRA,
+            keeps_history=False,
         ),
         BuiltinAgent(
             "strands",
@@ -155,6 +165,7 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("strands", "openai"),
             "Strands Agents: Agent on OpenAIModel(stream=False) + @tool, defaults",
             STRANDS_EXTRA,
+            keeps_history=False,
         ),
         BuiltinAgent(
             "strands-retry",
@@ -162,6 +173,7 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("strands", "openai"),
             "Strands with a hook setting AfterToolCallEvent.retry on a tool call that raised",
             STRANDS_EXTRA,
+            keeps_history=False,
         ),
     )
 }

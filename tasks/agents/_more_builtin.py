@@ -7,6 +7,9 @@ handed over the way the framework's docs hand over plain functions, and the mode
 what the framework does with a tool that raised, with the line of its source that does it
 (in the version the ``frameworks`` extra was tested with).
 
+They run one request each, with no session: ``ask_again`` (which needs the session's earlier
+turns) is refused for them (``BuiltinAgent.keeps_history``).
+
 Framework imports are inside the functions: the packages are the optional ``frameworks`` extra
 (Strands: the ``strands`` extra, whose mcp pin conflicts with ``serve``'s).
 """
@@ -32,15 +35,6 @@ T = TypeVar("T")
 
 def _tools(ctx: AgentContext, client: httpx.AsyncClient) -> list[ApiTool]:
     return api_tools(ctx.task, client, ctx.urls)
-
-
-def _with_history(request: str, ctx: AgentContext) -> str:
-    """The request, after the session's earlier turns as text, for a framework whose run takes
-    one message (the framework's own session store would hold them in production)."""
-    if not ctx.history:
-        return request
-    earlier = "\n".join(f"{role}: {text}" for role, text in ctx.history)
-    return f"Earlier in this conversation:\n{earlier}\n\nuser: {request}"
 
 
 # -- AutoGen AgentChat ------------------------------------------------------------------------
@@ -75,7 +69,7 @@ async def _autogen(request: str, ctx: AgentContext, *, reflect: bool) -> str:
             max_tool_iterations=MAX_TURNS if reflect else 1,
         )
         try:
-            result = await agent.run(task=_with_history(request, ctx))
+            result = await agent.run(task=request)
         finally:
             await model_client.close()
         last = result.messages[-1]
@@ -121,7 +115,7 @@ async def _agno(request: str, ctx: AgentContext, *, retries: int) -> str:
         )
         # arun(): Agent.run() uses the synchronous OpenAI client, which the bridge does not
         # answer.
-        result = await agent.arun(_with_history(request, ctx))
+        result = await agent.arun(request)
         return str(result.content)
 
 
@@ -167,7 +161,7 @@ async def _adk(request: str, ctx: AgentContext, *, reflect: bool) -> str:
         plugins: list[BasePlugin] = [ReflectAndRetryToolPlugin()] if reflect else []
         runner = InMemoryRunner(agent=agent, app_name="twice", plugins=plugins)
         session = await runner.session_service.create_session(app_name="twice", user_id="user")
-        message = types.Content(role="user", parts=[types.Part(text=_with_history(request, ctx))])
+        message = types.Content(role="user", parts=[types.Part(text=request)])
         answer = ""
         try:
             async for event in runner.run_async(
@@ -276,7 +270,7 @@ async def _smolagents(request: str, ctx: AgentContext) -> str:
             verbosity_level=LogLevel.OFF,  # it prints every step, and errors, to the console
         )
         # smolagents runs synchronously: in a worker thread, which carries the trial.
-        result = await asyncio.to_thread(agent.run, _with_history(request, ctx))
+        result = await asyncio.to_thread(agent.run, request)
         return str(result)
 
 
@@ -336,7 +330,7 @@ async def _strands(request: str, ctx: AgentContext, *, retry: bool) -> str:
             hooks=[RetryToolErrors()] if retry else [],
             callback_handler=None,  # the default prints the model's text to stdout
         )
-        result = await agent.invoke_async(_with_history(request, ctx))
+        result = await agent.invoke_async(request)
         return str(result).strip()
 
 

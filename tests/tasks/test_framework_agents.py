@@ -142,3 +142,11 @@ def test_the_agent_guide_shows_the_lost_reply_table_the_test_measures() -> None:
             agent, *cells = (c.strip().strip("`*") for c in line.strip("|").split("|"))
             shown[agent] = tuple(int(c.strip("*").split()[0]) for c in cells[:3])
     assert shown == TABLE | {agent: refunds for agent, (refunds, _) in STRANDS.items()}
+
+
+@pytest.mark.parametrize("agent", TABLE)  # Strands alike, where installed
+def test_ask_again_is_refused_for_an_agent_that_keeps_no_session(agent: str) -> None:
+    # Each runs one request with no session: asked again, its framework would start afresh
+    # and every control would refund again, which would read as a finding about it.
+    with pytest.raises(AgentError, match=f"built-in agent '{agent}' does not pass the session"):
+        refund(fault="lost_reply+ask_again", agent=agent)
