@@ -6,7 +6,7 @@ sample's gold plan, the prompt's name and a seed (:func:`keep_stub_config`); a r
 sees none of them, and none of them is logged.
 
 A stub follows the plan step by step. It recovers where it is from the ids of its *own* earlier
-tool calls (``stub_s<step>_<a|v><n>``), so it keeps no state between calls and adds nothing a
+tool calls (``call_stub_s<step>_<a|v><n>``), so it keeps no state between calls and adds nothing a
 real model would see. What it does after an error is its behaviour:
 
 ========== ==========================================================================
@@ -23,11 +23,18 @@ Errors across an agent bridge: a framework agent's tool errors reach the model a
 (inspect's ``ChatMessageTool.error`` is None in the OpenAI wire format), so a stub also treats a
 tool result as an error when its text looks like one (:data:`ERROR_TEXT`: LangGraph's
 ``Error: ...``, openai-agents' "An error occurred while running the tool", pydantic-ai's
-``{"error": ...}`` and "Fix the errors and try again", the bare messages of Node's fetch
-that the Vercel AI SDK passes on, twice's unknown-outcome phrase), and
+``{"error": ...}`` and "Fix the errors and try again", Google ADK's ``{..."error_type": ...}``,
+the bare messages of Node's fetch that the Vercel AI SDK passes on, twice's unknown-outcome
+phrase, or a bare exception message that opens with a timeout or a lost connection, as AutoGen
+and Agno send it), and
 as an *unknown* outcome when it says so or names a timeout or a connection closed before
 the reply (:data:`TIMEOUT_TEXT`). A text that hides the error's kind (the openai-agents
 default) is an error of unknown kind: ``verify`` treats it as a plain failure.
+
+A framework that writes the conversation's tool calls as text (smolagents'
+``ToolCallingAgent``: "Calling tools: [...]", "Observation: ...", and only the error when a tool
+raised) is read back as tool calls first; offered smolagents' ``final_answer`` tool, a stub
+gives its final answer by calling it.
 
 Independent actions: when a stub gives up on a step whose plan says ``on_fail: "continue"``
 (e.g. the first of two refunds), it goes on with the next step instead of stopping.
@@ -38,11 +45,11 @@ first and does only what it finds undone; ``noisy`` does the plan again with its
 probability, else answers from memory, as ``no-retry`` and ``parallel`` always do. When a
 tool result was compacted away (inspect's placeholder, :data:`COMPACTED_RESULT`), ``verify``
 looks the step up; every other stub has no memory of it and does the step again. Calls made
-after the user's n-th further message carry ``stub_r<n>_`` ids.
+after the user's n-th further message carry ``call_stub_r<n>_`` ids.
 
 Sagas: when a stub gives up on a step whose plan says ``on_fail: "compensate"``, it calls the
 ``compensate`` action of each earlier step that has one, latest first (ids
-``stub_s<step>_c<n>``), with ``{ref}`` replaced by the reference (e.g. a booking id) found by
+``call_stub_s<step>_c<n>``), with ``{ref}`` replaced by the reference (e.g. a booking id) found by
 the step's ``ref_pattern`` in the last successful result of that step that contains one: the
 id the agent saw, which is not always the one the service made first. A compensation that
 fails is retried like a forward call by ``retry``/``drift``; the others report it. A stub
@@ -51,6 +58,7 @@ never undoes again what an undo of the conversation already undid with the same 
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import random
@@ -99,6 +107,8 @@ NOISY_DEFAULT_RATE = 0.5
 
 ERROR_TEXT = re.compile(
     r"^\s*error\b|^\s*\{\s*\"error\"|an error occurred while running the tool|"
+    # Google ADK's ReflectAndRetryToolPlugin: a JSON object naming the exception's type.
+    r"^\s*\{[^\n]*\"error_type\"\s*:|"
     r"fix the errors and try again|"
     # A framework that hands the model the bare error message (the Vercel AI SDK): Node's
     # fetch when the connection failed or its AbortSignal.timeout fired, and a tool's own
@@ -119,7 +129,10 @@ TIMEOUT_TEXT = re.compile(
 """An error whose text matches this (or says :data:`UNKNOWN_OUTCOME`) is an unknown outcome:
 a timeout, or a connection closed before the reply."""
 
-_ID = re.compile(r"^stub_(?:r\d+_)?s(?P<step>\d+)_(?P<kind>[avc])(?P<n>\d+)")
+ID_PREFIX = "call_stub_"
+"""How a stub's tool-call ids begin: ``call_`` as OpenAI's do, since some frameworks (Agno)
+replace an id of another shape with one of their own, and the stub would lose its place."""
+_ID = re.compile(r"^(?:call_)?stub_(?:r\d+_)?s(?P<step>\d+)_(?P<kind>[avc])(?P<n>\d+)")
 
 COMPACTED_RESULT = TOOL_RESULT_REMOVED
 """The text inspect's edit compaction leaves in place of a tool result: a stub that reads it
@@ -200,8 +213,17 @@ def _undone(messages: list[ChatMessage], step: int, args: dict[str, Any]) -> boo
 
 
 def _is_error(result: ChatMessageTool) -> bool:
-    """Whether a tool result is an error: inspect's error field, or error text (bridged)."""
-    return result.error is not None or ERROR_TEXT.search(result.text) is not None
+    """Whether a tool result is an error: inspect's error field, or error text (bridged).
+
+    A result that is nothing but the exception's message (AutoGen and Agno send
+    ``str(exception)``: "timed out waiting for the response") is an error when that message
+    opens with a timeout or a lost connection: no tool's success text does."""
+    text = result.text
+    return (
+        result.error is not None
+        or ERROR_TEXT.search(text) is not None
+        or TIMEOUT_TEXT.match(text.lstrip()) is not None
+    )
 
 
 def _is_unknown(text: str) -> bool:
@@ -311,17 +333,19 @@ class StubAPI(ModelAPI):
             # A turn's latency, awaited like a network call so other trials run meanwhile.
             await asyncio.sleep(self.delay)
         plan = plan_of(cfg)
+        names = {t.name for t in tools}
+        input = _from_text_transcript(input, plan)
         turn = _last_turn(input)
         if turn is None:
             if _asked_again(input):
                 out = self._asked_again(input, plan, cfg)
             elif any(isinstance(m, ChatMessageAssistant) for m in input):
-                return self._say(input, "Done.")
+                return _as_final_answer(self._say(input, "Done."), names)
             else:
                 out = self._act(input, plan, 0, 1)
         else:
             out = self._next(input, plan, cfg, turn)
-        return self._offered(out, input, plan, {t.name for t in tools})
+        return _as_final_answer(self._offered(out, input, plan, names), names)
 
     def _offered(
         self,
@@ -469,11 +493,11 @@ class StubAPI(ModelAPI):
         tool = spec["compensate"]["tool"]
         if self.behaviour == "parallel":
             calls = [
-                ToolCall(id=f"stub_s{step}_c{n}p{i}", function=tool, arguments=dict(args))
+                ToolCall(id=f"{ID_PREFIX}s{step}_c{n}p{i}", function=tool, arguments=dict(args))
                 for i in (1, 2)
             ]
         else:
-            calls = [ToolCall(id=f"stub_s{step}_c{n}", function=tool, arguments=args)]
+            calls = [ToolCall(id=f"{ID_PREFIX}s{step}_c{n}", function=tool, arguments=args)]
         return self._calls(input, calls)
 
     def _after_undo(
@@ -542,13 +566,17 @@ class StubAPI(ModelAPI):
         if self.behaviour == "parallel":
             calls = [
                 ToolCall(
-                    id=f"stub_s{step}_a{n}p{i}", function=spec["call"]["tool"], arguments=dict(args)
+                    id=f"{ID_PREFIX}s{step}_a{n}p{i}",
+                    function=spec["call"]["tool"],
+                    arguments=dict(args),
                 )
                 for i in (1, 2)
             ]
         else:
             calls = [
-                ToolCall(id=f"stub_s{step}_a{n}", function=spec["call"]["tool"], arguments=args)
+                ToolCall(
+                    id=f"{ID_PREFIX}s{step}_a{n}", function=spec["call"]["tool"], arguments=args
+                )
             ]
         return self._calls(input, calls)
 
@@ -556,7 +584,9 @@ class StubAPI(ModelAPI):
         self, input: list[ChatMessage], spec: dict[str, Any], step: int, n: int
     ) -> ModelOutput:
         v = spec["verify"]
-        call = ToolCall(id=f"stub_s{step}_v{n}", function=v["tool"], arguments=dict(v["args"]))
+        call = ToolCall(
+            id=f"{ID_PREFIX}s{step}_v{n}", function=v["tool"], arguments=dict(v["args"])
+        )
         return self._calls(input, [call])
 
     def _calls(self, input: list[ChatMessage], calls: list[ToolCall]) -> ModelOutput:
@@ -564,7 +594,11 @@ class StubAPI(ModelAPI):
         if n:
             # The user wrote again: ids of this round differ from the earlier round's.
             calls = [
-                ToolCall(id=f"stub_r{n}_{c.id[5:]}", function=c.function, arguments=c.arguments)
+                ToolCall(
+                    id=f"{ID_PREFIX}r{n}_{c.id[len(ID_PREFIX) :]}",
+                    function=c.function,
+                    arguments=c.arguments,
+                )
                 for c in calls
             ]
         out = ModelOutput.from_message(
@@ -579,6 +613,124 @@ class StubAPI(ModelAPI):
         out = ModelOutput.from_content(f"stub/{self.behaviour}", text)
         out.usage = _usage(input, text)
         return out
+
+
+FINAL_ANSWER_TOOL = "final_answer"
+"""The tool a smolagents agent ends its run with (its ``FinalAnswerTool``): offered it, a stub
+gives its final answer by calling it, as the agent's system prompt asks a model to."""
+
+_CALLING = re.compile(r"^\s*Calling tools:\s*(?P<calls>\[.*\])\s*$", re.DOTALL)
+_RESULT = re.compile(
+    r"^\s*(?:Call id: (?P<id>\S+)\s*)?(?P<text>(?:Observation|Error):.*)$", re.DOTALL
+)
+_TOOL_FAILED = re.compile(r"Error executing tool '(?P<tool>[^']+)' with arguments")
+
+
+def _as_final_answer(out: ModelOutput, names: set[str]) -> ModelOutput:
+    """A text answer as a call of the agent's final-answer tool, when it offers one."""
+    if FINAL_ANSWER_TOOL not in names or out.message.tool_calls:
+        return out
+    call = ToolCall(
+        id=f"{ID_PREFIX}final", function=FINAL_ANSWER_TOOL, arguments={"answer": out.completion}
+    )
+    final = ModelOutput.from_message(
+        ChatMessageAssistant(content="", tool_calls=[call], model=out.model),
+        stop_reason="tool_calls",
+    )
+    final.usage = out.usage
+    return final
+
+
+def _from_text_transcript(
+    messages: list[ChatMessage], plan: list[dict[str, Any]]
+) -> list[ChatMessage]:
+    """A conversation whose tool calls the agent wrote as text, as tool-call messages.
+
+    smolagents sends its ``ToolCallingAgent``'s history as text: an assistant turn
+    ``Calling tools: [{'id': ..., 'function': {'name': ..., 'arguments': ...}}]`` and a user
+    turn ``Observation: ...`` or ``Error: ...``. A tool that raised leaves no call at all, only
+    ``Error: Error executing tool 'NAME' with arguments {...}: ...``: the call is rebuilt from
+    the plan (the step whose action or lookup is that tool, the next attempt of it), as a
+    model reading the error knows what it had called. Any other conversation is unchanged."""
+    if not any(
+        isinstance(m, ChatMessageAssistant) and not m.tool_calls and _CALLING.match(m.text)
+        for m in messages
+    ) and not any(isinstance(m, ChatMessageUser) and _TOOL_FAILED.search(m.text) for m in messages):
+        return messages
+    out: list[ChatMessage] = []
+    pending: list[ToolCall] = []  # calls of the last assistant turn not yet answered
+    made: list[str] = []  # ids of the calls so far
+    for m in messages:
+        if (
+            isinstance(m, ChatMessageAssistant)
+            and not m.tool_calls
+            and (found := _CALLING.match(m.text)) is not None
+        ):
+            try:
+                listed = ast.literal_eval(found["calls"])
+            except (ValueError, SyntaxError):
+                listed = []
+            pending = [
+                ToolCall(
+                    id=str(c.get("id")),
+                    function=c["function"]["name"],
+                    arguments=dict(c["function"].get("arguments") or {}),
+                )
+                for c in listed
+                if isinstance(c, dict) and isinstance(c.get("function"), dict)
+            ]
+            made += [c.id for c in pending]
+            out.append(ChatMessageAssistant(content="", tool_calls=pending, model=m.model))
+            continue
+        result = _RESULT.match(m.text) if isinstance(m, ChatMessageUser) else None
+        if result is not None:
+            failed = _TOOL_FAILED.search(m.text)
+            if not pending and failed is not None:
+                call = _rebuilt_call(failed["tool"], plan, made)
+                if call is not None:
+                    made.append(call.id)
+                    if (
+                        out
+                        and isinstance(out[-1], ChatMessageAssistant)
+                        and not out[-1].tool_calls
+                        and not out[-1].text.strip()
+                    ):
+                        out.pop()  # the empty turn that made the call
+                    out.append(ChatMessageAssistant(content="", tool_calls=[call]))
+                    pending = [call]
+            if pending:
+                call = next((c for c in pending if c.id == result["id"]), pending[0])
+                pending = [c for c in pending if c is not call]
+                out.append(
+                    ChatMessageTool(
+                        content=result["text"], tool_call_id=call.id, function=call.function
+                    )
+                )
+                continue
+        pending = []
+        out.append(m)
+    return out
+
+
+def _rebuilt_call(tool: str, plan: list[dict[str, Any]], made: list[str]) -> ToolCall | None:
+    """The call a stub made of ``tool`` that the transcript lost: the first plan step whose
+    action (else lookup) is ``tool``, as its next attempt after the ones in ``made``."""
+    for kind, key in (("a", "call"), ("v", "verify")):
+        for step, spec in enumerate(plan):
+            action = spec.get(key) or {}
+            if action.get("tool") != tool:
+                continue
+            n = 1 + sum(
+                1
+                for i in made
+                if (m := _ID.match(i)) is not None and int(m["step"]) == step and m["kind"] == kind
+            )
+            return ToolCall(
+                id=f"{ID_PREFIX}s{step}_{kind}{n}",
+                function=tool,
+                arguments=dict(action.get("args") or {}),
+            )
+    return None
 
 
 @modelapi(name="stub")

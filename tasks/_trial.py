@@ -34,7 +34,7 @@ from ._inspect_compat import store_events_suspended
 from ._prompts import Prompt, is_builtin_prompt, load_prompt
 from ._protections import get_protection
 from ._toolkit import ActionLog, RunCrashed, TrialContext, bind_tools
-from .agents import REACT, AgentError, agent_solver, check_agent, parse_hosts
+from .agents import BUILTIN_AGENTS, REACT, AgentError, agent_solver, check_agent, parse_hosts
 
 ServicesFactory = Callable[[dict[str, Any]], list[Service]]
 """Builds a trial's services from the sample's ``state`` (fresh objects every call)."""
@@ -619,4 +619,12 @@ def check_agent_cell(
         raise AgentError(
             f"fault {fault!r} restarts the run from twice's checkpoints, which only the "
             f"{REACT!r} agent has; agent {agent!r} accepts the other faults"
+        )
+    builtin = BUILTIN_AGENTS.get(agent)
+    if get_fault(fault).changes("ask_again") and builtin and not builtin.keeps_history:
+        raise AgentError(
+            f"fault {fault!r} asks the agent again in the same session, and the built-in agent "
+            f"{agent!r} does not pass the session's earlier turns to its framework (a fresh run "
+            "would be read as a second request); agents that do: "
+            + ", ".join(n for n, b in BUILTIN_AGENTS.items() if b.keeps_history)
         )

@@ -140,8 +140,9 @@ def _split_conflict(log_dir: str, split: int, asked: int) -> str:
     "--agent",
     "agents",
     multiple=True,
-    help="Agent under test (repeatable): react (default: twice's own loop), openai-agents, "
-    "langgraph, langgraph-retry, pydantic-ai, path/to/agent.py:function or module:function.",
+    help="Agent under test (repeatable): react (default: twice's own loop), a built-in "
+    "framework agent (twice list: openai-agents, langgraph, langgraph-retry, pydantic-ai, "
+    "autogen, agno, google-adk, smolagents...), path/to/agent.py:function or module:function.",
 )
 @click.option(
     "--mock",

@@ -13,12 +13,30 @@ from .._spec import load_function
 from ._apis import API_TOOLS
 from ._builtin import langgraph, langgraph_retry, openai_agents, pydantic_ai
 from ._context import AgentError, AgentFunction
+from ._more_builtin import (
+    agno,
+    agno_retries,
+    autogen,
+    autogen_reflect,
+    google_adk,
+    google_adk_reflect,
+    smolagents,
+    strands,
+    strands_retry,
+)
 
 REACT = "react"
 """twice's own agent loop (inspect's generate loop plus twice's tool layer): the default."""
 
 EXTRA = "agents"
-"""The optional extra that installs the framework packages."""
+"""The optional extra that installs the first built-in agents' framework packages."""
+
+FRAMEWORKS_EXTRA = "frameworks"
+"""The optional extra that installs the further built-in agents' framework packages."""
+
+STRANDS_EXTRA = "strands"
+"""The optional extra that installs Strands Agents (its own: it pins ``mcp<2.2``, and twice's
+``serve`` extra needs ``mcp>=2.3``)."""
 
 PLACEHOLDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 DUMMY_KEY = "twice-agent-bridge"
@@ -49,8 +67,13 @@ class BuiltinAgent:
     name: str
     function: AgentFunction
     modules: tuple[str, ...]
-    """Modules it imports (from the ``agents`` extra)."""
+    """Modules it imports (from its ``extra``)."""
     summary: str
+    extra: str = "agents"
+    """The optional extra that installs its framework."""
+    keeps_history: bool = True
+    """Whether it passes ``ctx.history`` (the session's earlier turns) to its framework, as the
+    ``ask_again`` fault needs."""
 
 
 BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
@@ -80,12 +103,91 @@ BUILTIN_AGENTS: dict[str, BuiltinAgent] = {
             ("pydantic_ai",),
             "pydantic-ai: Agent whose tools raise ModelRetry on errors",
         ),
+        BuiltinAgent(
+            "autogen",
+            autogen,
+            ("autogen_agentchat", "autogen_ext.models.openai"),
+            "AutoGen AgentChat: AssistantAgent, default reflect_on_tool_use=False",
+            FRAMEWORKS_EXTRA,
+            keeps_history=False,
+        ),
+        BuiltinAgent(
+            "autogen-reflect",
+            autogen_reflect,
+            ("autogen_agentchat", "autogen_ext.models.openai"),
+            "AutoGen AgentChat: AssistantAgent with reflect_on_tool_use=True",
+            FRAMEWORKS_EXTRA,
+            keeps_history=False,
+        ),
+        BuiltinAgent(
+            "agno",
+            agno,
+            ("agno",),
+            "Agno: Agent on OpenAIChat, run with arun(), default retries=0",
+            FRAMEWORKS_EXTRA,
+            keeps_history=False,
+        ),
+        BuiltinAgent(
+            "agno-retries",
+            agno_retries,
+            ("agno",),
+            "Agno: Agent(retries=2), which re-runs the whole run when it raises",
+            FRAMEWORKS_EXTRA,
+            keeps_history=False,
+        ),
+        BuiltinAgent(
+            "google-adk",
+            google_adk,
+            ("google.adk", "openai"),
+            "Google ADK: LlmAgent on OpenAILlm, default tool-error handling (the run aborts)",
+            FRAMEWORKS_EXTRA,
+            keeps_history=False,
+        ),
+        BuiltinAgent(
+            "google-adk-reflect",
+            google_adk_reflect,
+            ("google.adk", "openai"),
+            "Google ADK with ReflectAndRetryToolPlugin()",
+            FRAMEWORKS_EXTRA,
+            keeps_history=False,
+        ),
+        BuiltinAgent(
+            "smolagents",
+            smolagents,
+            ("smolagents", "openai"),
+            "smolagents: ToolCallingAgent on OpenAIServerModel (sync client, bridged) + @tool",
+            FRAMEWORKS_EXTRA,
+            keeps_history=False,
+        ),
+        BuiltinAgent(
+            "strands",
+            strands,
+            ("strands", "openai"),
+            "Strands Agents: Agent on OpenAIModel(stream=False) + @tool, defaults",
+            STRANDS_EXTRA,
+            keeps_history=False,
+        ),
+        BuiltinAgent(
+            "strands-retry",
+            strands_retry,
+            ("strands", "openai"),
+            "Strands with a hook setting AfterToolCallEvent.retry on a tool call that raised",
+            STRANDS_EXTRA,
+            keeps_history=False,
+        ),
     )
 }
 """The built-in framework agents by name."""
 
 AGENT_TASKS: tuple[str, ...] = tuple(API_TOOLS)
 """Tasks the built-in framework agents have tools for (a user's agent brings its own)."""
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing
+        return False
 
 
 def is_user_agent(name: str) -> bool:
@@ -104,10 +206,10 @@ def check_agent(name: str, task: str | None = None) -> None:
     builtin = BUILTIN_AGENTS.get(name)
     if builtin is not None:
         for module in builtin.modules:
-            if importlib.util.find_spec(module) is None:
+            if not _importable(module):
                 raise AgentError(
                     f"agent {name!r} needs the package that provides {module!r}, from twice's "
-                    f"optional extra {EXTRA!r}: pip install 'twice[{EXTRA}]'"
+                    f"optional extra {builtin.extra!r}: pip install 'twice[{builtin.extra}]'"
                 )
         if task is not None and task not in API_TOOLS:
             raise AgentError(

@@ -7,6 +7,7 @@ looked only at ``error`` would take "Error: ... may or may not have been made" f
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from inspect_ai.model import (
@@ -84,3 +85,80 @@ def test_stub_whose_action_the_agent_does_not_offer_is_an_error_naming_both(
         asyncio.run(StubAPI(behaviour).generate(first, renamed, "auto", GenerateConfig()))  # type: ignore[arg-type]
     with pytest.raises(StubCannotPlay, match="the agent offered no tools"):
         asyncio.run(StubAPI(behaviour).generate(first, [], "auto", GenerateConfig()))  # type: ignore[arg-type]
+
+
+def test_stub_tool_call_ids_have_openais_shape_so_frameworks_keep_them() -> None:
+    # Agno replaces a tool-call id that does not start with ``call_`` (and is longer than 40
+    # characters) with ``call_000…``: a stub whose ids did not look like OpenAI's lost its
+    # place, took the lost reply for its first turn's answer and never retried.
+    store().set(STUB_STORE_KEY, {"plan": PLAN, "prompt": "baseline", "seed": "s"})
+    first = asyncio.run(
+        StubAPI("retry").generate(
+            [ChatMessageUser(content="Refund.")], TOOLS, "auto", GenerateConfig()
+        )  # type: ignore[arg-type]
+    )
+    (call,) = first.message.tool_calls or []
+    assert call.id.startswith("call_") and len(call.id) <= 40
+    # Its own earlier calls are still found by that id: the retry follows the error.
+    history = [
+        ChatMessageUser(content="Refund."),
+        first.message,
+        ChatMessageTool(content="timed out waiting for the response", tool_call_id=call.id),
+    ]
+    again = asyncio.run(StubAPI("retry").generate(history, TOOLS, "auto", GenerateConfig()))  # type: ignore[arg-type]
+    assert [c.function for c in again.message.tool_calls or []] == ["issue_refund"]
+    assert (again.message.tool_calls or [])[0].id != call.id
+
+
+FINAL = ToolInfo(name="final_answer", description="Provides a final answer to the given problem.")
+LOST = (
+    "Error:\nError executing tool 'issue_refund' with arguments {'order_id': 'order_1042', "
+    "'amount': 4.99}: ReadTimeout: timed out waiting for the response\nPlease try again or use "
+    "another tool\nNow let's retry: take care not to repeat previous errors!"
+)
+
+
+def _generate(behaviour: str, messages: list[object], tools: list[ToolInfo]) -> Any:
+    store().set(STUB_STORE_KEY, {"plan": PLAN, "prompt": "baseline", "seed": "s"})
+    out = asyncio.run(StubAPI(behaviour).generate(messages, tools, "auto", GenerateConfig()))  # type: ignore[arg-type]
+    return out.message
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "then"),
+    [("retry", "issue_refund"), ("verify", "find_refunds"), ("no-retry", "final_answer")],
+)
+def test_stub_reads_a_smolagents_text_transcript_whose_failed_call_was_dropped(
+    behaviour: str, then: str
+) -> None:
+    # smolagents keeps no record of a call whose tool raised: the model gets an empty turn
+    # and the error as a user message. The failing path: every stub took it for the start of
+    # the task and refunded again, and, never calling final_answer, looped to max_steps.
+    messages = [
+        ChatMessageUser(content="New task:\nRefund order_1042."),
+        ChatMessageAssistant(content=""),
+        ChatMessageUser(content=LOST),
+    ]
+    (call,) = _generate(behaviour, messages, [*TOOLS, FINAL]).tool_calls or []
+    assert call.function == then
+    if then == "issue_refund":
+        assert call.id == "call_stub_s0_a2"  # the second attempt: the first was rebuilt
+
+
+def test_stub_reads_smolagents_calling_tools_text_and_answers_through_final_answer() -> None:
+    calls = (
+        "\nCalling tools:\n[{'id': 'call_stub_s0_a2', 'type': 'function', 'function': "
+        "{'name': 'issue_refund', 'arguments': {'order_id': 'order_1042', 'amount': 4.99}}}]"
+    )
+    messages = [
+        ChatMessageUser(content="New task:\nRefund order_1042."),
+        ChatMessageAssistant(content=""),
+        ChatMessageUser(content=LOST),
+        ChatMessageAssistant(content=calls),
+        ChatMessageUser(content="Observation:\nCreated refund re_2 of $4.99 on order order_1042."),
+    ]
+    (call,) = _generate("retry", messages, [*TOOLS, FINAL]).tool_calls or []
+    assert call.function == "final_answer"
+    assert "re_2" in call.arguments["answer"]
+    # Without a final_answer tool on offer, the same answer is plain text.
+    assert not _generate("retry", messages, TOOLS).tool_calls
