@@ -192,12 +192,14 @@ def _settings(plan: FrameworksPlan, measures: Sequence[RowMeasure]) -> PageSetti
     runs = [_summary(plan.log_dir, m.row.row) or {} for m in measures]
     run = next((r.get("run") for r in runs if isinstance(r.get("run"), dict)), None) or {}
     versions = run.get("versions") if isinstance(run.get("versions"), dict) else {}
+    limits = {r["run"].get("limit") for r in runs if isinstance(r.get("run"), dict)}
     return PageSettings(
         models=plan.models,
         faults=plan.faults,
         tasks=plan.tasks,
         epochs=int(run.get("epochs") or plan.epochs),
         limit=run.get("limit", plan.limit) if run else plan.limit,
+        per_row=len(limits) > 1,
         versions={str(k): str(v) for k, v in (versions or {}).items()},
     )
 

@@ -44,6 +44,9 @@ class PageSettings:
     tasks: Sequence[str]
     epochs: int = 1
     limit: int | None = None
+    per_row: bool = False
+    """Rows ran different samples per task (``--limit`` differed between runs): the page
+    then names no one figure and each row's trials column says what it ran."""
     versions: Mapping[str, str] = field(default_factory=dict)
     """twice's and inspect's versions."""
 
@@ -71,7 +74,7 @@ def _sources(cells: Cells) -> str:
 
 def matrix_table(measures: Sequence[RowMeasure], models: Sequence[str]) -> list[str]:
     """The page's one table: a line per row."""
-    head = ["framework", "setting", "version"]
+    head = ["framework", "setting", "version", "trials"]
     for m in models:
         head += [f"{m} dup", f"{m} done"]
     head += ["extra attempts by", "finding"]
@@ -84,7 +87,8 @@ def matrix_table(measures: Sequence[RowMeasure], models: Sequence[str]) -> list[
         name = f"{text(row.framework)} (`{row.row}`)"
         if not measure.complete:
             name += " (incomplete run)"
-        line = [name, text(row.setting), _versions(measure)]
+        trials = sum(int(c.get("trials") or 0) for c in cells)
+        line = [name, text(row.setting), _versions(measure), str(trials)]
         for m in models:
             mine = of_model(cells, m)
             line += [
@@ -151,7 +155,13 @@ def frameworks_page(
         f"{', '.join(f'`{f}`' for f in settings.faults)}; protection `bare` (the agent's "
         "own tools).",
         f"- Epochs {settings.epochs}, "
-        + (f"the first {settings.limit} samples per task" if settings.limit else "every sample")
+        + (
+            "samples per task as each row's trials column says (rows ran different --limit)"
+            if settings.per_row
+            else f"the first {settings.limit} samples per task"
+            if settings.limit
+            else "every sample"
+        )
         + f"; {trials} trials in all.",
         f"- Versions: {text(shown) or '–'}.",
         "- Rows come from `tasks/agents/frameworks/*.toml`; each finding cites the "

@@ -149,6 +149,18 @@ def test_frameworks_page_escapes_registry_text() -> None:
     assert "not installed: npm i &lt;pkg&gt;" in page
 
 
+def test_frameworks_page_names_each_rows_trials_when_rows_ran_different_limits() -> None:
+    # A row refreshed with --limit beside rows measured in full: the page must not claim one
+    # sample count for all of them.
+    few = [dict(c, trials=1) for c in HANDING]
+    rows = [RowMeasure(_row(), {}, HANDING), RowMeasure(_row(row="small"), {}, few)]
+    mixed = frameworks_page(rows, [], replace(_settings(), per_row=True))
+    lines = [line for line in mixed.splitlines() if line.startswith("| LangGraph")]
+    assert [line.split(" | ")[3] for line in lines] == ["30", "3"]
+    assert "as each row's trials column says" in mixed and "every sample" not in mixed
+    assert "every sample" in frameworks_page(rows[:1], [], _settings())
+
+
 def test_frameworks_committed_page_has_the_generators_structure() -> None:
     generated = frameworks_page([RowMeasure(_row(), {}, HANDING)], [], _settings())
     committed = PAGE.read_text(encoding="utf-8")
