@@ -93,8 +93,12 @@ class FrameworkRow:
         return self.agent_cmd is not None
 
     def how_to_install(self) -> str:
-        """The command that installs the row's agent."""
-        return self.install or f"pip install 'twice[{EXTRA}]'"
+        """The command that installs the row's agent: the file's ``install``, else the extra
+        its built-in agent names."""
+        if self.install:
+            return self.install
+        builtin = BUILTIN_AGENTS.get(self.agent or "")
+        return f"pip install 'twice[{builtin.extra if builtin else EXTRA}]'"
 
     def command_dir(self, commands: Path = COMMANDS_DIR) -> Path:
         """The folder ``{dir}`` stands for: the file's ``dir``, else the folder named as the

@@ -158,3 +158,10 @@ def test_frameworks_registry_command_dir_defaults_to_the_row_then_its_family(
     assert own.command_dir(commands) == commands / "langgraph-js"
     assert variant.command_dir(commands) == commands / "langgraph-js"
     assert variant.command(commands) == f"node {(commands / 'langgraph-js').resolve()}/a.mjs"
+
+
+def test_frameworks_registry_a_builtin_row_is_installed_by_its_agents_extra() -> None:
+    rows = {r.row: r for r in load_frameworks()}
+    assert rows["strands"].how_to_install() == "pip install 'twice[strands]'"
+    assert rows["autogen"].how_to_install() == "pip install 'twice[frameworks]'"
+    assert rows["langgraph"].how_to_install() == "pip install 'twice[agents]'"
