@@ -51,7 +51,6 @@ from ._stub import (
     NOISY_DEFAULT_RATE,
     NOISY_RETRY_RATES,
     STUB_MODELS,
-    UNKNOWN_OUTCOME,
     StubAPI,
     noisy_retry_rate,
 )
@@ -62,6 +61,7 @@ from ._stub_config import (
     keep_stub_config,
     raise_if_stub_could_not_play,
 )
+from ._stub_transcript import UNKNOWN_OUTCOME
 from ._trial_services import Services
 from ._wire import (
     BACKOFF_HEADER,

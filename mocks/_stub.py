@@ -58,7 +58,6 @@ never undoes again what an undo of the conversation already undid with the same 
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import random
@@ -86,9 +85,14 @@ from ._stub_config import (
     current_config,
     plan_of,
 )
-
-UNKNOWN_OUTCOME = "may or may not have been"
-"""Phrase in every unknown-outcome tool error (timeouts, 5xx): the action may have happened."""
+from ._stub_transcript import (
+    ID_PREFIX,
+    STUB_ID,
+    as_final_answer,
+    from_text_transcript,
+    is_error,
+    is_unknown,
+)
 
 STUB_MODELS: dict[str, str] = {
     "retry": "repeats a failed call",
@@ -104,35 +108,6 @@ NOISY_RETRY_RATES: dict[str, float] = {"baseline": 0.5, "cautious": 0.1, "persis
 """``stub/noisy``'s retry probability per built-in prompt; other prompts get
 :data:`NOISY_DEFAULT_RATE`. These are the true rates its intervals must cover."""
 NOISY_DEFAULT_RATE = 0.5
-
-ERROR_TEXT = re.compile(
-    r"^\s*error\b|^\s*\{\s*\"error\"|an error occurred while running the tool|"
-    # Google ADK's ReflectAndRetryToolPlugin: a JSON object naming the exception's type.
-    r"^\s*\{[^\n]*\"error_type\"\s*:|"
-    r"fix the errors and try again|"
-    # A framework that hands the model the bare error message (the Vercel AI SDK): Node's
-    # fetch when the connection failed or its AbortSignal.timeout fired, and a tool's own
-    # error for a reply that was not 2xx.
-    r"^\s*(?:TypeError: )?fetch failed|the operation was aborted due to timeout|"
-    r"^\s*HTTP [45]\d\d\b|" + re.escape(UNKNOWN_OUTCOME),
-    re.IGNORECASE,
-)
-"""A tool result whose text matches this is an error even when it arrives as plain text."""
-TIMEOUT_TEXT = re.compile(
-    r"timeout|timed out|"
-    # A connection closed after the request went out (reset_after_commit), as httpx, Node and
-    # the connection itself name it: the reply was lost, not the request.
-    r"server disconnected|connection (?:was )?(?:closed|reset)|RemoteProtocolError|"
-    r"ECONNRESET|UND_ERR_SOCKET|other side closed",
-    re.IGNORECASE,
-)
-"""An error whose text matches this (or says :data:`UNKNOWN_OUTCOME`) is an unknown outcome:
-a timeout, or a connection closed before the reply."""
-
-ID_PREFIX = "call_stub_"
-"""How a stub's tool-call ids begin: ``call_`` as OpenAI's do, since some frameworks (Agno)
-replace an id of another shape with one of their own, and the stub would lose its place."""
-_ID = re.compile(r"^(?:call_)?stub_(?:r\d+_)?s(?P<step>\d+)_(?P<kind>[avc])(?P<n>\d+)")
 
 COMPACTED_RESULT = TOOL_RESULT_REMOVED
 """The text inspect's edit compaction leaves in place of a tool result: a stub that reads it
@@ -163,7 +138,7 @@ def _last_turn(messages: list[ChatMessage]) -> _Turn | None:
         if isinstance(msg, ChatMessageAssistant):
             if not msg.tool_calls:
                 return None
-            m = _ID.match(msg.tool_calls[0].id)
+            m = STUB_ID.match(msg.tool_calls[0].id)
             if m is None:
                 return None
             ids = {c.id for c in msg.tool_calls}
@@ -195,12 +170,12 @@ def _undone(messages: list[ChatMessage], step: int, args: dict[str, Any]) -> boo
     done = {
         m.tool_call_id
         for m in messages
-        if isinstance(m, ChatMessageTool) and m.tool_call_id and not _is_error(m)
+        if isinstance(m, ChatMessageTool) and m.tool_call_id and not is_error(m)
     }
     for m in messages:
         if isinstance(m, ChatMessageAssistant):
             for call in m.tool_calls or []:
-                found = _ID.match(call.id)
+                found = STUB_ID.match(call.id)
                 if (
                     found is not None
                     and found["kind"] == "c"
@@ -210,25 +185,6 @@ def _undone(messages: list[ChatMessage], step: int, args: dict[str, Any]) -> boo
                 ):
                     return True
     return False
-
-
-def _is_error(result: ChatMessageTool) -> bool:
-    """Whether a tool result is an error: inspect's error field, or error text (bridged).
-
-    A result that is nothing but the exception's message (AutoGen and Agno send
-    ``str(exception)``: "timed out waiting for the response") is an error when that message
-    opens with a timeout or a lost connection: no tool's success text does."""
-    text = result.text
-    return (
-        result.error is not None
-        or ERROR_TEXT.search(text) is not None
-        or TIMEOUT_TEXT.match(text.lstrip()) is not None
-    )
-
-
-def _is_unknown(text: str) -> bool:
-    """Whether an error text says the outcome is unknown (the action may have happened)."""
-    return UNKNOWN_OUTCOME in text or TIMEOUT_TEXT.search(text) is not None
 
 
 def _text(result: ChatMessageTool) -> str:
@@ -334,18 +290,18 @@ class StubAPI(ModelAPI):
             await asyncio.sleep(self.delay)
         plan = plan_of(cfg)
         names = {t.name for t in tools}
-        input = _from_text_transcript(input, plan)
+        input = from_text_transcript(input, plan)
         turn = _last_turn(input)
         if turn is None:
             if _asked_again(input):
                 out = self._asked_again(input, plan, cfg)
             elif any(isinstance(m, ChatMessageAssistant) for m in input):
-                return _as_final_answer(self._say(input, "Done."), names)
+                return as_final_answer(self._say(input, "Done."), names)
             else:
                 out = self._act(input, plan, 0, 1)
         else:
             out = self._next(input, plan, cfg, turn)
-        return _as_final_answer(self._offered(out, input, plan, names), names)
+        return as_final_answer(self._offered(out, input, plan, names), names)
 
     def _offered(
         self,
@@ -365,7 +321,7 @@ class StubAPI(ModelAPI):
         missing = sorted({c.function for c in calls} - names)
         if not missing:
             return out
-        m = _ID.match(calls[0].id)
+        m = STUB_ID.match(calls[0].id)
         if m is not None and m["kind"] == "v":
             turn = _last_turn(input)
             text = _text(turn.results[0]) if turn is not None and turn.results else "(no result)"
@@ -391,7 +347,7 @@ class StubAPI(ModelAPI):
         step = plan[turn.step]
         result = turn.results[0] if turn.results else None
         text = _text(result) if result is not None else "(no result)"
-        failed = result is None or _is_error(result)
+        failed = result is None or is_error(result)
         if turn.kind == "a" and not failed and text.strip() == COMPACTED_RESULT:
             # What the call returned was compacted away: verify looks; the others have no
             # memory of it and do the step again.
@@ -408,13 +364,13 @@ class StubAPI(ModelAPI):
 
         if self.behaviour == "parallel" and step.get("on_fail") == "compensate":
             # A saga step: the pair failed only if every call of it failed.
-            if all(_is_error(r) for r in turn.results):
+            if all(is_error(r) for r in turn.results):
                 return self._fail(input, plan, turn.step, text)
             return self._advance(input, plan, turn.step, text)
         if self.behaviour == "parallel" or not failed:
             return self._advance(input, plan, turn.step, text)
 
-        unknown = _is_unknown(text)
+        unknown = is_unknown(text)
         b = self.behaviour
         if b in ("retry", "drift"):
             if turn.n < self.attempts:
@@ -465,9 +421,9 @@ class StubAPI(ModelAPI):
         ref = None
         if pattern:
             for msg in reversed(input):
-                if not isinstance(msg, ChatMessageTool) or _is_error(msg):
+                if not isinstance(msg, ChatMessageTool) or is_error(msg):
                     continue
-                m = _ID.match(msg.tool_call_id or "")
+                m = STUB_ID.match(msg.tool_call_id or "")
                 if m is None or int(m["step"]) != step or m["kind"] == "c":
                     continue
                 found = re.search(pattern, msg.text)
@@ -505,7 +461,7 @@ class StubAPI(ModelAPI):
     ) -> ModelOutput:
         result = turn.results[0] if turn.results else None
         text = _text(result) if result is not None else "(no result)"
-        failed = all(_is_error(r) for r in turn.results) if turn.results else True
+        failed = all(is_error(r) for r in turn.results) if turn.results else True
         if failed and self.behaviour in ("retry", "drift") and turn.n < self.attempts:
             args = self._undo_args(input, plan[turn.step], turn.step)
             if args is not None:
@@ -613,124 +569,6 @@ class StubAPI(ModelAPI):
         out = ModelOutput.from_content(f"stub/{self.behaviour}", text)
         out.usage = _usage(input, text)
         return out
-
-
-FINAL_ANSWER_TOOL = "final_answer"
-"""The tool a smolagents agent ends its run with (its ``FinalAnswerTool``): offered it, a stub
-gives its final answer by calling it, as the agent's system prompt asks a model to."""
-
-_CALLING = re.compile(r"^\s*Calling tools:\s*(?P<calls>\[.*\])\s*$", re.DOTALL)
-_RESULT = re.compile(
-    r"^\s*(?:Call id: (?P<id>\S+)\s*)?(?P<text>(?:Observation|Error):.*)$", re.DOTALL
-)
-_TOOL_FAILED = re.compile(r"Error executing tool '(?P<tool>[^']+)' with arguments")
-
-
-def _as_final_answer(out: ModelOutput, names: set[str]) -> ModelOutput:
-    """A text answer as a call of the agent's final-answer tool, when it offers one."""
-    if FINAL_ANSWER_TOOL not in names or out.message.tool_calls:
-        return out
-    call = ToolCall(
-        id=f"{ID_PREFIX}final", function=FINAL_ANSWER_TOOL, arguments={"answer": out.completion}
-    )
-    final = ModelOutput.from_message(
-        ChatMessageAssistant(content="", tool_calls=[call], model=out.model),
-        stop_reason="tool_calls",
-    )
-    final.usage = out.usage
-    return final
-
-
-def _from_text_transcript(
-    messages: list[ChatMessage], plan: list[dict[str, Any]]
-) -> list[ChatMessage]:
-    """A conversation whose tool calls the agent wrote as text, as tool-call messages.
-
-    smolagents sends its ``ToolCallingAgent``'s history as text: an assistant turn
-    ``Calling tools: [{'id': ..., 'function': {'name': ..., 'arguments': ...}}]`` and a user
-    turn ``Observation: ...`` or ``Error: ...``. A tool that raised leaves no call at all, only
-    ``Error: Error executing tool 'NAME' with arguments {...}: ...``: the call is rebuilt from
-    the plan (the step whose action or lookup is that tool, the next attempt of it), as a
-    model reading the error knows what it had called. Any other conversation is unchanged."""
-    if not any(
-        isinstance(m, ChatMessageAssistant) and not m.tool_calls and _CALLING.match(m.text)
-        for m in messages
-    ) and not any(isinstance(m, ChatMessageUser) and _TOOL_FAILED.search(m.text) for m in messages):
-        return messages
-    out: list[ChatMessage] = []
-    pending: list[ToolCall] = []  # calls of the last assistant turn not yet answered
-    made: list[str] = []  # ids of the calls so far
-    for m in messages:
-        if (
-            isinstance(m, ChatMessageAssistant)
-            and not m.tool_calls
-            and (found := _CALLING.match(m.text)) is not None
-        ):
-            try:
-                listed = ast.literal_eval(found["calls"])
-            except (ValueError, SyntaxError):
-                listed = []
-            pending = [
-                ToolCall(
-                    id=str(c.get("id")),
-                    function=c["function"]["name"],
-                    arguments=dict(c["function"].get("arguments") or {}),
-                )
-                for c in listed
-                if isinstance(c, dict) and isinstance(c.get("function"), dict)
-            ]
-            made += [c.id for c in pending]
-            out.append(ChatMessageAssistant(content="", tool_calls=pending, model=m.model))
-            continue
-        result = _RESULT.match(m.text) if isinstance(m, ChatMessageUser) else None
-        if result is not None:
-            failed = _TOOL_FAILED.search(m.text)
-            if not pending and failed is not None:
-                call = _rebuilt_call(failed["tool"], plan, made)
-                if call is not None:
-                    made.append(call.id)
-                    if (
-                        out
-                        and isinstance(out[-1], ChatMessageAssistant)
-                        and not out[-1].tool_calls
-                        and not out[-1].text.strip()
-                    ):
-                        out.pop()  # the empty turn that made the call
-                    out.append(ChatMessageAssistant(content="", tool_calls=[call]))
-                    pending = [call]
-            if pending:
-                call = next((c for c in pending if c.id == result["id"]), pending[0])
-                pending = [c for c in pending if c is not call]
-                out.append(
-                    ChatMessageTool(
-                        content=result["text"], tool_call_id=call.id, function=call.function
-                    )
-                )
-                continue
-        pending = []
-        out.append(m)
-    return out
-
-
-def _rebuilt_call(tool: str, plan: list[dict[str, Any]], made: list[str]) -> ToolCall | None:
-    """The call a stub made of ``tool`` that the transcript lost: the first plan step whose
-    action (else lookup) is ``tool``, as its next attempt after the ones in ``made``."""
-    for kind, key in (("a", "call"), ("v", "verify")):
-        for step, spec in enumerate(plan):
-            action = spec.get(key) or {}
-            if action.get("tool") != tool:
-                continue
-            n = 1 + sum(
-                1
-                for i in made
-                if (m := _ID.match(i)) is not None and int(m["step"]) == step and m["kind"] == kind
-            )
-            return ToolCall(
-                id=f"{ID_PREFIX}s{step}_{kind}{n}",
-                function=tool,
-                arguments=dict(action.get("args") or {}),
-            )
-    return None
 
 
 @modelapi(name="stub")

@@ -13,7 +13,8 @@ from inspect_ai import Task, eval, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import ChatMessageTool, get_model
 from twice.mocks import LEDGER_STORE_KEY
-from twice.mocks._stub import _is_error, _is_unknown
+from twice.mocks._stub_transcript import is_error as _is_error
+from twice.mocks._stub_transcript import is_unknown as _is_unknown
 from twice.tasks import refund
 from twice.tasks.agents import (
     AGENT_STORE_KEY,
