@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 from twice.evals import evaluate_gate, parse_gate
-from twice.evals.gate._sequential_rules import rule_state
+from twice.evals.gate._sequential_rules import NO_GUARANTEE, rule_state
 from twice.reports.stats import (
     Bounds,
     bounds,
@@ -351,3 +351,87 @@ def test_a_wrong_values_rule_settles_both_ways(make_trials: Trials) -> None:
     assert "20 of 20 trials wrong" in bad.message
     good = rule_state(rule, make_trials(400), 0.95)
     assert (good.status, good.settled) == ("pass", True), good.message
+
+
+# -- rule_state: what decides a verdict, rule by rule ------------------------------------------
+
+
+def _state(rule: dict[str, object], trials: pd.DataFrame) -> tuple[str, bool, str]:
+    state = rule_state(parse_gate({"rule": [{"name": "r", **rule}]}).rules[0], trials, 0.95)
+    return state.status, state.settled, state.message
+
+
+def test_a_point_or_mean_rule_waits_for_its_min_trials(make_trials: Trials) -> None:
+    for rule in (
+        {"metric": "excess_effects_mean", "max": 0.1, "min_trials": 10},
+        {"metric": "duplication_rate", "max": 0.5, "statistic": "point", "min_trials": 10},
+    ):
+        status, settled, message = _state(rule, make_trials(5))
+        assert (status, settled) == ("fail", False), rule
+        assert "the rule needs at least 10 to pass" in message
+        assert _state(rule, make_trials(10))[:2] == ("pass", True), rule
+
+
+def test_a_point_rule_passes_at_its_bound_and_fails_past_it(make_trials: Trials) -> None:
+    at_max = {"metric": "duplication_rate", "max": 0.5, "statistic": "point"}
+    assert _state(at_max, make_trials(4, duplicated=2))[0] == "pass"
+    status, _, message = _state(at_max, make_trials(4, duplicated=3))
+    assert status == "fail" and message.startswith("point of duplication_rate = 75.0% > max 50.0%")
+    at_min = {"metric": "completion_rate", "min": 0.5, "statistic": "point"}
+    assert _state(at_min, make_trials(4, completed=2))[0] == "pass"
+    status, _, message = _state(at_min, make_trials(4, completed=1))
+    assert status == "fail" and message.startswith("point of completion_rate = 25.0% < min 50.0%")
+    mean = {"metric": "excess_effects_mean", "max": 0.5}
+    assert _state(mean, make_trials(4, duplicated=2))[0] == "pass"
+    assert _state(mean, make_trials(4, duplicated=3))[0] == "fail"
+    assert _state({"metric": "excess_effects_mean", "min": 0.5}, make_trials(4))[0] == "fail"
+
+
+def test_a_lenient_bound_is_read_from_its_own_side(make_trials: Trials) -> None:
+    # max on the lower bound, min on the upper one: judged on the current trials, unsettled
+    # by any bet (the lenient side).
+    lenient_max = {"metric": "duplication_rate", "max": 0.5, "statistic": "lower"}
+    status, settled, message = _state(lenient_max, make_trials(20, duplicated=5))
+    assert (status, settled) == ("pass", True) and message.startswith("lower of duplication_rate")
+    assert message.endswith(NO_GUARANTEE)
+    lenient_min = {"metric": "completion_rate", "min": 0.5, "statistic": "upper"}
+    status, _, message = _state(lenient_min, make_trials(20, completed=15))
+    assert status == "pass" and message.startswith("upper of completion_rate")
+
+
+def test_a_cautious_min_rule_is_not_passed_before_the_bound_is_proved(make_trials: Trials) -> None:
+    rule = {"metric": "completion_rate", "min": 0.8, "min_trials": 1}
+    status, settled, message = _state(rule, make_trials(5, completed=5))
+    assert (status, settled) == ("fail", False)
+    assert message.startswith("lower anytime-valid 95% bound of completion_rate = ")
+    assert "< min 80.0% (not settled yet: more trials could decide it)" in message
+    status, settled, message = _state(rule, make_trials(40, completed=40))
+    assert (status, settled) == ("pass", True)
+    assert "≥ min 80.0% (" in message and NO_GUARANTEE not in message
+    assert "but only" not in message
+
+
+def test_a_cautious_rule_proved_bad_says_which_bound_crossed(make_trials: Trials) -> None:
+    status, settled, message = _state(
+        {"metric": "completion_rate", "min": 0.8, "min_trials": 100}, make_trials(20, completed=2)
+    )
+    assert (status, settled) == ("fail", True)
+    assert message.startswith(
+        "the upper anytime-valid bound is already past min 80.0%: the rate is below it "
+        "(fails regardless of more trials) (2 of 20 trials completed: completion_rate 10.0%"
+    )
+    status, _, message = _state(
+        {"metric": "duplication_rate", "max": 0.05, "min_trials": 1}, make_trials(20, duplicated=20)
+    )
+    assert message.startswith(
+        "the lower anytime-valid bound is already past max 5.0%: the rate is above it ("
+    )
+
+
+def test_rule_state_of_no_scored_trials_shows_no_rate(make_trials: Trials) -> None:
+    status, settled, message = _state(
+        {"metric": "duplication_rate", "max": 0.05}, make_trials(3).iloc[0:0]
+    )
+    assert (status, settled) == ("fail", False)
+    assert "0 of 0 trials duplicated: duplication_rate n/a, anytime-valid" in message
+    assert "bounds [0.0%, 100.0%]" in message
