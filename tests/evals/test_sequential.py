@@ -205,7 +205,13 @@ def _plain_gates(
 
 @pytest.mark.parametrize(
     ("rate", "threshold", "batch", "min_trials"),
-    [(0.05, 0.1, 7, 1), (0.02, 0.1, 5, 40), (0.4, 0.1, 3, 1), (0.1, 0.1, 10, 1)],
+    [
+        (0.05, 0.1, 7, 1),
+        (0.02, 0.1, 5, 40),
+        (0.02, 0.1, 5, 41),
+        (0.4, 0.1, 3, 1),
+        (0.1, 0.1, 10, 1),
+    ],
 )
 def test_simulated_gates_are_the_plain_loop_of_looks(
     rate: float, threshold: float, batch: int, min_trials: int
