@@ -387,6 +387,55 @@ def test_fault_commit_and_what_client_sees(name: str, commits: bool, client_sees
     assert attempt.outcome == {200: "ok", 429: "fail"}.get(seen, "unknown")  # type: ignore[call-overload]
 
 
+@pytest.mark.parametrize(
+    ("name", "status", "message"),
+    [
+        ("error_after_commit", 502, "Bad gateway: the upstream connection was reset"),
+        ("server_error_after_commit", 500, "Internal server error while finishing the request"),
+        ("error_before_commit", 503, "Service unavailable, try again later"),
+        ("rate_limited", 429, "Too many requests"),
+    ],
+)
+def test_an_error_fault_replies_with_a_stripe_error_body(
+    name: str, status: int, message: str
+) -> None:
+    # What a tool shows the model: the same error shape as the service's own errors.
+    r = asyncio.run(post(services(get_fault(name))))
+    assert r.status_code == status
+    assert r.json() == {"error": {"type": "api_error", "message": message}}
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "text"),
+    [
+        ("lost_reply", httpx.ReadTimeout, "timed out waiting for the response"),
+        ("timeout_before_commit", httpx.ReadTimeout, "timed out waiting for the response"),
+        ("reset_after_commit", httpx.RemoteProtocolError, "Server disconnected"),
+    ],
+)
+def test_a_transport_fault_raises_for_the_request_that_was_sent(
+    name: str, error: type[httpx.TransportError], text: str
+) -> None:
+    # As httpx raises them: the error carries its request, which a retry loop reads.
+    with pytest.raises(error) as info:
+        asyncio.run(post(services(get_fault(name))))
+    assert str(info.value).startswith(text)
+    assert str(info.value.request.url) == URL and info.value.request.method == "POST"
+
+
+def test_a_fault_on_every_attempt_of_any_route_leaves_reads_alone() -> None:
+    s = services(TimeoutBeforeCommit(schedule=Schedule(every=True)))
+
+    async def read() -> httpx.Response:
+        async with s.client() as client:
+            return await client.get(URL, params={"order_id": "order_1042"})
+
+    assert asyncio.run(read()).status_code == 200
+    with pytest.raises(httpx.ReadTimeout):
+        asyncio.run(post(s))
+    assert [a.fault for a in s.ledger.attempts] == [None, "timeout_before_commit"]
+
+
 def test_rate_limited_sends_retry_after() -> None:
     s = services(get_fault("rate_limited"))
     assert asyncio.run(post(s)).headers["Retry-After"] == "2"
