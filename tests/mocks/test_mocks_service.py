@@ -10,9 +10,12 @@ import threading
 import httpx
 import pytest
 from twice.mocks import (
+    CRASH_HEADER,
     FAULTS,
     REPLAYED_HEADER,
+    Attempt,
     Call,
+    CrashAfterCommit,
     ErrorAfterCommit,
     LostReply,
     PaymentsService,
@@ -423,6 +426,28 @@ def test_a_transport_fault_raises_for_the_request_that_was_sent(
     assert str(info.value.request.url) == URL and info.value.request.method == "POST"
 
 
+def test_a_schedule_counts_only_mutating_attempts_on_its_route() -> None:
+    def attempt(route: str, mutating: bool) -> Attempt:
+        return Attempt(
+            n=1, service="payments", method="POST" if mutating else "GET", path="/v1/refunds",
+            route=route, mutating=mutating, key=None, params={}, source="initial", status=200,
+        )  # fmt: skip
+
+    refund = "payments.refund.create"
+    assert Schedule().matches(attempt(refund, True))
+    assert not Schedule().matches(attempt("payments.refund.list", False))
+    assert not Schedule(route=refund).matches(attempt("payments.charge.create", True))
+
+
+def test_the_crash_fault_replies_as_the_service_did_marked_as_a_crash() -> None:
+    request = httpx.Request("POST", URL)
+    reply = httpx.Response(201, json={"id": "re_1"})
+    crashed = CrashAfterCommit().after_commit(request, reply)
+    assert (crashed.status_code, crashed.content) == (201, reply.content)
+    assert crashed.headers["Content-Type"] == "application/json"
+    assert crashed.headers[CRASH_HEADER] == "after_commit"
+
+
 def test_a_fault_on_every_attempt_of_any_route_leaves_reads_alone() -> None:
     s = services(TimeoutBeforeCommit(schedule=Schedule(every=True)))
 
@@ -540,8 +565,10 @@ def test_trials_are_isolated() -> None:
 
 
 def test_get_fault_names_accepted_values() -> None:
-    with pytest.raises(ValueError, match=r"unknown fault 'lost'.*lost_reply"):
+    with pytest.raises(ValueError, match=r"unknown fault 'lost'.*lost_reply") as info:
         get_fault("lost")
+    # The accepted names as a list a reader can copy from.
+    assert "expected one of: none, lost_reply, reset_after_commit, " in str(info.value)
     assert set(FAULTS) == {
         "none", "lost_reply", "reset_after_commit", "timeout_before_commit", "error_after_commit",
         "error_before_commit", "rate_limited", "crash_after_commit", "server_error_after_commit",
