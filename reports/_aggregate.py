@@ -114,9 +114,10 @@ def _retry_sources(
         frame[f"a_{s}"] = trials[f"attempts_{s}"].astype(float)
         frame[f"e_{s}"] = trials[f"excess_{s}"].astype(float).where(scored, math.nan)
     sums = frame.groupby(keys, sort=True, dropna=False).sum(min_count=0)
+    # The grouping of cells(), so its rows come in the order of ``index``: read by position,
+    # because a missing key (NaN) in a hand-built frame matches no label lookup.
     out = []
-    for key in index:
-        row = sums.loc[key if len(key) > 1 else key[0]]
+    for _key, (_, row) in zip(index, sums.iterrows(), strict=True):
         out.append(
             {
                 s: {"attempts": int(row[f"a_{s}"]), "excess": int(row[f"e_{s}"])}

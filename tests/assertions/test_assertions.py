@@ -329,7 +329,8 @@ def test_assert_side_effects_lists_every_failure_with_ledger_lines(duplicated: L
 def test_assert_side_effects_says_when_nothing_reached_the_services() -> None:
     with pytest.raises(AssertionError) as info:
         assert_side_effects(Ledger(), exactly(1, REFUND))
-    assert str(info.value).splitlines()[1:] == [
+    assert str(info.value).splitlines() == [
+        "1 of 1 side-effect assertion failed:",
         "payments.refund.create: expected exactly 1, observed 0",
         "    no attempt behind this (the ledger holds 0 attempt(s) and 0 effect(s))",
     ]
@@ -466,8 +467,45 @@ def test_describe_attempt_renders_keys_replays_and_unknown_outcomes() -> None:
     )
 
 
+def _attempt(**kw: Any) -> Attempt:
+    fields: dict[str, Any] = {
+        "n": 1,
+        "service": "payments",
+        "method": "POST",
+        "path": "/v1/refunds",
+        "route": REFUND,
+        "mutating": True,
+        "key": None,
+        "params": {},
+        "source": "model",
+        "status": 200,
+    }
+    return Attempt(**(fields | kw))
+
+
+def test_describe_attempt_shows_a_key_of_32_characters_whole_and_cuts_a_longer_one() -> None:
+    assert describe_attempt(_attempt(key="k" * 32)).startswith(
+        f"attempt 1 POST /v1/refunds (model, key {'k' * 32}): "
+    )
+    assert f"key {'k' * 31}…)" in describe_attempt(_attempt(key="k" * 33))
+
+
+def test_describe_attempt_of_an_unknown_sender_with_two_effects_and_no_response() -> None:
+    # "unknown": a client outside twice's tool layer, so no sender tag; a delivered attempt
+    # with no status got no HTTP response at all.
+    attempt = _attempt(source="unknown", effect_ids=["re_1", "re_2"], status=None)
+    assert describe_attempt(attempt) == (
+        "attempt 1 POST /v1/refunds (no key): committed re_1, re_2, no response"
+    )
+    assert describe_attempt(_attempt(source="initial")).startswith(
+        "attempt 1 POST /v1/refunds (initial, no key): nothing committed, HTTP 200"
+    )
+
+
 def test_verdict_to_dict_is_json_ready(duplicated: Ledger) -> None:
     data = exactly(1, REFUND).check(duplicated).to_dict()
+    assert list(data) == ["ok", "subject", "expected", "observed", "message", "effects", "ledger"]
+    assert (data["subject"], data["expected"], data["observed"]) == (REFUND, "exactly 1", 2)
     assert data["ok"] is False
     assert data["effects"] == ["re_1", "re_2"]
     assert data["message"].startswith("payments.refund.create: expected exactly 1, observed 2")
@@ -495,6 +533,19 @@ def test_a_numpy_bool_ok_is_taken_as_the_bool_it_is(duplicated: Ledger) -> None:
 
     verdict = Verdict(ok=np.bool_(False), subject="x", expected="1", observed=2)
     assert verdict.ok is False
+    assert Verdict(ok=np.bool_(True), subject="x", expected="1", observed=1).ok is True
+    # Another numpy scalar is a count, not a truth value: refused like an int.
+    with pytest.raises(TypeError, match=r"\(int64\); compare explicitly"):
+        Verdict(ok=np.int64(1), subject="x", expected="1", observed=2)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"got 'no' \(str\); compare explicitly"):
+        Verdict(ok="no", subject="x", expected="1", observed=2)  # type: ignore[arg-type]
+
+
+def test_str_of_a_verdict_says_ok_or_failed_before_its_message(duplicated: Ledger) -> None:
+    failed = exactly(1, REFUND, order_id="order_1042").check(duplicated)
+    assert str(failed) == "FAILED: " + ISSUE_LINE
+    held = at_most(2, REFUND).check(duplicated)
+    assert str(held) == "ok: " + held.message
 
 
 def test_an_assertions_evidence_says_what_the_ledgers_does(duplicated: Ledger) -> None:

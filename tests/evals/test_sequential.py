@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 from twice.evals import evaluate_gate, parse_gate
-from twice.evals.gate._sequential_rules import rule_state
+from twice.evals.gate._sequential_rules import NO_GUARANTEE, rule_state
 from twice.reports.stats import (
+    Bounds,
     bounds,
     log_wealth,
     peeking_wilson_false_pass,
@@ -89,6 +90,173 @@ def test_simulated_gates_stop_fast_far_from_the_threshold() -> None:
         sim = simulate_max_rule(rate, 0.05, alpha=0.05, batch=24, max_trials=480, gates=200, seed=1)
         assert (sim.verdict == verdict).all()
         assert sim.trials.max() <= most
+
+
+# -- the arithmetic against a plain re-computation of WSR's formulas ----------------------------
+
+
+def _plain_log_wealth(x: list[float], m: float, alpha: float, side: str) -> list[float]:
+    """WSR's predictable plug-in bets (eq. 26-27), truncated at c = 0.9, one trial at a time:
+    the bet on trial t uses the mean and variance of trials 1..t-1 with a prior of one
+    pseudo-observation (mean 1/2, variance 1/4)."""
+    out, total, sum_x, sum_sq, var_prev = [], 0.0, 0.0, 0.0, 0.25
+    for t, xt in enumerate(x, start=1):
+        lam = math.sqrt(2 * math.log(1 / alpha) / (var_prev * t * math.log(1 + t)))
+        if side == "below":
+            lam = min(lam, 0.9 / (1 - m)) if m < 1 else lam
+            total += math.log1p(lam * (m - xt))
+        else:
+            lam = min(lam, 0.9 / m) if m > 0 else lam
+            total += math.log1p(lam * (xt - m))
+        out.append(total)
+        sum_x += xt
+        mu = (0.5 + sum_x) / (t + 1)
+        sum_sq += (xt - mu) ** 2
+        var_prev = (0.25 + sum_sq) / (t + 1)
+    return out
+
+
+SEQUENCES = [
+    [0.0] * 30,
+    [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0] * 4,
+    [1.0] * 12 + [0.0] * 3,
+]
+
+
+@pytest.mark.parametrize("x", SEQUENCES)
+@pytest.mark.parametrize("side", ["below", "above"])
+@pytest.mark.parametrize("m", [0.0, 0.05, 0.3, 0.8, 1.0])
+def test_log_wealth_is_the_plain_betting_product(x: list[float], side: str, m: float) -> None:
+    got = log_wealth(np.array(x), m, 0.05, side)  # type: ignore[arg-type]
+    assert got == pytest.approx(_plain_log_wealth(x, m, 0.05, side), rel=1e-12, abs=1e-12)
+
+
+def _plain_bounds(x: list[float], alpha: float) -> tuple[float, float]:
+    """The rates of the 0.05-point grid neither side has rejected, widened by one step."""
+    level = math.log(1 / alpha)
+    alive = [
+        i / 2000
+        for i in range(2001)
+        if max(_plain_log_wealth(x, i / 2000, alpha, "below")) < level
+        and max(_plain_log_wealth(x, i / 2000, alpha, "above")) < level
+    ]
+    return max(0.0, alive[0] - 0.0005), min(1.0, alive[-1] + 0.0005)
+
+
+@pytest.mark.parametrize(
+    ("x", "alpha"), [(SEQUENCES[1], 0.05), (SEQUENCES[1], 0.2), ([0.0] * 80, 0.05)]
+)
+def test_bounds_are_the_grid_rates_no_side_rejected_widened_by_a_step(
+    x: list[float], alpha: float
+) -> None:
+    b = bounds(x, alpha)
+    lo, hi = _plain_bounds(x, alpha)
+    assert (b.n, b.successes) == (len(x), int(sum(x)))
+    assert b.lower == pytest.approx(min(lo, b.point), abs=1e-12)
+    assert b.upper == pytest.approx(max(hi, b.point), abs=1e-12)
+    assert 0 < b.upper < 1 and (b.lower > 0 or sum(x) == 0)
+
+
+def test_bounds_of_no_trials_are_the_whole_unit_interval() -> None:
+    assert bounds([], 0.05) == Bounds(0, 0, 0.0, 1.0)
+
+
+def test_bounds_where_both_sides_rejected_every_rate_show_the_point() -> None:
+    # 40 clean trials then 40 duplicates: the clean start rejects every rate from 10 % up
+    # ("below"), the duplicates every rate up to 5 % ("above"); the running intersection is
+    # empty (an event of probability ≤ 2α), and the bounds fall back to the point.
+    x = [0.0] * 40 + [1.0] * 40
+    assert proves(x, 0.1, 0.05, "below") and proves(x, 0.05, 0.05, "above")
+    assert bounds(x, 0.05) == Bounds(80, 40, 0.5, 0.5)
+
+
+def test_proves_nothing_without_trials() -> None:
+    assert not proves([], 0.05, 0.05, "below") and not proves([], 0.05, 0.05, "above")
+
+
+def _plain_gates(
+    rate: float,
+    threshold: float,
+    alpha: float,
+    batch: int,
+    max_trials: int,
+    gates: int,
+    min_trials: int,
+    seed: int,
+) -> tuple[list[int], list[str]]:
+    """Each gate looked at after every batch with proves(), as --until-decided does."""
+    n = max(batch, (max_trials // batch) * batch)
+    x = np.random.default_rng(seed).random((gates, n)) < rate
+    trials, verdicts = [], []
+    for row in x.astype(float):
+        for look in range(batch, n + 1, batch):
+            if proves(row[:look], threshold, alpha, "above"):
+                verdict = "fail"
+            elif look >= min_trials and proves(row[:look], threshold, alpha, "below"):
+                verdict = "pass"
+            else:
+                verdict = "undecided"
+            if verdict != "undecided" or look + batch > n:
+                break
+        trials.append(look)
+        verdicts.append(verdict)
+    return trials, verdicts
+
+
+@pytest.mark.parametrize(
+    ("rate", "threshold", "batch", "min_trials"),
+    [
+        (0.05, 0.1, 7, 1),
+        (0.02, 0.1, 5, 40),
+        (0.02, 0.1, 5, 41),
+        (0.4, 0.1, 3, 1),
+        (0.1, 0.1, 10, 1),
+    ],
+)
+def test_simulated_gates_are_the_plain_loop_of_looks(
+    rate: float, threshold: float, batch: int, min_trials: int
+) -> None:
+    kw = {"alpha": 0.1, "batch": batch, "max_trials": 64, "gates": 40, "seed": 11}
+    sim = simulate_max_rule(rate, threshold, min_trials=min_trials, **kw)  # type: ignore[arg-type]
+    trials, verdicts = _plain_gates(rate, threshold, 0.1, batch, 64, 40, min_trials, 11)
+    assert sim.trials.dtype == np.int64
+    assert list(sim.trials) == trials
+    assert list(sim.verdict) == verdicts
+
+
+def test_simulated_gates_repeat_from_seed_0_and_need_no_minimum_by_default() -> None:
+    # At alpha 0.5 one clean trial proves "below 90 %": with no min_trials the gate stops there.
+    kw = {"alpha": 0.5, "batch": 1, "max_trials": 5, "gates": 3}
+    sim = simulate_max_rule(0.0, 0.9, **kw)  # type: ignore[arg-type]
+    assert list(sim.trials) == [1, 1, 1] and set(sim.verdict) == {"pass"}
+    a = simulate_max_rule(0.3, 0.3, alpha=0.1, batch=4, max_trials=40, gates=50)
+    b = simulate_max_rule(0.3, 0.3, alpha=0.1, batch=4, max_trials=40, gates=50, seed=0)
+    assert list(a.trials) == list(b.trials) and list(a.verdict) == list(b.verdict)
+
+
+@pytest.mark.parametrize(("batch", "alpha"), [(1, 0.05), (10, 0.2)])
+def test_peeking_wilson_false_pass_is_the_plain_loop_of_looks(batch: int, alpha: float) -> None:
+    got = peeking_wilson_false_pass(
+        0.2, 0.3, alpha=alpha, batch=batch, max_trials=105, gates=60, seed=4
+    )
+    n = (105 // batch) * batch
+    x = np.random.default_rng(4).random((60, n)) < 0.2
+    passed = 0
+    for row in x:
+        his = [
+            proportion_confint(int(row[:look].sum()), look, alpha=alpha, method="wilson")[1]
+            for look in range(batch, n + 1, batch)
+        ]
+        passed += any(hi <= 0.3 for hi in his)
+    assert got == passed / 60
+    # Runs repeat: the default seed is 0.
+    kw = {"alpha": alpha, "batch": batch, "max_trials": 105, "gates": 400}
+    assert peeking_wilson_false_pass(0.2, 0.3, **kw) == peeking_wilson_false_pass(  # type: ignore[arg-type]
+        0.2,
+        0.3,
+        seed=0,
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 # -- the gate on a sequential run ------------------------------------------------------------
@@ -189,3 +357,87 @@ def test_a_wrong_values_rule_settles_both_ways(make_trials: Trials) -> None:
     assert "20 of 20 trials wrong" in bad.message
     good = rule_state(rule, make_trials(400), 0.95)
     assert (good.status, good.settled) == ("pass", True), good.message
+
+
+# -- rule_state: what decides a verdict, rule by rule ------------------------------------------
+
+
+def _state(rule: dict[str, object], trials: pd.DataFrame) -> tuple[str, bool, str]:
+    state = rule_state(parse_gate({"rule": [{"name": "r", **rule}]}).rules[0], trials, 0.95)
+    return state.status, state.settled, state.message
+
+
+def test_a_point_or_mean_rule_waits_for_its_min_trials(make_trials: Trials) -> None:
+    for rule in (
+        {"metric": "excess_effects_mean", "max": 0.1, "min_trials": 10},
+        {"metric": "duplication_rate", "max": 0.5, "statistic": "point", "min_trials": 10},
+    ):
+        status, settled, message = _state(rule, make_trials(5))
+        assert (status, settled) == ("fail", False), rule
+        assert "the rule needs at least 10 to pass" in message
+        assert _state(rule, make_trials(10))[:2] == ("pass", True), rule
+
+
+def test_a_point_rule_passes_at_its_bound_and_fails_past_it(make_trials: Trials) -> None:
+    at_max = {"metric": "duplication_rate", "max": 0.5, "statistic": "point"}
+    assert _state(at_max, make_trials(4, duplicated=2))[0] == "pass"
+    status, _, message = _state(at_max, make_trials(4, duplicated=3))
+    assert status == "fail" and message.startswith("point of duplication_rate = 75.0% > max 50.0%")
+    at_min = {"metric": "completion_rate", "min": 0.5, "statistic": "point"}
+    assert _state(at_min, make_trials(4, completed=2))[0] == "pass"
+    status, _, message = _state(at_min, make_trials(4, completed=1))
+    assert status == "fail" and message.startswith("point of completion_rate = 25.0% < min 50.0%")
+    mean = {"metric": "excess_effects_mean", "max": 0.5}
+    assert _state(mean, make_trials(4, duplicated=2))[0] == "pass"
+    assert _state(mean, make_trials(4, duplicated=3))[0] == "fail"
+    assert _state({"metric": "excess_effects_mean", "min": 0.5}, make_trials(4))[0] == "fail"
+
+
+def test_a_lenient_bound_is_read_from_its_own_side(make_trials: Trials) -> None:
+    # max on the lower bound, min on the upper one: judged on the current trials, unsettled
+    # by any bet (the lenient side).
+    lenient_max = {"metric": "duplication_rate", "max": 0.5, "statistic": "lower"}
+    status, settled, message = _state(lenient_max, make_trials(20, duplicated=5))
+    assert (status, settled) == ("pass", True) and message.startswith("lower of duplication_rate")
+    assert message.endswith(NO_GUARANTEE)
+    lenient_min = {"metric": "completion_rate", "min": 0.5, "statistic": "upper"}
+    status, _, message = _state(lenient_min, make_trials(20, completed=15))
+    assert status == "pass" and message.startswith("upper of completion_rate")
+
+
+def test_a_cautious_min_rule_is_not_passed_before_the_bound_is_proved(make_trials: Trials) -> None:
+    rule = {"metric": "completion_rate", "min": 0.8, "min_trials": 1}
+    status, settled, message = _state(rule, make_trials(5, completed=5))
+    assert (status, settled) == ("fail", False)
+    assert message.startswith("lower anytime-valid 95% bound of completion_rate = ")
+    assert "< min 80.0% (not settled yet: more trials could decide it)" in message
+    status, settled, message = _state(rule, make_trials(40, completed=40))
+    assert (status, settled) == ("pass", True)
+    assert "≥ min 80.0% (" in message and NO_GUARANTEE not in message
+    assert "but only" not in message
+
+
+def test_a_cautious_rule_proved_bad_says_which_bound_crossed(make_trials: Trials) -> None:
+    status, settled, message = _state(
+        {"metric": "completion_rate", "min": 0.8, "min_trials": 100}, make_trials(20, completed=2)
+    )
+    assert (status, settled) == ("fail", True)
+    assert message.startswith(
+        "the upper anytime-valid bound is already past min 80.0%: the rate is below it "
+        "(fails regardless of more trials) (2 of 20 trials completed: completion_rate 10.0%"
+    )
+    status, _, message = _state(
+        {"metric": "duplication_rate", "max": 0.05, "min_trials": 1}, make_trials(20, duplicated=20)
+    )
+    assert message.startswith(
+        "the lower anytime-valid bound is already past max 5.0%: the rate is above it ("
+    )
+
+
+def test_rule_state_of_no_scored_trials_shows_no_rate(make_trials: Trials) -> None:
+    status, settled, message = _state(
+        {"metric": "duplication_rate", "max": 0.05}, make_trials(3).iloc[0:0]
+    )
+    assert (status, settled) == ("fail", False)
+    assert "0 of 0 trials duplicated: duplication_rate n/a, anytime-valid" in message
+    assert "bounds [0.0%, 100.0%]" in message

@@ -10,9 +10,12 @@ import threading
 import httpx
 import pytest
 from twice.mocks import (
+    CRASH_HEADER,
     FAULTS,
     REPLAYED_HEADER,
+    Attempt,
     Call,
+    CrashAfterCommit,
     ErrorAfterCommit,
     LostReply,
     PaymentsService,
@@ -387,6 +390,77 @@ def test_fault_commit_and_what_client_sees(name: str, commits: bool, client_sees
     assert attempt.outcome == {200: "ok", 429: "fail"}.get(seen, "unknown")  # type: ignore[call-overload]
 
 
+@pytest.mark.parametrize(
+    ("name", "status", "message"),
+    [
+        ("error_after_commit", 502, "Bad gateway: the upstream connection was reset"),
+        ("server_error_after_commit", 500, "Internal server error while finishing the request"),
+        ("error_before_commit", 503, "Service unavailable, try again later"),
+        ("rate_limited", 429, "Too many requests"),
+    ],
+)
+def test_an_error_fault_replies_with_a_stripe_error_body(
+    name: str, status: int, message: str
+) -> None:
+    # What a tool shows the model: the same error shape as the service's own errors.
+    r = asyncio.run(post(services(get_fault(name))))
+    assert r.status_code == status
+    assert r.json() == {"error": {"type": "api_error", "message": message}}
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "text"),
+    [
+        ("lost_reply", httpx.ReadTimeout, "timed out waiting for the response"),
+        ("timeout_before_commit", httpx.ReadTimeout, "timed out waiting for the response"),
+        ("reset_after_commit", httpx.RemoteProtocolError, "Server disconnected"),
+    ],
+)
+def test_a_transport_fault_raises_for_the_request_that_was_sent(
+    name: str, error: type[httpx.TransportError], text: str
+) -> None:
+    # As httpx raises them: the error carries its request, which a retry loop reads.
+    with pytest.raises(error) as info:
+        asyncio.run(post(services(get_fault(name))))
+    assert str(info.value).startswith(text)
+    assert str(info.value.request.url) == URL and info.value.request.method == "POST"
+
+
+def test_a_schedule_counts_only_mutating_attempts_on_its_route() -> None:
+    def attempt(route: str, mutating: bool) -> Attempt:
+        return Attempt(
+            n=1, service="payments", method="POST" if mutating else "GET", path="/v1/refunds",
+            route=route, mutating=mutating, key=None, params={}, source="initial", status=200,
+        )  # fmt: skip
+
+    refund = "payments.refund.create"
+    assert Schedule().matches(attempt(refund, True))
+    assert not Schedule().matches(attempt("payments.refund.list", False))
+    assert not Schedule(route=refund).matches(attempt("payments.charge.create", True))
+
+
+def test_the_crash_fault_replies_as_the_service_did_marked_as_a_crash() -> None:
+    request = httpx.Request("POST", URL)
+    reply = httpx.Response(201, json={"id": "re_1"})
+    crashed = CrashAfterCommit().after_commit(request, reply)
+    assert (crashed.status_code, crashed.content) == (201, reply.content)
+    assert crashed.headers["Content-Type"] == "application/json"
+    assert crashed.headers[CRASH_HEADER] == "after_commit"
+
+
+def test_a_fault_on_every_attempt_of_any_route_leaves_reads_alone() -> None:
+    s = services(TimeoutBeforeCommit(schedule=Schedule(every=True)))
+
+    async def read() -> httpx.Response:
+        async with s.client() as client:
+            return await client.get(URL, params={"order_id": "order_1042"})
+
+    assert asyncio.run(read()).status_code == 200
+    with pytest.raises(httpx.ReadTimeout):
+        asyncio.run(post(s))
+    assert [a.fault for a in s.ledger.attempts] == [None, "timeout_before_commit"]
+
+
 def test_rate_limited_sends_retry_after() -> None:
     s = services(get_fault("rate_limited"))
     assert asyncio.run(post(s)).headers["Retry-After"] == "2"
@@ -491,8 +565,10 @@ def test_trials_are_isolated() -> None:
 
 
 def test_get_fault_names_accepted_values() -> None:
-    with pytest.raises(ValueError, match=r"unknown fault 'lost'.*lost_reply"):
+    with pytest.raises(ValueError, match=r"unknown fault 'lost'.*lost_reply") as info:
         get_fault("lost")
+    # The accepted names as a list a reader can copy from.
+    assert "expected one of: none, lost_reply, reset_after_commit, " in str(info.value)
     assert set(FAULTS) == {
         "none", "lost_reply", "reset_after_commit", "timeout_before_commit", "error_after_commit",
         "error_before_commit", "rate_limited", "crash_after_commit", "server_error_after_commit",

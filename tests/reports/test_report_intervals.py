@@ -207,3 +207,97 @@ def test_summary_json_of_cells_is_json_with_every_key(tmp_path: Path) -> None:
     assert first["no_dup_k"]["1"] == 5 / 7
     only_errors = summary(cells(frame.iloc[7:]))["cells"][0]
     assert only_errors["no_dup_k"] == {} and only_errors["tokens_mean"] == 10.0
+
+
+# -- duplicates and attempts by retry source ------------------------------------------------------
+
+
+def _cell_with_sources() -> pd.DataFrame:
+    """The cell of :func:`_cell_with_errors` with the ledger's columns per retry source.
+
+    Scored trial 0: the model repeated a refund twice (2 excess); trial 1: the framework
+    re-sent one (1 excess); every trial's first attempt is ``initial``. Errored trial 9 had a
+    transport retry whose excess counts nowhere (the trial was never scored).
+    """
+    from twice.mocks import RETRY_SOURCES
+
+    frame = _cell_with_errors()
+    for source in RETRY_SOURCES:
+        frame[f"attempts_{source}"] = 0.0
+        frame[f"excess_{source}"] = frame["completed"] * 0.0  # NaN where not scored
+    frame["attempts_initial"] = 1.0
+    frame.loc[0, ["attempts_model", "excess_model"]] = [2.0, 2.0]
+    frame.loc[1, ["attempts_framework", "excess_framework"]] = [1.0, 1.0]
+    frame.loc[9, ["attempts_transport", "excess_transport"]] = [2.0, 1.0]
+    return frame
+
+
+def test_cells_count_attempts_and_excess_by_retry_source() -> None:
+    (row,) = cells(_cell_with_sources()).to_dict("records")
+    # Sources with neither an attempt nor an excess effect are left out; an errored trial's
+    # attempts count, its excess does not.
+    assert row["retry_sources"] == {
+        "initial": {"attempts": 10, "excess": 0},
+        "transport": {"attempts": 2, "excess": 0},
+        "model": {"attempts": 2, "excess": 2},
+        "framework": {"attempts": 1, "excess": 1},
+    }
+    # The share of scored trials in which the framework (the model) committed an excess.
+    assert row["framework_duplication_rate"] == 1 / 7
+    assert row["framework_duplication_ci"] == list(wilson(1, 7))
+    assert row["model_duplication_rate"] == 1 / 7
+    assert "retry_sources" not in cells(_cell_with_errors())
+    # Each cell gets its own sources, whatever order its trials come in.
+    frame = _cell_with_sources()
+    other = frame.iloc[2:7].assign(model="a/first")  # sorts first; only initial attempts
+    table = cells(pd.concat([frame, other], ignore_index=True))
+    assert list(table["model"]) == ["a/first", "m/a"]
+    assert list(table["retry_sources"]) == [
+        {"initial": {"attempts": 5, "excess": 0}},
+        row["retry_sources"],
+    ]
+
+
+def test_cells_retry_sources_of_a_cell_of_only_errored_trials() -> None:
+    (row,) = cells(_cell_with_sources().iloc[7:]).to_dict("records")
+    assert row["retry_sources"] == {
+        "initial": {"attempts": 3, "excess": 0},
+        "transport": {"attempts": 2, "excess": 0},
+    }
+    assert math.isnan(row["framework_duplication_rate"])
+
+
+def test_cells_of_one_scored_trial_have_its_rates_and_means() -> None:
+    one = _cell_with_errors().iloc[[0, 8]]  # a duplicated trial and an errored one
+    (row,) = cells(one).to_dict("records")
+    assert (row["trials"], row["errors"]) == (2, 1)
+    assert row["duplication_rate"] == 1.0 and row["excess_effects_mean"] == 1.0
+    only_errors = cells(_cell_with_errors().iloc[7:]).iloc[0]
+    # NaN (null in summary.json), not None or 0: a cell with nothing scored has no rate.
+    assert math.isnan(only_errors["duplication_rate"])
+    assert math.isnan(only_errors["excess_effects_mean"])
+
+
+def test_cells_keep_a_cell_whose_key_is_missing() -> None:
+    # A trial from a log that does not name its protection is still a trial of some cell.
+    frame = _cell_with_sources()
+    frame["protection"] = None
+    (row,) = cells(frame).to_dict("records")
+    assert row["trials"] == 10 and row["retry_sources"]["model"] == {"attempts": 2, "excess": 2}
+
+
+def test_summary_turns_numpy_scalars_inside_cells_into_plain_json() -> None:
+    table = pd.DataFrame({"trials": [3], "extra": [[np.int64(2), {"k": np.float64("nan")}]]})
+    doc = summary(table)
+    assert doc["cells"][0]["extra"] == [2, {"k": None}]
+    assert type(doc["cells"][0]["extra"][0]) is int
+    json.dumps(doc)
+
+
+def test_write_summary_writes_where_it_is_told(tmp_path: Path) -> None:
+    from twice.reports import write_summary
+
+    target = tmp_path / "run" / "summary.json"
+    target.parent.mkdir()
+    assert write_summary(cells(_cell_with_errors()), target) == target
+    assert json.loads(target.read_text(encoding="utf-8"))["cells"][0]["trials"] == 10

@@ -7,6 +7,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from scipy.stats import norm
+from statsmodels.stats.proportion import proportion_confint
 from twice.reports import baseline_comparison, difference, prompt_comparison
 from twice.reports._compare import verdict
 
@@ -65,6 +67,50 @@ def test_difference_all_versus_none_is_significant() -> None:
 def test_difference_with_an_empty_side_is_nan() -> None:
     d = difference(3, 10, 0, 0)
     assert math.isnan(d.diff) and math.isnan(d.p_value) and not d.significant
+    # The side with trials keeps its rate; the interval is a pair of NaNs, not a NaN.
+    assert d.rate == 0.3 and math.isnan(d.rate_ref)
+    assert len(d.ci) == 2 and all(math.isnan(x) for x in d.ci)
+    other = difference(0, 0, 3, 10)
+    assert other.rate_ref == 0.3 and math.isnan(other.rate) and math.isnan(other.diff)
+    assert len(other.ci) == 2 and all(math.isnan(x) for x in other.ci)
+
+
+def test_difference_of_a_single_trial_is_a_number() -> None:
+    # One trial is a sample: only an empty side has no difference.
+    d = difference(1, 1, 0, 5)
+    assert d.diff == 1.0 and not math.isnan(d.p_value) and d.ci[0] < 1.0 <= d.ci[1] + 1e-12
+
+
+def _newcombe(k: int, n: int, k_ref: int, n_ref: int, alpha: float) -> tuple[float, float]:
+    """Newcombe's hybrid score interval from the two Wilson intervals (1998, method 10)."""
+    p, p_ref = k / n, k_ref / n_ref
+    lo, hi = proportion_confint(k, n, alpha=alpha, method="wilson")
+    lo_ref, hi_ref = proportion_confint(k_ref, n_ref, alpha=alpha, method="wilson")
+    d = p - p_ref
+    return (
+        d - math.sqrt((p - lo) ** 2 + (hi_ref - p_ref) ** 2),
+        d + math.sqrt((hi - p) ** 2 + (p_ref - lo_ref) ** 2),
+    )
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.2])
+def test_difference_interval_is_newcombe_at_the_alpha_asked(alpha: float) -> None:
+    for counts in [(56, 70, 48, 80), (3, 20, 0, 20), (7, 9, 2, 11)]:
+        assert difference(*counts, alpha=alpha).ci == pytest.approx(
+            _newcombe(*counts, alpha), abs=1e-12
+        ), counts
+    assert difference(56, 70, 48, 80, alpha=0.2).ci[0] > difference(56, 70, 48, 80).ci[0]
+
+
+def test_difference_p_value_is_the_score_test_of_equal_rates() -> None:
+    # The score statistic at a difference of 0, with the Miettinen-Nurminen variance factor
+    # N / (N - 1); another test (Wald, Agresti-Caffo) gives another p-value.
+    for k, n, k_ref, n_ref in [(56, 70, 48, 80), (3, 20, 0, 20), (7, 9, 2, 11)]:
+        pooled, total = (k + k_ref) / (n + n_ref), n + n_ref
+        var = pooled * (1 - pooled) * (1 / n + 1 / n_ref) * total / (total - 1)
+        z = (k / n - k_ref / n_ref) / math.sqrt(var)
+        got = difference(k, n, k_ref, n_ref).p_value
+        assert got == pytest.approx(2 * norm.sf(abs(z)), rel=1e-9), (k, n, k_ref, n_ref)
 
 
 def test_verdict_knows_lower_duplication_is_better() -> None:

@@ -100,3 +100,16 @@ def test_stats_wilson_many_matches_wilson_cell_by_cell() -> None:
     for (a, b), ki, ni in zip(many, k, n, strict=True):
         one = stats.wilson(int(ki), int(ni))
         assert (a, b) == one or (math.isnan(a) and all(math.isnan(x) for x in one))
+
+
+def test_stats_alpha_of_is_one_minus_the_confidence_rounded_to_12_places() -> None:
+    # Rounded, so a gate at 0.95 computes the report's Wilson bounds at exactly 0.05 (the raw
+    # 1 - 0.95 is 0.050000000000000044 and moves a bound in its last digits).
+    assert 1 - 0.95 != 0.05
+    assert stats.alpha_of(0.95) == 0.05
+    assert stats.alpha_of(0.9) == 0.1 and stats.alpha_of(0.5) == 0.5
+    # Within 5e-13 of 1 the rounding would give 0 (no interval at all): the raw error stays,
+    # not rounded at any other number of places.
+    near_one = 0.9999999999997
+    assert stats.alpha_of(near_one) == 1 - near_one
+    assert stats.alpha_of(near_one) != round(1 - near_one, 13)
