@@ -282,7 +282,9 @@ def get_fault(name: str) -> Fault:
     """
     if name in FAULTS:
         return FAULTS[name]
-    for conversation in sorted(CONVERSATIONS, key=len, reverse=True):  # the longest first
+    # Any order finds the one match: what is left before a conversation fault must be a wire
+    # fault, which no conversation fault (nor a part of BOTH_CONVERSATIONS) is.
+    for conversation in CONVERSATIONS:
         if name == conversation:
             return replace(NoFault(), name=name, conversation=conversation)
         wire = name.removesuffix("+" + conversation)
