@@ -330,13 +330,50 @@ def _smolagents_model(model: str) -> Any:
     return BridgedModel(model_id=model)
 
 
+@functools.cache
+def _smolagents_prompts() -> Any:
+    """``ToolCallingAgent``'s default prompt templates, which it would parse from their YAML
+    file for every agent (more CPU than the rest of the agent); agents only read them."""
+    import importlib.resources
+
+    import yaml
+
+    text = importlib.resources.files("smolagents.prompts").joinpath("toolcalling_agent.yaml")
+    return yaml.safe_load(text.read_text())
+
+
+@functools.cache
+def _smolagents_agent_class() -> Any:
+    """``ToolCallingAgent`` with its system prompt rendered once per process for each set of
+    tools and instructions: smolagents compiles the prompt's Jinja template every time it
+    reads it (twice a run), though the text depends only on these."""
+    from smolagents import ToolCallingAgent
+
+    prompts: dict[tuple[Any, ...], str] = {}
+
+    class Agent(ToolCallingAgent):  # type: ignore[misc]
+        def initialize_system_prompt(self) -> str:
+            key = (
+                self.prompt_templates["system_prompt"],
+                self.instructions,
+                tuple(t.to_tool_calling_prompt() for t in self.tools.values()),
+                tuple(self.managed_agents),
+            )
+            if key not in prompts:
+                prompts[key] = super().initialize_system_prompt()
+            return prompts[key]
+
+    return Agent
+
+
 async def _smolagents(request: str, ctx: AgentContext) -> str:
-    from smolagents import LogLevel, ToolCallingAgent
+    from smolagents import LogLevel
 
     # Per trial: the agent keeps the run's memory (its steps).
-    agent = ToolCallingAgent(
+    agent = _smolagents_agent_class()(
         tools=list(_smolagents_tools(ctx.task, urls_key(ctx.urls))),
         model=_smolagents_model(ctx.model),
+        prompt_templates=_smolagents_prompts(),
         instructions=ctx.instructions,
         max_steps=MAX_TURNS,
         verbosity_level=LogLevel.OFF,  # it prints every step, and errors, to the console
