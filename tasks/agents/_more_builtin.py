@@ -189,7 +189,7 @@ def _adk_agent(task: str, urls: Urls, model: str, instructions: str) -> Any:
     client once (a cached property) and keeps it."""
     from google.adk.agents import LlmAgent
     from google.adk.integrations.openai import OpenAILlm
-    from google.adk.tools import FunctionTool
+    from google.adk.tools.function_tool import FunctionTool
 
     return LlmAgent(
         name="support_agent",
