@@ -12,6 +12,13 @@ turns) is refused for them (``BuiltinAgent.keeps_history``).
 
 Framework imports are inside the functions: the packages are the optional ``frameworks`` extra
 (Strands: the ``strands`` extra, whose mcp pin conflicts with ``serve``'s).
+
+As in ``_builtin``, what a framework lets an application build once is built once per process
+and task (cached builders over :func:`shared_tools`): the framework's tool objects and the
+model clients that keep nothing of a run, each of which would otherwise load the CA bundle
+again. The tools send with the running trial's client (:func:`with_trial_client`). What keeps
+a conversation or a run's state (AutoGen's ``AssistantAgent``, Agno's ``Agent``, ADK's runner
+and session, smolagents' agent) is still made per trial.
 """
 
 from __future__ import annotations
@@ -22,26 +29,35 @@ import inspect
 import typing
 import warnings
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
-import httpx
-
-from ._apis import ApiTool, api_tools
-from ._builtin import MAX_TURNS, TOOL_TIMEOUT
+from ._apis import ApiTool
+from ._builtin import MAX_TURNS, _openai_client, shared_tools, urls_key, with_trial_client
 from ._context import AgentContext
 
 T = TypeVar("T")
 
-
-def _tools(ctx: AgentContext, client: httpx.AsyncClient) -> list[ApiTool]:
-    return api_tools(ctx.task, client, ctx.urls)
+Urls = tuple[tuple[str, str], ...]
 
 
 # -- AutoGen AgentChat ------------------------------------------------------------------------
 
 
-async def _autogen(request: str, ctx: AgentContext, *, reflect: bool) -> str:
-    from autogen_agentchat.agents import AssistantAgent
+@functools.lru_cache(maxsize=64)
+def _autogen_tools(task: str, urls: Urls) -> list[Any]:
+    """The tools as ``FunctionTool``s (``AssistantAgent`` would wrap plain functions again,
+    schema and all, for every agent); a ``FunctionTool`` keeps nothing of a call."""
+    from autogen_core.tools import FunctionTool
+
+    return [FunctionTool(fn, description=fn.__doc__ or "") for fn in shared_tools(task, urls)]
+
+
+@functools.lru_cache(maxsize=8)
+def _autogen_model_client(model: str) -> Any:
+    """The model client, one per process: it keeps no conversation (``AssistantAgent`` holds
+    the model context), only running token totals nobody reads here, and it is never closed
+    by a run, as an application keeps one client for all its agents."""
     from autogen_core.models import ModelFamily, ModelInfo
     from autogen_ext.models.openai import OpenAIChatCompletionClient
 
@@ -53,25 +69,28 @@ async def _autogen(request: str, ctx: AgentContext, *, reflect: bool) -> str:
         family=ModelFamily.UNKNOWN,
         structured_output=False,
     )
+    return OpenAIChatCompletionClient(model=model, model_info=info, max_retries=0)
+
+
+async def _autogen(request: str, ctx: AgentContext, *, reflect: bool) -> str:
+    from autogen_agentchat.agents import AssistantAgent
+
     # autogen warns when a reply names another model than the request; through the bridge
     # it always does (``inspect`` is answered by the eval's model).
     warnings.filterwarnings("ignore", "Resolved model mismatch", UserWarning)
-    model_client = OpenAIChatCompletionClient(model=ctx.model, model_info=info, max_retries=0)
-    async with httpx.AsyncClient(timeout=TOOL_TIMEOUT) as client:
+    async with with_trial_client():
+        # Per trial: the agent keeps the conversation (its model context) between runs.
         agent = AssistantAgent(
             name="support_agent",
-            model_client=model_client,
-            tools=list(_tools(ctx, client)),
+            model_client=_autogen_model_client(ctx.model),
+            tools=list(_autogen_tools(ctx.task, urls_key(ctx.urls))),
             system_message=ctx.instructions,
             reflect_on_tool_use=reflect,
             # With reflection the model answers after each tool result; allowing more
             # iterations lets it call a tool again, as the other agents' loops do.
             max_tool_iterations=MAX_TURNS if reflect else 1,
         )
-        try:
-            result = await agent.run(task=request)
-        finally:
-            await model_client.close()
+        result = await agent.run(task=request)
         last = result.messages[-1]
         return str(getattr(last, "content", last))
 
@@ -100,15 +119,34 @@ async def autogen_reflect(request: str, ctx: AgentContext) -> str:
 # -- Agno -------------------------------------------------------------------------------------
 
 
-async def _agno(request: str, ctx: AgentContext, *, retries: int) -> str:
-    from agno.agent import Agent
+@functools.lru_cache(maxsize=64)
+def _agno_tools(task: str, urls: Urls) -> list[Any]:
+    """The tools as Agno ``Function``s; each run takes its own copy of each
+    (``Function._per_run_copy``), so the derived schemas are shared, not the run's state."""
+    from agno.tools.function import Function
+
+    return [Function.from_callable(fn) for fn in shared_tools(task, urls)]
+
+
+@functools.lru_cache(maxsize=8)
+def _agno_model(model: str) -> Any:
+    """The model, one per process: an ``OpenAIChat`` holds its settings and its OpenAI clients
+    (made on first use and kept), nothing of a run."""
     from agno.models.openai import OpenAIChat
 
-    async with httpx.AsyncClient(timeout=TOOL_TIMEOUT) as client:
+    return OpenAIChat(id=model, max_retries=0)
+
+
+async def _agno(request: str, ctx: AgentContext, *, retries: int) -> str:
+    from agno.agent import Agent
+
+    async with with_trial_client():
+        # Per trial: an Agent keeps the state of its runs (its session, the tools and tool
+        # instructions it resolved for the run), which concurrent trials must not share.
         agent = Agent(
-            model=OpenAIChat(id=ctx.model, max_retries=0),
+            model=_agno_model(ctx.model),
             instructions=ctx.instructions,
-            tools=list(_tools(ctx, client)),
+            tools=list(_agno_tools(ctx.task, urls_key(ctx.urls))),
             retries=retries,
             delay_between_retries=0,
             telemetry=False,  # it would report the run to agno's servers
@@ -143,21 +181,34 @@ async def agno_retries(request: str, ctx: AgentContext) -> str:
 # -- Google ADK -------------------------------------------------------------------------------
 
 
-async def _adk(request: str, ctx: AgentContext, *, reflect: bool) -> str:
+@functools.lru_cache(maxsize=64)
+def _adk_agent(task: str, urls: Urls, model: str, instructions: str) -> Any:
+    """The agent, one per process and task: an ``LlmAgent`` is configuration (its state lives
+    in the runner's session), and its tools are ``FunctionTool``s made here once (ADK would
+    wrap plain functions again at every model request). Its ``OpenAILlm`` makes its OpenAI
+    client once (a cached property) and keeps it."""
     from google.adk.agents import LlmAgent
     from google.adk.integrations.openai import OpenAILlm
+    from google.adk.tools.function_tool import FunctionTool
+
+    return LlmAgent(
+        name="support_agent",
+        model=OpenAILlm(model=model),
+        instruction=instructions,
+        tools=[FunctionTool(fn) for fn in shared_tools(task, urls)],
+    )
+
+
+async def _adk(request: str, ctx: AgentContext, *, reflect: bool) -> str:
     from google.adk.plugins import BasePlugin
     from google.adk.plugins.reflect_retry_tool_plugin import ReflectAndRetryToolPlugin
     from google.adk.runners import InMemoryRunner
     from google.genai import types
 
-    async with httpx.AsyncClient(timeout=TOOL_TIMEOUT) as client:
-        agent = LlmAgent(
-            name="support_agent",
-            model=OpenAILlm(model=ctx.model),
-            instruction=ctx.instructions,
-            tools=list(_tools(ctx, client)),
-        )
+    async with with_trial_client():
+        agent = _adk_agent(ctx.task, urls_key(ctx.urls), ctx.model, ctx.instructions)
+        # Per trial: the runner holds the session service (the conversation) and the plugin
+        # its failure counts.
         plugins: list[BasePlugin] = [ReflectAndRetryToolPlugin()] if reflect else []
         runner = InMemoryRunner(agent=agent, app_name="twice", plugins=plugins)
         session = await runner.session_service.create_session(app_name="twice", user_id="user")
@@ -199,47 +250,50 @@ async def google_adk_reflect(request: str, ctx: AgentContext) -> str:
 # -- smolagents -------------------------------------------------------------------------------
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T]) -> T:
+_TRIAL_LOOP: ContextVar[asyncio.AbstractEventLoop] = ContextVar("twice_smolagents_trial_loop")
+
+
+def _on_loop(awaitable: Awaitable[T]) -> T:
     """Await ``awaitable`` on the trial's event loop from the agent's worker thread, and wait.
 
-    The coroutine runs in the thread's context (``call_soon_threadsafe`` copies it), which
-    ``asyncio.to_thread`` copied from the trial's: the bridge and the trial's services serve
-    it as they serve the agent's own awaits."""
+    The loop is read at call time from the context, which ``asyncio.to_thread`` copied from
+    the trial's: what calls this (the tools, the model's client) is made once per process
+    and serves every trial, each on its own loop. The coroutine runs in the thread's context
+    (``call_soon_threadsafe`` copies it): the bridge and the trial's services serve it as
+    they serve the agent's own awaits."""
 
     async def run() -> T:
         return await awaitable
 
-    return asyncio.run_coroutine_threadsafe(run(), loop).result()
+    return asyncio.run_coroutine_threadsafe(run(), _TRIAL_LOOP.get()).result()
 
 
-def _bridged_openai(loop: asyncio.AbstractEventLoop) -> Any:
+@functools.cache
+def _bridged_openai() -> Any:
     """A synchronous ``openai.OpenAI`` class whose requests the agent bridge answers.
 
     The bridge answers the *async* client only; a framework that calls the sync client (as
     smolagents' ``OpenAIServerModel`` does) would reach the network. Each request of this
-    client is sent by an ``AsyncOpenAI`` on the trial's event loop instead, where the bridge
-    (and twice's guard: no streaming, model ``inspect`` only) sees it like any other."""
+    client is sent by the process's ``AsyncOpenAI`` on the trial's event loop instead, where
+    the bridge (and twice's guard: no streaming, model ``inspect`` only) sees it like any
+    other."""
     import openai
 
     class BridgedOpenAI(openai.OpenAI):
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self._bridged = openai.AsyncOpenAI(api_key=self.api_key, base_url=self.base_url)
-
         def request(  # type: ignore[override]
             self, cast_to: Any, options: Any, *, stream: bool = False, stream_cls: Any = None
         ) -> Any:
-            return _on_loop(loop, self._bridged.request(cast_to, options, stream=stream))
+            return _on_loop(_openai_client().request(cast_to, options, stream=stream))
 
     return BridgedOpenAI
 
 
-def _sync_tool(loop: asyncio.AbstractEventLoop, fn: ApiTool) -> Callable[..., str]:
+def _sync_tool(fn: ApiTool) -> Callable[..., str]:
     """``fn`` as the synchronous function a smolagents ``@tool`` wraps (same name, signature
     and docstring; smolagents calls tools from its own synchronous loop)."""
 
     def call(*args: Any, **kwargs: Any) -> str:
-        return _on_loop(loop, fn(*args, **kwargs))
+        return _on_loop(fn(*args, **kwargs))
 
     # smolagents reads the tool's source (a plain ``def``, no decorator but its own) and its
     # type hints: this function's own source, and ``fn``'s name, docstring, signature and
@@ -251,26 +305,86 @@ def _sync_tool(loop: asyncio.AbstractEventLoop, fn: ApiTool) -> Callable[..., st
     return call
 
 
-async def _smolagents(request: str, ctx: AgentContext) -> str:
-    from smolagents import LogLevel, OpenAIServerModel, ToolCallingAgent, tool
+@functools.lru_cache(maxsize=64)
+def _smolagents_tools(task: str, urls: Urls) -> list[Any]:
+    """The ``@tool`` objects (their schemas are read from the source and hints): a smolagents
+    ``Tool`` keeps nothing of a call, and these find the trial's loop when called."""
+    from smolagents import tool
 
-    loop = asyncio.get_running_loop()
-    client_class = _bridged_openai(loop)
+    return [tool(_sync_tool(fn)) for fn in shared_tools(task, urls)]
+
+
+@functools.lru_cache(maxsize=8)
+def _smolagents_model(model: str) -> Any:
+    """The model, one per process: an ``OpenAIServerModel`` holds its settings and its
+    client (made in its constructor: a CA bundle each time), and keeps nothing of a run
+    (the agent holds the memory). Its client finds the trial's loop per request."""
+    from smolagents import OpenAIServerModel
+
+    client_class = _bridged_openai()
 
     class BridgedModel(OpenAIServerModel):  # type: ignore[misc]
         def create_client(self) -> Any:
             return client_class(**self.client_kwargs)
 
-    async with httpx.AsyncClient(timeout=TOOL_TIMEOUT) as client:
-        agent = ToolCallingAgent(
-            tools=[tool(_sync_tool(loop, fn)) for fn in _tools(ctx, client)],
-            model=BridgedModel(model_id=ctx.model),
-            instructions=ctx.instructions,
-            max_steps=MAX_TURNS,
-            verbosity_level=LogLevel.OFF,  # it prints every step, and errors, to the console
-        )
-        # smolagents runs synchronously: in a worker thread, which carries the trial.
-        result = await asyncio.to_thread(agent.run, request)
+    return BridgedModel(model_id=model)
+
+
+@functools.cache
+def _smolagents_prompts() -> Any:
+    """``ToolCallingAgent``'s default prompt templates, which it would parse from their YAML
+    file for every agent (more CPU than the rest of the agent); agents only read them."""
+    import importlib.resources
+
+    import yaml
+
+    text = importlib.resources.files("smolagents.prompts").joinpath("toolcalling_agent.yaml")
+    return yaml.safe_load(text.read_text())
+
+
+@functools.cache
+def _smolagents_agent_class() -> Any:
+    """``ToolCallingAgent`` with its system prompt rendered once per process for each set of
+    tools and instructions: smolagents compiles the prompt's Jinja template every time it
+    reads it (twice a run), though the text depends only on these."""
+    from smolagents import ToolCallingAgent
+
+    prompts: dict[tuple[Any, ...], str] = {}
+
+    class Agent(ToolCallingAgent):  # type: ignore[misc]
+        def initialize_system_prompt(self) -> str:
+            key = (
+                self.prompt_templates["system_prompt"],
+                self.instructions,
+                tuple(t.to_tool_calling_prompt() for t in self.tools.values()),
+                tuple(self.managed_agents),
+            )
+            if key not in prompts:
+                prompts[key] = super().initialize_system_prompt()
+            return prompts[key]
+
+    return Agent
+
+
+async def _smolagents(request: str, ctx: AgentContext) -> str:
+    from smolagents import LogLevel
+
+    # Per trial: the agent keeps the run's memory (its steps).
+    agent = _smolagents_agent_class()(
+        tools=list(_smolagents_tools(ctx.task, urls_key(ctx.urls))),
+        model=_smolagents_model(ctx.model),
+        prompt_templates=_smolagents_prompts(),
+        instructions=ctx.instructions,
+        max_steps=MAX_TURNS,
+        verbosity_level=LogLevel.OFF,  # it prints every step, and errors, to the console
+    )
+    async with with_trial_client():
+        token = _TRIAL_LOOP.set(asyncio.get_running_loop())
+        try:
+            # smolagents runs synchronously: in a worker thread, which carries the trial.
+            result = await asyncio.to_thread(agent.run, request)
+        finally:
+            _TRIAL_LOOP.reset(token)
         return str(result)
 
 
@@ -300,10 +414,32 @@ RETRY_ATTEMPTS = 3
 ``RetryPolicy``'s ``max_attempts``)."""
 
 
-async def _strands(request: str, ctx: AgentContext, *, retry: bool) -> str:
-    from strands import Agent, tool
-    from strands.hooks import AfterToolCallEvent, HookProvider, HookRegistry
+@functools.lru_cache(maxsize=64)
+def _strands_tools(task: str, urls: Urls) -> list[Any]:
+    """The ``@tool`` objects (their specs built from the signatures and docstrings): a
+    decorated tool keeps nothing of a call, and the agents' registries only read them."""
+    from strands import tool
+
+    return [tool(fn) for fn in shared_tools(task, urls)]
+
+
+@functools.lru_cache(maxsize=8)
+def _strands_model(model: str) -> Any:
+    """The model, one per process. With ``client_args`` an ``OpenAIModel`` makes an
+    ``AsyncOpenAI`` (a CA bundle) for every request, so that no connection outlives its
+    event loop; the bridge answers these requests in-process, with no connection, so one
+    injected client serves every trial. The model itself holds only its settings."""
     from strands.models.openai import OpenAIModel
+
+    # stream=False: the agent bridge refuses a streamed request (the default).
+    return OpenAIModel(
+        client=_openai_client().with_options(max_retries=0), model_id=model, stream=False
+    )
+
+
+async def _strands(request: str, ctx: AgentContext, *, retry: bool) -> str:
+    from strands import Agent
+    from strands.hooks import AfterToolCallEvent, HookProvider, HookRegistry
 
     class RetryToolErrors(HookProvider):  # type: ignore[misc]
         """Strands' documented retry hook: a tool call that raised is run again."""
@@ -321,12 +457,12 @@ async def _strands(request: str, ctx: AgentContext, *, retry: bool) -> str:
             self.attempts[use] = self.attempts.get(use, 1) + 1
             event.retry = self.attempts[use] <= RETRY_ATTEMPTS
 
-    async with httpx.AsyncClient(timeout=TOOL_TIMEOUT) as client:
+    async with with_trial_client():
+        # Per trial: the agent keeps the conversation, the hook its attempt counts.
         agent = Agent(
-            # stream=False: the agent bridge refuses a streamed request (the default).
-            model=OpenAIModel(model_id=ctx.model, client_args={"max_retries": 0}, stream=False),
+            model=_strands_model(ctx.model),
             system_prompt=ctx.instructions,
-            tools=[tool(fn) for fn in _tools(ctx, client)],
+            tools=list(_strands_tools(ctx.task, urls_key(ctx.urls))),
             hooks=[RetryToolErrors()] if retry else [],
             callback_handler=None,  # the default prints the model's text to stdout
         )

@@ -69,3 +69,29 @@ def test_a_builtin_agents_later_trials_load_no_ca_bundle_and_build_no_tools(
     _eval(agent, tmp_path)
     assert bundles == [], f"{agent}: {len(bundles)} CA bundle loads in 3 trials"
     assert built == [], f"{agent}: its tools were built {len(built)} times in 3 trials"
+
+
+def test_smolagents_later_trials_parse_no_prompt_yaml_and_render_no_system_prompt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if "smolagents" not in _installed():
+        pytest.skip("smolagents is not installed")
+    import smolagents.agents
+    import yaml
+
+    _eval("smolagents", tmp_path)
+    calls: list[str] = []
+    safe_load, populate = yaml.safe_load, smolagents.agents.populate_template
+
+    def counted_safe_load(*args: Any, **kwargs: Any) -> Any:
+        calls.append("yaml")
+        return safe_load(*args, **kwargs)
+
+    def counted_populate(*args: Any, **kwargs: Any) -> Any:
+        calls.append("template")
+        return populate(*args, **kwargs)
+
+    monkeypatch.setattr(yaml, "safe_load", counted_safe_load)
+    monkeypatch.setattr(smolagents.agents, "populate_template", counted_populate)
+    _eval("smolagents", tmp_path)
+    assert calls == [], f"smolagents: {calls} in 3 trials"
