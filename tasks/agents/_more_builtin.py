@@ -133,7 +133,13 @@ def _agno_model(model: str) -> Any:
     """The model, one per process: an ``OpenAIChat`` holds its settings and its OpenAI clients
     (made on first use and kept), nothing of a run."""
     from agno.models.openai import OpenAIChat
+    from agno.utils.log import agent_logger
 
+    # Agno logs every tool call that raised, with its traceback, to stdout (log_exception
+    # ignores its own set_log_tracebacks, and every run sets the level back to INFO): under a
+    # fault that is every trial, mixed into twice's own output. The failure is in the
+    # trial's transcript and ledger already.
+    agent_logger.disabled = True
     return OpenAIChat(id=model, max_retries=0)
 
 

@@ -69,6 +69,21 @@ def test_framework_agents_under_a_lost_reply_make_the_tables_refunds(tmp_path: P
     }
 
 
+def test_agno_under_a_lost_reply_prints_no_traceback(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Agno logs a tool call that raised, traceback and all, to stdout; twice's output is the
+    # run's table, and the failure is in the transcript.
+    pytest.importorskip("agno")
+    (log,) = eval(
+        refund(fault="lost_reply", agent="agno"), model=get_model("stub/no-retry"),
+        display="none", log_dir=str(tmp_path), log_realtime=False, limit=1,
+    )  # fmt: skip
+    assert log.status == "success", log.error
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err and "timed out waiting" not in out
+
+
 # Strands, in its own extra (make test-strands): with the retry hook the framework re-sends
 # the refund by itself, so even stub/no-retry makes 2, and the second is the framework's.
 STRANDS: dict[str, tuple[tuple[int, int, int], str]] = {
