@@ -38,6 +38,7 @@ USAGE = {
     "ControlError",
     "CredentialError",
     "DamagedLog",
+    "FrameworkRowError",
     "GateError",
     "LogDirLockedError",
     "LogReadError",

@@ -411,7 +411,8 @@ def test_catalogue_twice_list_shows_every_task() -> None:
     result = CliRunner().invoke(cli, ["list"])
     assert result.exit_code == 0, result.output
     listed = re.findall(r"^  (\S+)", result.output.split("prompts:")[0], re.M)
-    assert listed == [*TASKS, "path.py:function"]  # the built-ins, then a task of your own
+    # the built-ins, then a task of your own, then one from an OpenAPI document
+    assert listed == [*TASKS, "path.py:function", "openapi:PATH[:DATA.jsonl]"]
     assert set(CATALOGUE) <= set(listed) and len(listed) >= 6
 
 
