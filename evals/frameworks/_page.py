@@ -87,8 +87,7 @@ def matrix_table(measures: Sequence[RowMeasure], models: Sequence[str]) -> list[
         name = f"{text(row.framework)} (`{row.row}`)"
         if not measure.complete:
             name += " (incomplete run)"
-        trials = sum(int(c.get("trials") or 0) for c in cells)
-        line = [name, text(row.setting), _versions(measure), str(trials)]
+        line = [name, text(row.setting), _versions(measure), str(_trials(cells))]
         for m in models:
             mine = of_model(cells, m)
             line += [
@@ -99,6 +98,10 @@ def matrix_table(measures: Sequence[RowMeasure], models: Sequence[str]) -> list[
         line += [_sources(cells), text(finding(row, cells, compare))]
         lines.append("| " + " | ".join(line) + " |")
     return lines
+
+
+def _trials(cells: Cells) -> int:
+    return sum(int(c.get("trials") or 0) for c in cells)
 
 
 def frameworks_page(
@@ -145,7 +148,7 @@ def frameworks_page(
             )
     else:
         lines.append("Every row of the registry is installed here.")
-    trials = sum(int(c.get("trials") or 0) for m in measures for c in m.cells)
+    trials = sum(_trials(m.cells) for m in measures)
     shown = ", ".join(f"{k} {v}" for k, v in settings.versions.items())
     lines += [
         "",
