@@ -145,57 +145,9 @@ def finding(row: FrameworkRow, cells: Cells, baseline: Cells | None = None) -> s
     by_itself = retried_by_itself(cells)
     never = of_model(cells, NO_RETRY) or list(cells)
     if by_itself:
-        dup = [c for c in never if (c.get("duplication_rate") or 0) > 0]
-        if dup:
-            # The headline is the refund under the lost reply, the fault the suite exists for.
-            worst = max(
-                dup,
-                key=lambda c: (
-                    c.get("task") == "refund",
-                    c.get("fault") == "lost_reply",
-                    _effects_per_duplicate(c),
-                ),
-            )
-            one, many = _nouns(str(worst.get("task")))
-            count = _effects_per_duplicate(worst)
-            k = pooled([worst], "duplication_rate")
-            sentence = (
-                f"{name} re-sends the {one} by itself: {count} {many} with a model that never "
-                f"retries ({NO_RETRY}, `{worst.get('fault')}`: {k.k} of {k.n} trials; "
-                f"duplicates under {_faults(dup)})."
-            )
-            careful = pooled(of_model(cells, VERIFY), "duplication_rate")
-            if careful.k:
-                sentence = sentence[:-1] + (
-                    f"; a model that looks before retrying cannot prevent it ({VERIFY}: "
-                    f"{percent(careful)})."
-                )
-        else:
-            extra = attempts_by(never, "framework")
-            sentence = (
-                f"{name} re-sends calls by itself ({extra} extra attempts with a model that "
-                f"never retries), but none committed a duplicate."
-            )
+        sentence = _resends_by_itself(name, cells, never)
     else:
-        clean = pooled(never, "duplication_rate")
-        sentence = (
-            f"{name} does not re-send a call by itself: with a model that never retries no "
-            f"trial duplicated (0 of {clean.n}, {percent(clean)})"
-        )
-        retry = of_model(cells, RETRY)
-        model_dup = pooled(retry, "duplication_rate")
-        if retry and model_dup.k:
-            sentence += (
-                f"; it hands the error to the model, and the model that retries duplicates "
-                f"({RETRY}: {percent(model_dup)})."
-            )
-        elif retry:
-            sentence += (
-                f"; even the model that retries did not duplicate ({RETRY}: "
-                f"{percent(model_dup)}): the error does not reach it as one to retry."
-            )
-        else:
-            sentence += "."
+        sentence = _leaves_it_to_the_model(name, cells, never)
     if baseline:
         models = list(dict.fromkeys(str(c.get("model")) for c in cells))
         differs = completes_otherwise(cells, baseline, models)
@@ -216,3 +168,63 @@ def finding(row: FrameworkRow, cells: Cells, baseline: Cells | None = None) -> s
             f"retries_by_itself = {said}, the measurement {shown} the framework retrying."
         )
     return sentence + f" Behaviour: {row.behaviour.source}."
+
+
+def _resends_by_itself(name: str, cells: Cells, never: Cells) -> str:
+    """The finding's first sentence for a framework that re-sent calls by itself."""
+    dup = [c for c in never if (c.get("duplication_rate") or 0) > 0]
+    if dup:
+        # The headline is the refund under the lost reply, the fault the suite exists for.
+        worst = max(
+            dup,
+            key=lambda c: (
+                c.get("task") == "refund",
+                c.get("fault") == "lost_reply",
+                _effects_per_duplicate(c),
+            ),
+        )
+        one, many = _nouns(str(worst.get("task")))
+        count = _effects_per_duplicate(worst)
+        k = pooled([worst], "duplication_rate")
+        sentence = (
+            f"{name} re-sends the {one} by itself: {count} {many} with a model that never "
+            f"retries ({NO_RETRY}, `{worst.get('fault')}`: {k.k} of {k.n} trials; "
+            f"duplicates under {_faults(dup)})."
+        )
+        careful = pooled(of_model(cells, VERIFY), "duplication_rate")
+        if careful.k:
+            sentence = sentence[:-1] + (
+                f"; a model that looks before retrying cannot prevent it ({VERIFY}: "
+                f"{percent(careful)})."
+            )
+    else:
+        extra = attempts_by(never, "framework")
+        sentence = (
+            f"{name} re-sends calls by itself ({extra} extra attempts with a model that "
+            f"never retries), but none committed a duplicate."
+        )
+    return sentence
+
+
+def _leaves_it_to_the_model(name: str, cells: Cells, never: Cells) -> str:
+    """The finding's first sentence for a framework that did not re-send a call by itself."""
+    clean = pooled(never, "duplication_rate")
+    sentence = (
+        f"{name} does not re-send a call by itself: with a model that never retries no "
+        f"trial duplicated (0 of {clean.n}, {percent(clean)})"
+    )
+    retry = of_model(cells, RETRY)
+    model_dup = pooled(retry, "duplication_rate")
+    if retry and model_dup.k:
+        sentence += (
+            f"; it hands the error to the model, and the model that retries duplicates "
+            f"({RETRY}: {percent(model_dup)})."
+        )
+    elif retry:
+        sentence += (
+            f"; even the model that retries did not duplicate ({RETRY}: "
+            f"{percent(model_dup)}): the error does not reach it as one to retry."
+        )
+    else:
+        sentence += "."
+    return sentence

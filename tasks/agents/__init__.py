@@ -28,7 +28,7 @@ from ._frameworks import (
     load_framework_row,
     load_frameworks,
 )
-from ._hosts import check_model_request, parse_hosts, serve_trial, take_late_requests
+from ._hosts import parse_hosts, serve_trial
 from ._load import (
     AGENT_TASKS,
     BUILTIN_AGENTS,
@@ -39,7 +39,9 @@ from ._load import (
     is_user_agent,
     load_agent,
 )
+from ._model_guard import check_model_request
 from ._solver import AGENT_STORE_KEY, agent_solver, agent_time_limit, scrub_agent_trace
+from ._trials import take_late_requests
 
 __all__ = [
     "AGENT_STORE_KEY",
