@@ -101,12 +101,12 @@ def sdk_tool(fn: ApiTool) -> Any:
     """``fn`` as an SDK MCP tool: its name, its docstring's summary and its arguments."""
     summary = (fn.__doc__ or "").strip().split("\n\n")[0]
 
-    @tool(fn.__name__, summary, input_schema(fn))
     async def call(args: dict[str, Any]) -> dict[str, Any]:
         # An exception is left to the SDK, which reports it to the model (isError).
         return {"content": [{"type": "text", "text": await fn(**args)}]}
 
-    return call
+    # The docs' @tool(name, description, schema), applied to each of the task's tools.
+    return tool(fn.__name__, summary, input_schema(fn))(call)
 
 
 async def main() -> None:
