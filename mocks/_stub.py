@@ -31,6 +31,9 @@ as an *unknown* outcome when it says so or names a timeout or a connection close
 the reply (:data:`TIMEOUT_TEXT`). A text that hides the error's kind (the openai-agents
 default) is an error of unknown kind: ``verify`` treats it as a plain failure.
 
+An agent that offers the task's tools through an MCP server under the Claude Code CLI's names
+(``mcp__<server>__<tool>``, the Claude Agent SDK) is called by those names.
+
 A framework that writes the conversation's tool calls as text (smolagents'
 ``ToolCallingAgent``: "Calling tools: [...]", "Observation: ...", and only the error when a tool
 raised) is read back as tool calls first; offered smolagents' ``final_answer`` tool, a stub
@@ -62,7 +65,7 @@ import asyncio
 import json
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from inspect_ai.model import (
@@ -92,6 +95,7 @@ from ._stub_transcript import (
     from_text_transcript,
     is_error,
     is_unknown,
+    offered_name,
 )
 
 STUB_MODELS: dict[str, str] = {
@@ -318,6 +322,11 @@ class StubAPI(ModelAPI):
         tool anyway made every control crash alike (the controls were not told apart).
         """
         calls = out.message.tool_calls or []
+        if any(offered_name(c.function, names) != c.function for c in calls):
+            # The agent offers the task's tools under its own prefix: called by those names,
+            # as a model reading the offered tools would.
+            calls = [replace(c, function=offered_name(c.function, names)) for c in calls]
+            out.message.tool_calls = calls
         missing = sorted({c.function for c in calls} - names)
         if not missing:
             return out

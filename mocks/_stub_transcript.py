@@ -52,6 +52,10 @@ STUB_ID = re.compile(r"^(?:call_)?stub_(?:r\d+_)?s(?P<step>\d+)_(?P<kind>[avc])(
 """A stub's tool-call id: the plan step, the kind of call (action, verify, call) and its count."""
 
 
+MCP_TOOL = re.compile(r"^mcp__(?P<server>.+?)__(?P<tool>.+)$")
+"""How the Claude Code CLI (the Claude Agent SDK) names a tool of an MCP server it offers the
+model: ``mcp__<server>__<tool>``."""
+
 FINAL_ANSWER_TOOL = "final_answer"
 """The tool a smolagents agent ends its run with (its ``FinalAnswerTool``): offered it, a stub
 gives its final answer by calling it, as the agent's system prompt asks a model to."""
@@ -61,6 +65,16 @@ _RESULT = re.compile(
     r"^\s*(?:Call id: (?P<id>\S+)\s*)?(?P<text>(?:Observation|Error):.*)$", re.DOTALL
 )
 _TOOL_FAILED = re.compile(r"Error executing tool '(?P<tool>[^']+)' with arguments")
+
+
+def offered_name(tool: str, names: set[str]) -> str:
+    """The name under which the agent offers the task's tool ``tool``: its own, else the one
+    ``mcp__<server>__<tool>`` name that stands for it (a task's tools served to the model
+    through an MCP server, as the Claude Agent SDK does), else ``tool`` unchanged."""
+    if tool in names:
+        return tool
+    served = [n for n in names if (m := MCP_TOOL.match(n)) is not None and m["tool"] == tool]
+    return served[0] if len(served) == 1 else tool
 
 
 def as_final_answer(out: ModelOutput, names: set[str]) -> ModelOutput:

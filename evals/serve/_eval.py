@@ -301,6 +301,8 @@ def agent_env(served: dict[str, Any], state: TaskState, model_port: int) -> dict
             "OPENAI_BASE_URL": f"http://127.0.0.1:{model_port}/v1",
             "OPENAI_API_KEY": BRIDGE_API_KEY,
             "OPENAI_MODEL": "inspect",
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{model_port}",
+            "ANTHROPIC_API_KEY": BRIDGE_API_KEY,
         }
     )
     return env

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,3 +140,29 @@ def test_a_command_agent_sends_the_email_once_with_a_model_that_never_retries(
     cell = _run(tmp_path / "logs", agent.command, "send_email", "stub/no-retry")["stub/no-retry"]
     assert cell["errors"] == 0 and cell["crashed_rate"] == 0.0, cell
     assert cell["completion_rate"] == 1.0 and cell["duplication_rate"] == 0.0, cell
+
+
+OFF_LOOPBACK = re.compile(
+    r'sin_addr=inet_addr\("(?!127\.)[^"]*"\)|inet_pton\(AF_INET6, "(?!::1"|::ffff:127\.)[^"]*"'
+)
+"""A socket address in strace's output that is not a loopback one."""
+
+
+@pytest.mark.slow
+def test_the_claude_agent_sdk_agent_connects_to_loopback_only(tmp_path: Path) -> None:
+    # Its CLI resolves api.anthropic.com unless its non-essential traffic is switched off: every
+    # address the agent and the CLI it starts connect or send to is 127.0.0.1 (or ::1).
+    agent = next(a for a in SHIPPED if a.row == "claude-agent-sdk")
+    _require_installed(agent)
+    strace = shutil.which("strace")
+    if strace is None or subprocess.run([strace, "-f", "-o", os.devnull, "true"]).returncode:
+        pytest.skip("strace cannot trace here (not installed, or ptrace is not allowed)")
+    traced = tmp_path / "strace.txt"
+    calls = "trace=connect,sendto,sendmsg,sendmmsg"
+    command = f"{strace} -f -qq -e {calls} -o {traced} {agent.command}"
+    cell = _run(tmp_path / "logs", command, "refund", "stub/no-retry")["stub/no-retry"]
+    assert cell["errors"] == 0 and cell["crashed_rate"] == 0.0, cell
+    assert cell["completion_rate"] == 1.0, cell  # the agent ran: its refund reached the service
+    text = traced.read_text()
+    assert re.search(r'sin_addr=inet_addr\("127\.0\.0\.1"\)', text), "no connection traced"
+    assert [line for line in text.splitlines() if OFF_LOOPBACK.search(line)] == []

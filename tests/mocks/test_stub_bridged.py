@@ -16,7 +16,7 @@ from inspect_ai.model import (
     ChatMessageUser,
     GenerateConfig,
 )
-from inspect_ai.tool import ToolCall, ToolInfo
+from inspect_ai.tool import ToolCall, ToolCallError, ToolInfo
 from inspect_ai.util import store
 from twice.mocks import STUB_STORE_KEY, StubAPI, StubCannotPlay
 
@@ -85,6 +85,64 @@ def test_stub_whose_action_the_agent_does_not_offer_is_an_error_naming_both(
         asyncio.run(StubAPI(behaviour).generate(first, renamed, "auto", GenerateConfig()))  # type: ignore[arg-type]
     with pytest.raises(StubCannotPlay, match="the agent offered no tools"):
         asyncio.run(StubAPI(behaviour).generate(first, [], "auto", GenerateConfig()))  # type: ignore[arg-type]
+
+
+MCP_TOOLS = [
+    ToolInfo(name=f"mcp__twice__{name}", description=name)
+    for name in ("issue_refund", "find_refunds", "get_order")
+] + [ToolInfo(name="DeferredToolPlaceholder", description="a tool of the CLI's own")]
+"""The task's tools as the Claude Code CLI (the Claude Agent SDK) offers them: through an MCP
+server, each named ``mcp__<server>__<tool>``, beside a tool of its own."""
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "then"),
+    [("retry", "mcp__twice__issue_refund"), ("verify", "mcp__twice__find_refunds")],
+)
+def test_stub_calls_the_tasks_tools_by_the_mcp_names_an_agent_offers(
+    behaviour: str, then: str
+) -> None:
+    # The failing path: the stub called issue_refund, which the agent offered only as
+    # mcp__twice__issue_refund, and every control refused to play (StubCannotPlay).
+    store().set(STUB_STORE_KEY, {"plan": PLAN, "prompt": "baseline", "seed": "s"})
+    first = asyncio.run(
+        StubAPI(behaviour).generate(
+            [ChatMessageUser(content="Refund order_1042.")], MCP_TOOLS, "auto", GenerateConfig()
+        )  # type: ignore[arg-type]
+    )
+    (call,) = first.message.tool_calls or []
+    assert call.function == "mcp__twice__issue_refund"
+    assert call.arguments == PLAN[0]["call"]["args"]
+    # The CLI's error text for a tool that raised with an empty message: an error (its
+    # is_error flag) of no known kind.
+    history = [
+        ChatMessageUser(content="Refund order_1042."),
+        first.message,
+        ChatMessageTool(
+            content="Command failed with no output",
+            tool_call_id=call.id,
+            function=call.function,
+            error=ToolCallError("unknown", "Command failed with no output"),
+        ),
+    ]
+    again = asyncio.run(StubAPI(behaviour).generate(history, MCP_TOOLS, "auto", GenerateConfig()))  # type: ignore[arg-type]
+    if behaviour == "retry":
+        assert [c.function for c in again.message.tool_calls or []] == [then]
+    else:
+        # stub/verify looks first only after an unknown outcome, which this text does not say.
+        assert not again.message.tool_calls
+    timeout = [*history[:2], ChatMessageTool(content="Error: ReadTimeout", tool_call_id=call.id)]
+    looked = asyncio.run(StubAPI(behaviour).generate(timeout, MCP_TOOLS, "auto", GenerateConfig()))  # type: ignore[arg-type]
+    assert [c.function for c in looked.message.tool_calls or []] == [then]
+
+
+def test_stub_does_not_guess_between_two_mcp_servers_offering_one_tool() -> None:
+    two = [ToolInfo(name=f"mcp__{s}__issue_refund", description="refund") for s in ("a", "b")]
+    store().set(STUB_STORE_KEY, {"plan": PLAN, "prompt": "baseline", "seed": "s"})
+    first = [ChatMessageUser(content="Refund order_1042.")]
+    with pytest.raises(StubCannotPlay, match="next call is issue_refund, but the agent offered "
+                       "mcp__a__issue_refund, mcp__b__issue_refund"):  # fmt: skip
+        asyncio.run(StubAPI("retry").generate(first, two, "auto", GenerateConfig()))  # type: ignore[arg-type]
 
 
 def test_stub_tool_call_ids_have_openais_shape_so_frameworks_keep_them() -> None:
