@@ -11,7 +11,6 @@ from typing import Any
 import anthropic
 import httpx
 import openai
-import pytest
 from inspect_ai import Task, eval
 from inspect_ai.dataset import Sample
 from inspect_ai.log import EvalLog
@@ -21,12 +20,18 @@ from inspect_ai.tool import ToolInfo
 from twice.evals.serve._model_endpoint import ModelAccess, model_endpoint
 
 USAGE = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=15)
-TOOL = {"type": "function", "function": {"name": "issue_refund", "description": "Refund.",
-        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}}  # fmt: skip
-RESPONSES_TOOL = {"type": "function", "name": "issue_refund", "description": "Refund.",
-                  "parameters": TOOL["function"]["parameters"]}  # type: ignore[index]  # fmt: skip
-ANTHROPIC_TOOL = {"name": "issue_refund", "description": "Refund.",
-                  "input_schema": TOOL["function"]["parameters"]}  # type: ignore[index]  # fmt: skip
+PARAMETERS = {"type": "object", "properties": {"order_id": {"type": "string"}}}
+TOOL = {
+    "type": "function",
+    "function": {"name": "issue_refund", "description": "Refund.", "parameters": PARAMETERS},
+}
+RESPONSES_TOOL = {
+    "type": "function",
+    "name": "issue_refund",
+    "description": "Refund.",
+    "parameters": PARAMETERS,
+}
+ANTHROPIC_TOOL = {"name": "issue_refund", "description": "Refund.", "input_schema": PARAMETERS}
 
 
 def _policy(
