@@ -257,7 +257,7 @@ class _Endpoint:
         try:
             while True:
                 try:
-                    request = await _read_request(reader)
+                    request = await _read_request(reader, writer)
                 except _BadRequest as ex:
                     reply = _error_reply(ex.status, "openai", str(ex), "invalid_request_error")
                     writer.write(_reply_bytes(reply, keep_alive=False))
@@ -325,7 +325,9 @@ def _request_key(headers: dict[str, str]) -> str | None:
     return headers.get("x-api-key") or headers.get("api-key")
 
 
-async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
+async def _read_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> _Request | None:
     """The next request on the connection, or None when the client closed it."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -346,8 +348,9 @@ async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
             if not sep:
                 raise _BadRequest(f"not a header line: {line[:100]!r}")
             headers[name.strip().lower()] = value.strip()
-    if headers.get("expect", "").lower() == "100-continue":
-        raise _BadRequest("Expect: 100-continue is not served: send the body with the request")
+    if headers.get("expect", "").lower() == "100-continue":  # curl's way with a long body
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        await writer.drain()
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body = await _read_chunked(reader)
     else:

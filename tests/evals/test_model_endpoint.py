@@ -307,3 +307,25 @@ def test_a_trials_key_is_refused_once_its_trial_ended() -> None:
                 return (await http.get(url.replace(running.key, ended.key))).status_code
 
     assert asyncio.run(main()) == 401
+
+
+def test_a_client_that_waits_for_100_continue_gets_it_then_its_answer() -> None:
+    # curl sends a large body (an agent's long conversation) only after 100 Continue.
+    async def main() -> tuple[bytes, bytes]:
+        async with model_endpoint() as (access, _):
+            port = int(access.openai_base_url.split(":")[2].split("/")[0])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            body = b"{}"
+            writer.write(
+                f"POST /t/{access.key}/v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            )
+            interim = await reader.readuntil(b"\r\n\r\n")
+            writer.write(body)
+            final = await reader.readuntil(b"\r\n\r\n")
+            writer.close()
+            return interim, final
+
+    interim, final = asyncio.run(main())
+    assert interim.startswith(b"HTTP/1.1 100 Continue")
+    assert final.startswith(b"HTTP/1.1 404")  # POST /v1/models is no route: GET is
