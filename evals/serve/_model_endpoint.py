@@ -33,6 +33,7 @@ import anyio
 from anyio.abc import TaskGroup
 from inspect_ai.agent import AgentBridge, AgentState
 from inspect_ai.model import GenerateFilter
+from twice.tasks import cache_installed_versions
 
 from .._inspect_compat import (
     anthropic_request,
@@ -455,6 +456,7 @@ async def model_endpoint(
         How the command reaches the model (:class:`ModelAccess`), and the bridge whose
         ``state`` holds the conversation and output the model saw.
     """
+    cache_installed_versions()  # the converters check openai's version on every request
     bridge = AgentBridge(AgentState(messages=[]), filter, allow_remote_mcp=False)
     key = KEY_PREFIX + secrets.token_hex(16)
     endpoint = await _enter_endpoint()
