@@ -7,7 +7,7 @@ from inspect_ai import Task
 
 from ._conversation import CompactingFilter, follow_up
 from ._dataset import Record, load_dataset, load_records
-from ._inspect_compat import is_registry_object
+from ._inspect_compat import cache_installed_versions, is_registry_object
 from ._openapi import openapi_files, openapi_task, openapi_tools
 from ._openapi import openapi_parts as _openapi_parts
 from ._openapi import openapi_task_function as _openapi_task_function
@@ -211,6 +211,7 @@ __all__ = [
     "add_openapi_task",
     "archive_record",
     "builtin_prompts",
+    "cache_installed_versions",
     "check_agent_cell",
     "create_ticket",
     "file_digest",

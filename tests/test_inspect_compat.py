@@ -86,3 +86,46 @@ def test_inspect_compat_installed_versions_are_read_once_per_process() -> None:
     hits = version._installed_version.cache_info().hits
     assert version.has_required_version("openai", "0.0.1")
     assert version._installed_version.cache_info().hits == hits + 1
+
+
+def test_inspect_compat_bridge_converters_take_what_the_model_endpoint_passes() -> None:
+    # The agent command's model endpoint answers each dialect through inspect's converter,
+    # passing the arguments the sandbox bridge's host side passes.
+    from inspect_ai.agent._bridge.anthropic_api import inspect_anthropic_api_request
+    from inspect_ai.agent._bridge.completions import inspect_completions_api_request
+    from inspect_ai.agent._bridge.responses import inspect_responses_api_request
+
+    def names(fn: object) -> list[str]:
+        return list(inspect.signature(fn).parameters)  # type: ignore[arg-type]
+
+    assert names(inspect_completions_api_request) == ["json_data", "headers", "bridge"]
+    provider = ["json_data", "headers", "web_search", "code_execution", "bridge"]
+    assert names(inspect_responses_api_request) == provider
+    assert names(inspect_anthropic_api_request)[:5] == provider
+    for fn in (
+        evals_compat.completions_request,
+        evals_compat.responses_request,
+        evals_compat.anthropic_request,
+    ):
+        assert inspect.iscoroutinefunction(fn)
+
+
+def test_inspect_compat_provider_errors_are_forwarded_and_limits_raised() -> None:
+    import asyncio
+
+    import pytest
+    from inspect_ai.util import LimitExceededError
+
+    async def down(data: dict[str, object], headers: dict[str, str] | None) -> dict[str, object]:
+        raise RuntimeError("the model is down")
+
+    async def limited(data: dict[str, object], headers: dict[str, str] | None) -> dict[str, object]:
+        raise LimitExceededError("message", value=31, limit=30)
+
+    failed: list[Exception] = []
+    forwarded = asyncio.run(evals_compat.forward_provider_errors(down, failed.append)({}, None))
+    payload = forwarded[evals_compat.provider_error_key()]
+    assert isinstance(payload, dict) and "the model is down" in payload["message"]
+    assert payload["status"] is None and failed == []
+    with pytest.raises(LimitExceededError):
+        asyncio.run(evals_compat.forward_provider_errors(limited, failed.append)({}, None))

@@ -190,8 +190,9 @@ def _split_conflict(log_dir: str, split: int, asked: int) -> str:
     multiple=True,
     callback=lambda ctx, param, value: one_agent_cmd(value),
     help="Run this shell command as the agent of every trial, against a twice serve of the run: "
-    "it gets TWICE_<SERVICE>_URL, TWICE_INPUT, TWICE_SYSTEM_PROMPT and OPENAI_BASE_URL / "
-    "OPENAI_API_KEY for the eval's model (model name 'inspect').",
+    "it gets TWICE_<SERVICE>_URL, TWICE_INPUT, TWICE_SYSTEM_PROMPT, and OPENAI_BASE_URL / "
+    "OPENAI_API_KEY and ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY for the eval's model (model "
+    "name 'inspect').",
 )
 @click.option(
     "--agent-timeout",

@@ -204,7 +204,6 @@ def _built_task(suite: Suite, cell: Cell, args: dict[str, Any], server: str | No
                 protection=cell.protection,
                 prompt=cell.prompt,
                 solver=command_agent(suite.agent_cmd, timeout=suite.agent_timeout),
-                sandbox="local",
                 agent=cell.agent,
             )
         return get_task(cell.task)(

@@ -10,21 +10,18 @@ any other twice log.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 import os
-import socket
+import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 from inspect_ai import Task
-from inspect_ai.agent import SandboxAgentBridge, sandbox_agent_bridge
 from inspect_ai.log import transcript
-from inspect_ai.model import ChatMessageSystem, GenerateFilter
+from inspect_ai.model import ChatMessageSystem
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import mcp_connection, mcp_server_http
 from inspect_ai.util import store
@@ -51,10 +48,10 @@ from twice.tasks.agents import (
     scrub_agent_trace,
 )
 
-from ..locks import wait_for_lock
 from ..suite import AGENT_TIMEOUT, check_hang_seconds
 from ._command import OUTPUT_TAIL, CommandRun, code_block, output_tail, run_command
 from ._history import HISTORY_ENV, final_answer, joined, write_history
+from ._model_endpoint import MODEL_NAME, ModelAccess, model_endpoint
 
 SERVED_STORE_KEY = "twice:served"
 """Store key of the served trial: ``{"server", "id", "urls", "task", "conversation", "marks"}``
@@ -91,6 +88,19 @@ def server_url(server: str) -> str:
     return url
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for the process's requests to servers: httpx builds one for each new
+    client otherwise, loading the CA bundle (about 30 ms of CPU each time), and a served
+    trial makes three clients."""
+    return httpx.create_ssl_context()
+
+
+def server_client() -> httpx.AsyncClient:
+    """A client for requests to a ``twice serve`` server (its TLS context built once)."""
+    return httpx.AsyncClient(timeout=30, verify=_tls())
+
+
 def _headers(token: str | None) -> dict[str, str]:
     token = token or os.environ.get(TOKEN_ENV)
     return {"Authorization": f"Bearer {token}"} if token else {}
@@ -104,7 +114,7 @@ async def create_trial(
     Raises:
         RuntimeError: with the server's error message when it refuses.
     """
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with server_client() as client:
         r = await client.post(f"{server}/_twice/trials", json=body, headers=_headers(token))
     if r.status_code != 201:
         raise RuntimeError(f"twice serve refused the trial ({r.status_code}): {r.text}")
@@ -113,7 +123,7 @@ async def create_trial(
 
 async def trial_get(server: str, trial_id: str, what: str, token: str | None = None) -> Any:
     """``GET /_twice/trials/<id>/<what>`` (``ledger`` or ``verdict``)."""
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with server_client() as client:
         r = await client.get(f"{server}/_twice/trials/{trial_id}/{what}", headers=_headers(token))
     r.raise_for_status()
     return r.json()
@@ -217,79 +227,20 @@ def mcp_agent() -> Solver:
     return solve
 
 
-BRIDGE_API_KEY = "twice-agent-bridge"
-"""The dummy key an external agent is given: the bridge ignores it, and it is no secret."""
 AGENT_OUTPUT_SOURCE = "twice:agent_cmd"
 """The ``source`` of the info event that records how an agent command ended and the tails of
 its stdout and stderr (the report's trial detail reads it)."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def _wait_for_port(port: int, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"inspect's model proxy did not listen on 127.0.0.1:{port} within {seconds:g} s"
-                ) from None
-            await asyncio.sleep(0.1)
-        else:
-            writer.close()
-            return
-
-
-TOOLS_LOCK = Path(tempfile.gettempdir()) / "twice-sandbox-tools.lock"
-"""The host-wide lock a process's first agent bridge is entered under (see :func:`agent_bridge`)."""
-
-_bridge_tools = {"installed": False}
-"""Whether a bridge of this process is up, so inspect's sandbox tools are on this host."""
-
-
-@contextlib.asynccontextmanager
-async def agent_bridge(
-    port: int, filter: GenerateFilter | None = None
-) -> AsyncIterator[SandboxAgentBridge]:
-    """Inspect's ``sandbox_agent_bridge`` on ``port``, entered by one trial of the host at a
-    time until the sandbox tools are installed.
-
-    Entering the bridge installs inspect's sandbox tools into the ``local`` sandbox when they
-    are missing, in a directory that every process of the host shares. Two trials that find
-    them missing at once both extract them there, and one starts the tools' server while the
-    other is still writing it: that trial crashes ("incomplete or truncated stream"; on a
-    fresh machine, 2 of 3 two-trial runs lost a trial). So until a bridge of this process is
-    up, entering one holds a file lock of the host (``TOOLS_LOCK``): the first trial installs
-    the tools, the process's trials that waited for it then enter side by side, and later
-    trials never wait (another process, a ``--workers`` worker, waits for the lock once).
-    """
-    fd = None if _bridge_tools["installed"] else await wait_for_lock(TOOLS_LOCK)
-    if fd is not None and _bridge_tools["installed"]:  # installed while this trial waited
-        os.close(fd)
-        fd = None
-    async with contextlib.AsyncExitStack() as stack:
-        try:
-            bridge = await stack.enter_async_context(sandbox_agent_bridge(port=port, filter=filter))
-            _bridge_tools["installed"] = True
-        finally:
-            if fd is not None:
-                os.close(fd)  # releases the lock
-        yield bridge
-
-
-def agent_env(served: dict[str, Any], state: TaskState, model_port: int) -> dict[str, str]:
+def agent_env(served: dict[str, Any], state: TaskState, model: ModelAccess) -> dict[str, str]:
     """What an external agent command is given: the trial's URLs, the task, the model.
 
     ``TWICE_<SERVICE>_URL`` for every service (and ``TWICE_MCP_URL``), ``TWICE_TRIAL_ID``,
-    ``TWICE_INPUT`` (the user's request), ``TWICE_SYSTEM_PROMPT``, and an OpenAI-compatible
-    endpoint for the eval's model: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` (a dummy),
-    ``OPENAI_MODEL`` (``inspect``).
+    ``TWICE_INPUT`` (the user's request), ``TWICE_SYSTEM_PROMPT``, and the eval's model
+    (:func:`model_endpoint`): OpenAI-compatible at ``OPENAI_BASE_URL`` with
+    ``OPENAI_API_KEY`` and ``OPENAI_MODEL`` (``inspect``; any name is the eval's model), and
+    Anthropic-compatible at ``ANTHROPIC_BASE_URL`` with ``ANTHROPIC_API_KEY``. The key is the
+    trial's own (no credential: it names the trial while it runs).
     """
     env = {f"TWICE_{name.upper()}_URL": url for name, url in served["urls"].items()}
     system = next((m.text for m in state.messages if m.role == "system"), "")
@@ -298,11 +249,11 @@ def agent_env(served: dict[str, Any], state: TaskState, model_port: int) -> dict
             "TWICE_TRIAL_ID": served["id"],
             "TWICE_INPUT": state.input_text,
             "TWICE_SYSTEM_PROMPT": system,
-            "OPENAI_BASE_URL": f"http://127.0.0.1:{model_port}/v1",
-            "OPENAI_API_KEY": BRIDGE_API_KEY,
-            "OPENAI_MODEL": "inspect",
-            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{model_port}",
-            "ANTHROPIC_API_KEY": BRIDGE_API_KEY,
+            "OPENAI_BASE_URL": model.openai_base_url,
+            "OPENAI_API_KEY": model.key,
+            "OPENAI_MODEL": MODEL_NAME,
+            "ANTHROPIC_BASE_URL": model.anthropic_base_url,
+            "ANTHROPIC_API_KEY": model.key,
         }
     )
     return env
@@ -314,8 +265,9 @@ def command_agent(command: str, timeout: float = AGENT_TIMEOUT, cwd: str | None 
     The command runs through ``sh -c`` in ``cwd`` (default: the current directory) with
     :func:`agent_env`, in a process group of its own (:func:`run_command`): after
     ``timeout`` seconds, or when it exits, every process it started is stopped. Its model
-    calls go through inspect's ``sandbox_agent_bridge`` (the ``local`` sandbox: a proxy
-    process on a free loopback port) to the eval's model, stub models included. The trial is
+    calls go to the eval's model, stub models included, through an endpoint on 127.0.0.1 in
+    this process (:func:`model_endpoint`: inspect's bridge converters, the trial's own key)
+    while the command runs. The trial is
     scored from its ledger whatever the command does; a command that exits non-zero or runs
     out of time crashed (``crashed_rate``). Its exit status and output tails are in the
     transcript.
@@ -351,7 +303,6 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         served = store().get(SERVED_STORE_KEY)
         conversation = served.get("conversation")
-        port = _free_port()
         first_event = len(transcript().events)
         compactor = None
         faults = (conversation or "").split("+")
@@ -368,16 +319,14 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
                 served["marks"].append(mark)
                 store().set(SERVED_STORE_KEY, served)
 
-        env = agent_env(served, state, port)
         deadline = time.monotonic() + timeout
         runs: list[tuple[str, CommandRun]] = []
         try:
             with tempfile.TemporaryDirectory(prefix="twice-history-") as folder:
                 history = Path(folder) / "history.json"
                 write_history(history, [])
-                env[HISTORY_ENV] = str(history)
-                async with agent_bridge(port, filter=compactor) as bridge:
-                    await _wait_for_port(port)
+                async with model_endpoint(filter=compactor) as (model, bridge):
+                    env = {**agent_env(served, state, model), HISTORY_ENV: str(history)}
                     runs.append(("request", await run_command(command, env, where, timeout)))
                     messages = list(bridge.state.messages)
                     if "ask_again" in faults and not _failed(runs[-1][1]):
@@ -407,8 +356,7 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
         state.output = bridge.state.output
         # What the command printed may carry the environment's credentials (a traceback
         # with a header, an agent printing its settings): scrubbed here. What it sent the
-        # model (its conversation, the model events) and the sandbox events inspect recorded
-        # meanwhile (its model bridge's proxy runs in the sandbox) are scrubbed too.
+        # model (its conversation, the model events) is scrubbed too.
         scrub_agent_trace(state, since=first_event)
         _record_runs(command, runs, timeout)
         return state
@@ -523,7 +471,7 @@ def served_task(
             ``timeout_before_commit``) open before closing the connection; None: the
             server's default. An agent whose own timeout is shorter sees a read timeout.
         message_limit: Hard stop for agents that loop.
-        sandbox: The task's sandbox (``local`` for :func:`command_agent`).
+        sandbox: The task's sandbox, if its agent needs one.
         agent: The agent's name on the agent axis (``twice run --agent-cmd`` gives
             ``cmd:COMMAND``); default ``react``, as for twice's own loop.
 

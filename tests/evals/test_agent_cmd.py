@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shlex
@@ -12,7 +11,7 @@ import signal
 import subprocess
 import sys
 import tracemalloc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,39 +77,13 @@ def test_run_agent_cmd_scores_the_external_agents_ledger(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-def test_trials_that_start_together_enter_the_first_agent_bridge_one_at_a_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Entering inspect's bridge installs its sandbox tools into a directory the host shares.
-    # Two trials entering at once on a fresh machine both wrote the tools there, and one
-    # started them half-written: that trial crashed (2 of 3 such runs lost a trial).
-    real = _serve_eval.sandbox_agent_bridge
-    entering: list[int] = [0, 0]  # now, most at once
-
-    @contextlib.asynccontextmanager
-    async def watched(**kwargs: Any) -> AsyncIterator[Any]:
-        entering[0] += 1
-        entering[1] = max(entering)
-        try:
-            await asyncio.sleep(0.3)  # a window the other trial would enter in
-            cm = real(**kwargs)
-            bridge = await cm.__aenter__()
-        finally:
-            entering[0] -= 1
-        try:
-            yield bridge
-        finally:
-            await cm.__aexit__(None, None, None)
-
-    monkeypatch.setattr(_serve_eval, "sandbox_agent_bridge", watched)
-    monkeypatch.setitem(_serve_eval._bridge_tools, "installed", False)  # as in a new process
+def test_trials_side_by_side_each_reach_their_own_model(tmp_path: Path) -> None:
+    # One model endpoint answers every trial of the process, each by its own key.
     out = tmp_path / "logs"
     result = _no_retry_run(out, AGENT, limit=2)
     assert result.exit_code == 0, result.output
     (cell,) = json.loads((out / "summary.json").read_text())["cells"]
     assert cell["trials"] == 2 and cell["errors"] == 0 and cell["completion_rate"] == 1.0
-    assert entering[1] == 1  # the second trial entered after the first was in
-    assert _serve_eval._bridge_tools["installed"]
 
 
 @pytest.mark.slow
@@ -683,3 +656,62 @@ def test_a_node_agents_own_retry_loop_is_charged_to_the_framework_not_the_model(
     assert cell["model_duplication_rate"] == 0.0
     frame = trials_frame(out)
     assert frame.iloc[0]["excess_framework"] == 1 and frame.iloc[0]["attempts_initial"] == 1
+
+
+ANTHROPIC_AGENT = """
+import json, os, urllib.error, urllib.request
+import anthropic
+
+PAYMENTS = os.environ["TWICE_PAYMENTS_URL"]
+TOOL = {"name": "issue_refund", "description": "Refund money to the customer for an order.",
+        "input_schema": {"type": "object", "required": ["order_id", "amount"], "properties": {
+            "order_id": {"type": "string"}, "amount": {"type": "number"}}}}
+
+def issue_refund(order_id, amount, reason=""):
+    body = json.dumps({"order_id": order_id, "amount": round(amount * 100)}).encode()
+    request = urllib.request.Request(f"{PAYMENTS}/v1/refunds", body,
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=2) as r:
+            return f"Created refund {json.load(r)['id']}."
+    except OSError:
+        return "Error: the payments API did not answer; the refund may or may not have been made."
+
+client = anthropic.Anthropic(max_retries=0)  # ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY
+messages = [{"role": "user", "content": os.environ["TWICE_INPUT"]}]
+for _ in range(10):
+    with client.messages.stream(model="inspect", max_tokens=1000, tools=[TOOL],
+                                system=os.environ["TWICE_SYSTEM_PROMPT"],
+                                messages=messages) as stream:
+        message = stream.get_final_message()
+    messages.append({"role": "assistant", "content": message.content})
+    calls = [block for block in message.content if block.type == "tool_use"]
+    if not calls:
+        break
+    messages.append({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": call.id, "content": issue_refund(**call.input)}
+        for call in calls]})
+"""
+
+
+@pytest.mark.slow
+def test_an_anthropic_sdk_agent_streams_its_model_calls_and_refunds_as_its_model_decides(
+    tmp_path: Path,
+) -> None:
+    # The command is given ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY beside the OpenAI pair,
+    # and the endpoint streams Messages as the anthropic SDK reads them.
+    script = tmp_path / "claude_agent.py"
+    script.write_text(ANTHROPIC_AGENT)
+    out = tmp_path / "logs"
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--task", "refund", "--model", "stub/retry", "--model", "stub/no-retry",
+         "--fault", "lost_reply", "--limit", "1", "--no-report", "--display", "none",
+         "--log-dir", str(out), "--agent-cmd", f"{sys.executable} {script}"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    cells = {c["model"]: c for c in json.loads((out / "summary.json").read_text())["cells"]}
+    assert all(c["crashed_rate"] == 0.0 and c["errors"] == 0 for c in cells.values()), cells
+    assert cells["stub/retry"]["duplication_rate"] == 1.0
+    assert cells["stub/no-retry"]["duplication_rate"] == 0.0
+    assert cells["stub/no-retry"]["completion_rate"] == 1.0

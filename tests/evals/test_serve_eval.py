@@ -92,3 +92,24 @@ def test_served_task_mcp_agent_refuses_a_conversation_fault(fault: str) -> None:
     # or compact what its model reads, so the cell would measure the wire fault alone.
     with pytest.raises(ValueError, match=re.escape(f"fault {fault!r} changes the conversation")):
         served_task("refund", "http://127.0.0.1:1", fault=fault)
+
+
+def test_requests_to_the_server_load_the_ca_bundle_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # httpx builds a TLS context for every new client (about 30 ms of CPU, the CA bundle
+    # read again), and a served trial makes three clients.
+    import ssl
+
+    from twice.evals.serve import _eval
+
+    loads: list[object] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        loads.append(args)
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    _eval._tls.cache_clear()
+    for _ in range(3):
+        _eval.server_client()
+    assert len(loads) == 1
