@@ -46,11 +46,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
     if in_worker:
-        # The slow tests (a minute or more each) first, so the run does not end on one of
-        # them with the other workers idle. The order is the same in every worker, as xdist
-        # requires.
-        keep.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        # The slow tests first, longest first, so the run does not end on one of them with
+        # the other workers idle: worksteal hands each worker a contiguous share and an idle
+        # worker takes the tail of another's, so what is left at the end is the short tests.
+        # The order is the same in every worker, as xdist requires (a stable sort).
+        rank = _slow_rank()
+        keep.sort(key=lambda item: _start_order(item, rank))
     items[:] = keep
+
+
+SLOW_TESTS = Path(os.environ.get("TWICE_SLOW_TESTS", Path(__file__).parent / "slow_tests.txt"))
+"""The table of known-slow tests (another table in ``TWICE_SLOW_TESTS``: the order's own test)."""
+
+
+def _slow_rank() -> dict[str, int]:
+    """``slow_tests.txt``'s test functions (``path::name``) by rank, the longest 0."""
+    lines = SLOW_TESTS.read_text(encoding="utf-8").splitlines()
+    ids = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    return {test_id: n for n, test_id in enumerate(ids)}
+
+
+def _start_order(item: pytest.Item, rank: dict[str, int]) -> tuple[int, int]:
+    """Where a worker starts ``item``: the listed slow tests in their order, then the other
+    ``slow`` ones, then the rest (each group in collection order)."""
+    listed = rank.get(item.nodeid.split("[", 1)[0])
+    if listed is not None:
+        return (0, listed)
+    return (1, 0) if item.get_closest_marker("slow") is not None else (2, 0)
 
 
 def pytest_terminal_summary(

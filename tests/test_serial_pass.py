@@ -4,6 +4,7 @@ own."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,36 @@ def test_inspect_trace_files_are_the_sessions_own(tmp_path_factory: pytest.TempP
     from inspect_ai._util.trace import inspect_trace_dir
 
     assert inspect_trace_dir().is_relative_to(tmp_path_factory.getbasetemp())
+
+
+def test_slow_tests_table_names_existing_tests() -> None:
+    # A renamed or deleted slow test would silently lose its place at the front.
+    table = ROOT / "tests" / "slow_tests.txt"
+    lines = table.read_text(encoding="utf-8").splitlines()
+    ids = [line for line in lines if line.strip() and not line.startswith("#")]
+    assert len(ids) == len(set(ids)), "a test is listed twice"
+    for test_id in ids:
+        path, name = test_id.split("::")
+        source = (ROOT / path).read_text(encoding="utf-8")
+        assert f"def {name}(" in source, f"{test_id} is not a test any more"
+
+
+def test_workers_start_the_listed_slow_tests_first_in_their_order(tmp_path: Path) -> None:
+    public = "tests/test_public_api.py"
+    first = f"{public}::test_package_all_is_sorted_public_and_importable"  # its [mocks] too
+    second = f"{public}::test_assertions_all_is_pinned"
+    table = tmp_path / "slow.txt"
+    table.write_text(f"# longest first\n{first}\n{second}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "1", "-v",
+         f"{public}::test_package_export_check_catches_a_stray_name", second, f"{first}[mocks]"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TWICE_SLOW_TESTS": str(table)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = [line.split()[-1] for line in done.stdout.splitlines() if "PASSED" in line]
+    assert ran == [
+        f"{first}[mocks]",
+        second,
+        f"{public}::test_package_export_check_catches_a_stray_name",
+    ], done.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tomllib
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -420,16 +421,24 @@ def test_gate_cli_exit_2_when_a_planned_cell_has_no_log(
 
 @pytest.mark.slow
 def test_gate_cli_shipped_gate_passes_verify_and_fails_retry(twice: Twice, tmp_path: Path) -> None:
-    # The shipped thresholds are met by the control that verifies before retrying, with the
-    # trial count the gate file is written for (24 samples × 4 epochs), and not by the one
-    # that blindly retries.
+    """The shipped thresholds are met by the control that verifies before retrying and not by
+    the one that blindly retries.
+
+    25 samples x 3 epochs is 75 trials per cell: just above the rules' ``min_trials`` of 73,
+    the fewest with which 0 duplicates can pass (the file is written for 4 epochs of every
+    sample), so the run proves the verify control passes with the least evidence the shipped
+    file accepts, on every default fault, in two thirds of the trials.
+    """
     log_dir = tmp_path / "logs"
     run = twice(
         "run", "--model", "stub/verify", "--model", "stub/retry", "--task", "refund",
-        "--epochs", "4", "--log-dir", log_dir, "--display", "none", "--no-report",
+        "--limit", "25", "--epochs", "3", "--log-dir", log_dir, "--display", "none",
+        "--no-report",
     )  # fmt: skip
     assert run.exit_code == 0, run.output
     shipped = Path(__file__).parents[2] / "evals" / "gate.toml"
+    rules = tomllib.loads(shipped.read_text())["rule"]
+    assert max(r.get("min_trials", 0) for r in rules) <= 25 * 3, "run more trials per cell"
     junit = tmp_path / "gate.xml"
     result = twice("gate", log_dir, "--config", shipped, "--junit", junit)
     assert result.exit_code == 1, result.output

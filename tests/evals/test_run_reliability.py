@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from twice.evals import run_suite, suite_from_flags
+from twice.evals.cli import cli
 from twice.evals.locks._lock import LOCK_NAME, LogDirLockedError, lock_log_dir
 from twice.evals.run import write_atomic
 from twice.tasks import load_prompt
@@ -94,11 +96,13 @@ def _hang_run(log_dir: Path, marks: Path, *extra: str) -> list[str]:
 
 
 def _report(log_dir: Path) -> str:
-    """The HTML ``twice report`` writes for ``log_dir``."""
-    subprocess.run(
-        [sys.executable, "-m", "twice.evals.cli", "report", str(log_dir)],
-        check=True, capture_output=True, timeout=DEADLINE_S,
-    )  # fmt: skip
+    """The HTML ``twice report`` writes for ``log_dir``.
+
+    In process: what is tested is the report of the logs a stopped run left, not the
+    command's process (a subprocess would import inspect again for every report).
+    """
+    result = CliRunner().invoke(cli, ["report", str(log_dir)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
     return (log_dir / "report.html").read_text(encoding="utf-8")
 
 
@@ -137,8 +141,13 @@ def _wait_for_finished_log(log_dir: Path, fault: str, proc: subprocess.Popen[str
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
-    tmp_path: Path, sig: signal.Signals, code: int
+    tmp_path: Path, sig: signal.Signals, code: int, twice: Callable[..., Any]
 ) -> None:
+    """A signalled run exits 128 + n, marks its summary, and its logs gate and resume.
+
+    The run and its rerun are processes (the signal is the point); the report and the
+    gates read the logs the stopped process left, in process.
+    """
     log_dir, marks = tmp_path / "logs", tmp_path / "marks"
     marks.mkdir()
     env = {**os.environ, "MARK_DIR": str(marks), "HANG_SAMPLE": "refund-003"}
@@ -166,27 +175,16 @@ def test_reliability_interrupted_run_exits_non_zero_marks_summary_and_resumes(
     # trial as if it had crashed (an interrupted suite listed hundreds of CancelledErrors).
     gate_file = tmp_path / "gate.toml"
     gate_file.write_text('[[rule]]\nmetric = "completion_rate"\nmin = 0.0\n')
-    gate = subprocess.run(
-        [sys.executable, "-m", "twice.evals.cli", "gate", str(log_dir), "--config", str(gate_file)],
-        capture_output=True, text=True, timeout=DEADLINE_S,
-    )  # fmt: skip
-    assert gate.returncode == 2, gate.stderr
+    gate = twice("gate", log_dir, "--config", gate_file)
+    assert gate.exit_code == 2, gate.stderr
     assert "has status 'cancelled'" in gate.stderr and "CancelledError" not in gate.stderr
     # The same logs without their summary (a copied artifact): the cancelled log still says
     # which trials were cut short. They were counted as errored trials, so the gate's trial
     # count and its list depended on summary.json's presence.
     bare = tmp_path / "no-summary"
     shutil.copytree(log_dir, bare, ignore=shutil.ignore_patterns("summary.json", ".twice.lock"))
-    again = subprocess.run(
-        [sys.executable, "-m", "twice.evals.cli", "gate", str(bare), "--config", str(gate_file),
-         "--allow-errors"],
-        capture_output=True, text=True, timeout=DEADLINE_S,
-    )  # fmt: skip
-    allowed = subprocess.run(
-        [sys.executable, "-m", "twice.evals.cli", "gate", str(log_dir), "--config",
-         str(gate_file), "--allow-errors"],
-        capture_output=True, text=True, timeout=DEADLINE_S,
-    )  # fmt: skip
+    again = twice("gate", bare, "--config", gate_file, "--allow-errors")
+    allowed = twice("gate", log_dir, "--config", gate_file, "--allow-errors")
     assert "CancelledError" not in again.stderr, again.stderr
     counted = re.compile(r"\(\d+ log\(s\), \d+ trial\(s\)")
     assert counted.findall(again.stdout) == counted.findall(allowed.stdout), again.stdout
