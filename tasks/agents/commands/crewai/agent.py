@@ -68,7 +68,8 @@ def sync(name: str, fn: ApiTool) -> object:
     return tool(name)(run)
 
 
-class TextOnlyOpenAI(OpenAICompletion):
+# mypy checks this folder without CrewAI installed, where its classes are Any.
+class TextOnlyOpenAI(OpenAICompletion):  # type: ignore[misc]
     """CrewAI's OpenAI provider for a model served without function calling: CrewAI then
     offers it no tools and runs its text (ReAct) loop."""
 
