@@ -61,6 +61,7 @@ from ._stub_config import (
     keep_stub_config,
     raise_if_stub_could_not_play,
 )
+from ._stub_react import react_action
 from ._stub_transcript import UNKNOWN_OUTCOME
 from ._trial_services import Services
 from ._wire import (
@@ -154,6 +155,7 @@ __all__ = [
     "openapi_service",
     "outcome_of",
     "raise_if_stub_could_not_play",
+    "react_action",
     "services_from_state",
     "start_own_transport",
     "stop_own_transport",

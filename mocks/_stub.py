@@ -37,7 +37,9 @@ An agent that offers the task's tools through an MCP server under the Claude Cod
 A framework that writes the conversation's tool calls as text (smolagents'
 ``ToolCallingAgent``: "Calling tools: [...]", "Observation: ...", and only the error when a tool
 raised) is read back as tool calls first; offered smolagents' ``final_answer`` tool, a stub
-gives its final answer by calling it.
+gives its final answer by calling it. Offered none of the plan's tools by a prompt that asks
+for ReAct text (``Action:`` / ``Action Input:``), a stub reads and answers in that format
+(:mod:`._stub_react`).
 
 Independent actions: when a stub gives up on a step whose plan says ``on_fail: "continue"``
 (e.g. the first of two refunds), it goes on with the next step instead of stopping.
@@ -88,6 +90,7 @@ from ._stub_config import (
     current_config,
     plan_of,
 )
+from ._stub_react import as_react_text, from_react_transcript, react_tools
 from ._stub_transcript import (
     ID_PREFIX,
     STUB_ID,
@@ -294,18 +297,22 @@ class StubAPI(ModelAPI):
             await asyncio.sleep(self.delay)
         plan = plan_of(cfg)
         names = {t.name for t in tools}
+        react = react_tools(input, plan, names)
+        if react is not None:
+            names, input = react, from_react_transcript(input, plan)
         input = from_text_transcript(input, plan)
         turn = _last_turn(input)
         if turn is None:
             if _asked_again(input):
                 out = self._asked_again(input, plan, cfg)
             elif any(isinstance(m, ChatMessageAssistant) for m in input):
-                return as_final_answer(self._say(input, "Done."), names)
+                out = self._say(input, "Done.")
             else:
                 out = self._act(input, plan, 0, 1)
         else:
             out = self._next(input, plan, cfg, turn)
-        return as_final_answer(self._offered(out, input, plan, names), names)
+        said = self._offered(out, input, plan, names)
+        return as_final_answer(said, names) if react is None else as_react_text(said)
 
     def _offered(
         self,

@@ -26,6 +26,8 @@ ERROR_TEXT = re.compile(
     # Google ADK's ReflectAndRetryToolPlugin: a JSON object naming the exception's type.
     r"^\s*\{[^\n]*\"error_type\"\s*:|"
     r"fix the errors and try again|"
+    # A ReAct agent that gave up on a tool after its own attempts (CrewAI's ToolUsage).
+    r"i encountered an error while trying to use the tool|"
     # A framework that hands the model the bare error message (the Vercel AI SDK): Node's
     # fetch when the connection failed or its AbortSignal.timeout fired, and a tool's own
     # error for a reply that was not 2xx.

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inspect_ai.event import ModelEvent
-from twice.mocks import Attempt, Ledger
+from twice.mocks import Attempt, Ledger, react_action
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,8 @@ class ModelToolCall:
 
 
 def model_tool_calls(events: Iterable[object]) -> list[ModelToolCall]:
-    """The tool calls of every model turn among inspect transcript ``events``, in order."""
+    """The tool calls of every model turn among inspect transcript ``events``, in order: the
+    reply's tool calls, or, for a turn offered no tools, the ``Action`` its ReAct text names."""
     calls: list[ModelToolCall] = []
     turn = 0
     for event in events:
@@ -71,6 +72,11 @@ def model_tool_calls(events: Iterable[object]) -> list[ModelToolCall]:
         for call in made or []:
             args = call.arguments if isinstance(call.arguments, dict) else {}
             calls.append(ModelToolCall(call.function, args, done, turn))
+        if not made and not event.tools and event.output.choices:
+            # Offered no tools, a model on a text (ReAct) loop names its call in its reply.
+            action = react_action(event.output.completion)
+            if action is not None:
+                calls.append(ModelToolCall(action[0], action[1], done, turn))
         turn += 1
     return calls
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from inspect_ai.event import ModelEvent
+from inspect_ai.model import GenerateConfig, ModelOutput
+from inspect_ai.tool import ToolInfo
 from twice.assertions import Intent, trial_metrics
 from twice.mocks import Attempt, Effect, Ledger
-from twice.tasks.agents import ModelToolCall, attribute_attempts
+from twice.tasks.agents import ModelToolCall, attribute_attempts, model_tool_calls
 
 REFUND = "payments.refund.create"
 LIST = "payments.refund.list"
@@ -151,3 +155,31 @@ def test_attribution_shows_in_the_verdict_and_the_effects_facts() -> None:
         ("initial", False),
         ("framework", True),
     ]
+
+
+def _event(completion: str, *, tools: list[ToolInfo] | None = None) -> ModelEvent:
+    return ModelEvent(
+        model="stub/no-retry",
+        input=[],
+        tools=tools or [],
+        tool_choice="auto",
+        config=GenerateConfig(),
+        output=ModelOutput.from_content("stub/no-retry", completion),
+    )
+
+
+def test_model_tool_calls_reads_the_action_of_a_react_text_turn() -> None:
+    # A model offered no tools names its call in ReAct text: without reading it, a framework's
+    # re-send of that call could not be told from one nobody asked for.
+    said = f"Thought: refund it.\nAction: issue_refund\nAction Input: {json.dumps(ASK)}"
+    calls = model_tool_calls([_event(said), _event("Thought: done\nFinal Answer: refunded")])
+    assert [(c.name, dict(c.arguments), c.turn) for c in calls] == [("issue_refund", ASK, 0)]
+    ledger = Ledger(attempts=[_post(1, calls[0].at + 1), _post(2, calls[0].at + 2)])
+    attribute_attempts(ledger, calls, IDENTITY)
+    assert _sources(ledger) == ["initial", "framework"]
+
+
+def test_model_tool_calls_takes_react_text_only_from_a_turn_offered_no_tools() -> None:
+    said = f"Action: issue_refund\nAction Input: {json.dumps(ASK)}"
+    offered = [ToolInfo(name="issue_refund", description="refund")]
+    assert model_tool_calls([_event(said, tools=offered)]) == []

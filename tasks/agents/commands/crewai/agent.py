@@ -11,6 +11,17 @@ run; a tool's exception does not end it.
 CrewAI's docs write tools as plain functions and run a crew with ``kickoff()``; it calls a tool
 where it pleases (an async tool on an event loop of its own per call), so each call here gets
 its own HTTP client, made and closed on the loop that runs it.
+
+``agent.py --react``: the same agent on CrewAI's text (ReAct) path, which CrewAI takes for a
+model served without function calling. Its LLM is CrewAI's own OpenAI provider with
+``supports_function_calling()`` False (``OpenAICompletion.supports_function_calling``,
+``crewai/llms/providers/openai/completion.py:3000-3002``, returns ``not self.is_o1_model``;
+``Agent._supports_native_tool_calling``, ``crewai/agent/core.py:662-675``, reads it): the
+model is offered no tools, the prompt lists them and asks for ``Thought:`` / ``Action:`` /
+``Action Input:``, and ``ToolUsage`` runs the tool. When a tool raises, ``ToolUsage`` calls it
+again with the same arguments by itself (``crewai/tools/tool_usage.py:622-629``, a blanket
+``except Exception`` that invokes it again, and ``:708-756``, up to ``_max_parsing_attempts``
+rounds of ``self.use(...)``), before the model sees anything.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
 from crewai import LLM, Agent, Crew, Task  # noqa: E402
+from crewai.llms.providers.openai.completion import OpenAICompletion  # noqa: E402
 from crewai.tools import tool  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -56,10 +68,24 @@ def sync(name: str, fn: ApiTool) -> object:
     return tool(name)(run)
 
 
+# mypy checks this folder without CrewAI installed, where its classes are Any.
+class TextOnlyOpenAI(OpenAICompletion):  # type: ignore[misc]
+    """CrewAI's OpenAI provider for a model served without function calling: CrewAI then
+    offers it no tools and runs its text (ReAct) loop."""
+
+    def supports_function_calling(self) -> bool:
+        return False
+
+
 def main() -> None:
-    llm = LLM(
-        model=f"openai/{TRIAL['model']}", base_url=TRIAL["base_url"], api_key=TRIAL["api_key"]
-    )
+    if "--react" in sys.argv[1:]:
+        llm: LLM | OpenAICompletion = TextOnlyOpenAI(
+            model=TRIAL["model"], base_url=TRIAL["base_url"], api_key=TRIAL["api_key"]
+        )
+    else:
+        llm = LLM(
+            model=f"openai/{TRIAL['model']}", base_url=TRIAL["base_url"], api_key=TRIAL["api_key"]
+        )
     with_names = service_tools(client())  # only the names and signatures: never called
     agent = Agent(
         role="Support agent",
