@@ -464,6 +464,23 @@ RULE_STATE_TEXTS = [
         f"1 errored trial left out{NO_GUARANTEE}",
     ),
     (
+        {"metric": "excess_effects_mean", "min": 0.5},
+        {"n": 4, "duplicated": 2},
+        0.95,
+        "",
+        ("pass", True),
+        f"point excess_effects_mean = 0.5 over 4 trials{NO_GUARANTEE}",
+    ),
+    (
+        {"metric": "excess_effects_mean", "max": 0.5},
+        {"n": 0},
+        0.95,
+        "",
+        ("fail", False),
+        "point excess_effects_mean = nan over 0 trials; the rule needs at least 1 to pass"
+        + NO_GUARANTEE,
+    ),
+    (
         {"metric": "duplication_rate", "max": 0.05, "min_trials": 30},
         {"n": 20, "duplicated": 20},
         0.95,
@@ -639,8 +656,10 @@ def test_rule_state_says_its_verdict_in_full(
     # A rule judged before its min_trials are in once said "34.4% > max 50.0%" of a value
     # within its bound: the sign must compare the value, the shortfall is said apart.
     trials = make_trials(**made)
-    state = rule_state(
-        parse_gate({"rule": [{"name": "r", **rule}]}).rules[0], trials, confidence, excluded
-    )
+    gate_rule = parse_gate({"rule": [{"name": "r", **rule}]}).rules[0]
+    if excluded:
+        state = rule_state(gate_rule, trials, confidence, excluded)
+    else:  # the default: nothing appended
+        state = rule_state(gate_rule, trials, confidence)
     assert (state.status, state.settled) == verdict
     assert state.message == text
