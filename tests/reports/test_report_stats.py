@@ -354,6 +354,10 @@ def test_prompt_comparison_takes_the_reference_asked_when_it_ran() -> None:
     assert set(table["reference"]) == {"b"} and set(table["prompt"]) == {"a"}
     table = prompt_comparison(frame, reference="never-ran")
     assert set(table["reference"]) == {"a"} and set(table["prompt"]) == {"b"}
+    # A prompt called baseline is the reference wherever it comes in the run.
+    frame = _trials([({"prompt": "a"}, 10, 5), ({"prompt": "baseline"}, 10, 1)])
+    table = prompt_comparison(frame)
+    assert set(table["reference"]) == {"baseline"} and set(table["prompt"]) == {"a"}
 
 
 def test_prompt_comparison_per_fault_rows_only_when_asked_and_more_than_one_fault() -> None:
@@ -366,6 +370,9 @@ def test_prompt_comparison_per_fault_rows_only_when_asked_and_more_than_one_faul
         ]
     )
     assert set(prompt_comparison(two_faults, by_fault=False)["fault"]) == {"all"}
+    dup = prompt_comparison(two_faults).query("metric == 'duplicated'").set_index("fault")
+    assert dict(dup["n"]) == {"all": 8, "lost_reply": 4, "none": 4}
+    assert dict(dup["rate_ref"]) == {"all": 0.25, "lost_reply": 0.5, "none": 0.0}
     one_fault = _trials([({}, 4, 2), ({"prompt": "p2"}, 4, 0)])
     assert set(prompt_comparison(one_fault)["fault"]) == {"all"}
 
@@ -384,3 +391,18 @@ def test_prompt_comparison_is_per_model_and_skips_a_model_without_the_reference(
     dup = table[table["metric"] == "duplicated"].set_index("model")
     assert list(dup.index) == ["m/a", "m/b"]
     assert list(dup["n"]) == [4, 6] and list(dup["rate_ref"]) == [0.5, 1.0]
+    # Models in sorted order, whatever order their trials came in.
+    reordered = pd.concat([frame.iloc[8:], frame.iloc[:8]], ignore_index=True)
+    table = prompt_comparison(reordered)
+    assert list(table[table["metric"] == "duplicated"]["model"]) == ["m/a", "m/b"]
+
+
+def test_prompt_comparison_skips_a_prompt_sharing_no_condition_and_goes_on() -> None:
+    frame = _trials(
+        [
+            ({"fault": "lost_reply"}, 4, 2),
+            ({"prompt": "p2", "fault": "none"}, 4, 0),  # nothing in common with the reference
+            ({"prompt": "p3", "fault": "lost_reply"}, 4, 0),
+        ]
+    )
+    assert set(prompt_comparison(frame)["prompt"]) == {"p3"}
