@@ -194,10 +194,10 @@ def test_baseline_comparison_flags_regressions_and_improvements() -> None:
     assert worse["diff"] == pytest.approx(20 / 30) and worse["verdict"] == "worse"
 
 
-def test_verdict_of_all_against_none_is_not_same() -> None:
-    everything = difference(40, 40, 0, 40)
-    assert verdict("duplicated", everything) == "worse"
-    assert verdict("safe_success", everything) == "better"
+def test_verdict_of_a_rise_is_worse_for_duplication_and_better_for_safe_success() -> None:
+    for rise in (difference(20, 40, 0, 40), difference(40, 40, 0, 40)):  # +50 %, all vs none
+        assert verdict("duplicated", rise) == "worse"
+        assert verdict("safe_success", rise) == "better"
 
 
 @pytest.mark.parametrize(
@@ -223,7 +223,11 @@ def test_baseline_test_of_an_empty_side_is_nan_at_its_alpha() -> None:
         test = baseline_test("duplication_rate", k, n, k_ref, n_ref, alpha=0.2)
         assert math.isnan(test.p_worse) and math.isnan(test.p_better)
         assert (test.alpha, test.verdict) == (0.2, "same")
+        assert test.metric == metric("duplication_rate")
     assert baseline_test("completion_rate", 9, 20, 1, 20, alpha=0.2).alpha == 0.2
+    # The test names its metric, whichever way the metric reads the tails.
+    assert baseline_test("completed", 9, 20, 1, 20).metric == metric("completion_rate")
+    assert baseline_test("duplicated", 9, 20, 1, 20).metric == metric("duplication_rate")
 
 
 CELL_KEYS = {
@@ -282,13 +286,22 @@ def test_baseline_comparison_flags_a_cell_both_worse_and_better_as_mixed() -> No
     assert verdicts == {"duplicated": "worse", "safe_success": "worse", "completed": "better"}
 
 
-def test_baseline_comparison_of_a_cell_whose_trials_all_crashed_is_same_not_gone() -> None:
-    now = _trials([({}, 5, 0)])
-    now["completed"] = math.nan
-    table = baseline_comparison(now, _trials([({}, 20, 2)]))
-    assert set(table["flag"]) == {"same"}
-    assert list(table["n"]) == [0, 0, 0] and list(table["n_ref"]) == [20, 20, 20]
-    assert table["p_value"].isna().all() and not table["significant"].any()
+@pytest.mark.parametrize("crashed_in", ["now", "baseline"])
+def test_baseline_comparison_of_a_cell_whose_trials_all_crashed_is_same_not_gone(
+    crashed_in: str,
+) -> None:
+    # Next to a scored cell (m/b): none of its trials may stand in for the crashed cell's.
+    crashed = _trials([({}, 5, 0), ({"model": "m/b"}, 20, 20)])
+    crashed.loc[:4, "completed"] = math.nan
+    scored = _trials([({}, 20, 2), ({"model": "m/b"}, 20, 20)])
+    now, base = (crashed, scored) if crashed_in == "now" else (scored, crashed)
+    table = baseline_comparison(now, base)
+    cell = table[table["model"] == "m/a"]
+    assert set(cell["flag"]) == {"same"}
+    counts = (list(cell["n"]), list(cell["n_ref"]))
+    zeros, twenties = [0, 0, 0], [20, 20, 20]
+    assert counts == ((zeros, twenties) if crashed_in == "now" else (twenties, zeros))
+    assert cell["p_value"].isna().all() and not cell["significant"].any()
 
 
 def test_baseline_comparison_new_and_gone_cells_have_one_row_without_a_metric() -> None:
