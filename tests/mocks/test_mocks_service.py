@@ -303,9 +303,7 @@ def test_a_handler_committing_under_another_name_than_its_route_is_an_error() ->
     assert s.ledger.effects == []
 
 
-def test_a_commit_records_its_effect_on_route_and_attempt_and_the_handler_sees_the_request() -> (
-    None
-):
+def test_a_commit_records_its_effect_and_the_handler_sees_the_request() -> None:
     seen: list[httpx.Request] = []
 
     class Watching(PaymentsService):
