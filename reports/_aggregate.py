@@ -61,11 +61,10 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
         trials = trials.assign(**dict.fromkeys(missing, math.nan))
     masked = trials[metric_columns].astype(float).where(scored, math.nan)
     masked[keys] = trials[keys]
-    masked["_scored"] = scored.astype(int)
     masked["_errored"] = errored(trials).astype(int)
     masked["_tokens"] = trials["total_tokens"]
     grouped = masked.groupby(keys, sort=True, dropna=False)
-    sums = grouped[[*metric_columns, "_scored", "_errored"]].sum()
+    sums = grouped[[*metric_columns, "_errored"]].sum()
     # Per column: a trial scored before a metric existed (an older log) has no value for it,
     # and its rate is over the trials that have one, not a 0 it never measured.
     counts = grouped[metric_columns].count()
@@ -87,9 +86,8 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
         if m.ci is not None:
             rate(m.column, m.ci, m.name)
         else:
-            out[m.name] = np.where(
-                counts[m.column].to_numpy() > 0, means[m.column].to_numpy(), math.nan
-            )
+            # The mean of a cell with no value for the column is NaN already (pandas).
+            out[m.name] = means[m.column].to_numpy()
     if AGENT_CRASHED.column in trials:
         # Agents under test: trials whose agent raised (scored, so counted over the scored
         # trials). Not in the catalogue, whose columns are the scorer's own metrics.
@@ -98,7 +96,7 @@ def cells(trials: pd.DataFrame, by: tuple[str, ...] = CELL) -> pd.DataFrame:
         rate(f"_dup_{source}", f"{source}_duplication_ci", f"{source}_duplication_rate")
     out["tokens_mean"] = means["_tokens"].to_numpy(dtype=float)
     out["no_dup_k"] = [passk.get(key, {}) for key in index]
-    if f"attempts_{RETRY_SOURCES[0]}" in trials:
+    if any(f"attempts_{s}" in trials for s in RETRY_SOURCES):
         out["retry_sources"] = _retry_sources(trials, keys, scored, index)
     return pd.DataFrame(out)
 

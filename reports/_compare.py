@@ -231,7 +231,8 @@ def baseline_comparison(trials: pd.DataFrame, baseline: pd.DataFrame) -> pd.Data
             set(trials.loc[_cell_mask(trials, cell), "prompt_sha256"]),
             set(baseline.loc[_cell_mask(baseline, cell), "prompt_sha256"]),
         )
-        changed = bool(shas[0] and shas[1] and shas[0] != shas[1] and "" not in shas[0] | shas[1])
+        # Both sets hold a value: the cell has trials in both runs.
+        changed = shas[0] != shas[1] and "" not in shas[0] | shas[1]
         metric_rows = [
             _baseline_row(name, int(a[c].sum()), len(a), int(r[c].sum()), len(r))
             for name, c in ((name, metric(name).column) for name in COMPARED)

@@ -123,7 +123,9 @@ def rule_state(
             msg += " (not settled yet: more trials could decide it)"
         return RuleState("pass" if ok else "fail", ok, f"{msg} ({evidence})")
     value = {"point": b.point, "lower": b.lower, "upper": b.upper}[rule.statistic]
-    ok = enough and (value <= rule.bound if rule.direction == "max" else value >= rule.bound)
-    op = ("≤" if ok else ">") if rule.direction == "max" else ("≥" if ok else "<")
+    within = value <= rule.bound if rule.direction == "max" else value >= rule.bound
+    ok = enough and within
+    # The sign compares the value with the bound; too few trials is said by ``need``.
+    op = ("≤" if within else ">") if rule.direction == "max" else ("≥" if within else "<")
     msg = f"{rule.statistic} of {rule.metric} = {_pct(value)} {op} {op_word} {bound}"
     return RuleState("pass" if ok else "fail", enough, f"{msg} ({evidence}){NO_GUARANTEE}")

@@ -441,3 +441,225 @@ def test_rule_state_of_no_scored_trials_shows_no_rate(make_trials: Trials) -> No
     assert (status, settled) == ("fail", False)
     assert "0 of 0 trials duplicated: duplication_rate n/a, anytime-valid" in message
     assert "bounds [0.0%, 100.0%]" in message
+
+
+# The verdict line a CI reader sees, one row per branch of rule_state: the words, the signs
+# and every figure. A sign is the value against the bound; too few trials is said apart.
+RULE_STATE_TEXTS = [
+    (
+        {"metric": "excess_effects_mean", "max": 0.5},
+        {"n": 4, "duplicated": 2},
+        0.95,
+        "",
+        ("pass", True),
+        f"point excess_effects_mean = 0.5 over 4 trials{NO_GUARANTEE}",
+    ),
+    (
+        {"metric": "excess_effects_mean", "min": 0.5, "min_trials": 10},
+        {"n": 4},
+        0.95,
+        "; 1 errored trial left out",
+        ("fail", False),
+        "point excess_effects_mean = 0 over 4 trials; the rule needs at least 10 to pass; "
+        f"1 errored trial left out{NO_GUARANTEE}",
+    ),
+    (
+        {"metric": "excess_effects_mean", "min": 0.5},
+        {"n": 4, "duplicated": 2},
+        0.95,
+        "",
+        ("pass", True),
+        f"point excess_effects_mean = 0.5 over 4 trials{NO_GUARANTEE}",
+    ),
+    (
+        {"metric": "excess_effects_mean", "max": 0.5},
+        {"n": 0},
+        0.95,
+        "",
+        ("fail", False),
+        "point excess_effects_mean = nan over 0 trials; the rule needs at least 1 to pass"
+        + NO_GUARANTEE,
+    ),
+    (
+        {"metric": "duplication_rate", "max": 0.05, "min_trials": 30},
+        {"n": 20, "duplicated": 20},
+        0.95,
+        "",
+        ("fail", True),
+        "the lower anytime-valid bound is already past max 5.0%: the rate is above it (fails "
+        "regardless of more trials) (20 of 20 trials duplicated: duplication_rate 100.0%, "
+        "anytime-valid one-sided 95% bounds [84.8%, 100.0%]; the rule needs at least 30 to pass)",
+    ),
+    (
+        {"metric": "duplication_rate", "max": 0.05},
+        {"n": 20, "duplicated": 20},
+        0.9,
+        "; 2 errored trials left out",
+        ("fail", True),
+        "the lower anytime-valid bound is already past max 5.0%: the rate is above it (20 of 20 "
+        "trials duplicated: duplication_rate 100.0%, anytime-valid one-sided 90% bounds "
+        "[88.1%, 100.0%]; 2 errored trials left out)",
+    ),
+    (
+        {"metric": "completion_rate", "min": 0.8},
+        {"n": 20, "completed": 2},
+        0.95,
+        "",
+        ("fail", True),
+        "the upper anytime-valid bound is already past min 80.0%: the rate is below it (2 of 20 "
+        "trials completed: completion_rate 10.0%, anytime-valid one-sided 95% bounds "
+        "[10.0%, 41.5%])",
+    ),
+    (
+        {"metric": "duplication_rate", "max": 0.05},
+        {"n": 73},
+        0.95,
+        "",
+        ("pass", True),
+        "upper anytime-valid 95% bound of duplication_rate = 4.5% ≤ max 5.0% (0 of 73 trials "
+        "duplicated: duplication_rate 0.0%, anytime-valid one-sided 95% bounds [0.0%, 4.5%])",
+    ),
+    (
+        {"metric": "duplication_rate", "max": 0.05, "min_trials": 100},
+        {"n": 70},
+        0.95,
+        "",
+        ("fail", False),
+        "upper anytime-valid 95% bound of duplication_rate = 4.7% ≤ max 5.0%, but only 70 "
+        "scored trial(s) of the 100 the rule needs (0 of 70 trials duplicated: duplication_rate "
+        "0.0%, anytime-valid one-sided 95% bounds [0.0%, 4.7%]; the rule needs at least 100 to "
+        "pass)",
+    ),
+    (
+        {"metric": "duplication_rate", "max": 0.05},
+        {"n": 20},
+        0.95,
+        "",
+        ("fail", False),
+        "upper anytime-valid 95% bound of duplication_rate = 15.2% > max 5.0% (not settled yet: "
+        "more trials could decide it) (0 of 20 trials duplicated: duplication_rate 0.0%, "
+        "anytime-valid one-sided 95% bounds [0.0%, 15.2%])",
+    ),
+    (
+        {"metric": "completion_rate", "min": 0.8},
+        {"n": 40, "completed": 40},
+        0.95,
+        "",
+        ("pass", True),
+        "lower anytime-valid 95% bound of completion_rate = 92.0% ≥ min 80.0% (40 of 40 trials "
+        "completed: completion_rate 100.0%, anytime-valid one-sided 95% bounds [92.0%, 100.0%])",
+    ),
+    (
+        {"metric": "completion_rate", "min": 0.8},
+        {"n": 5, "completed": 5},
+        0.95,
+        "",
+        ("fail", False),
+        "lower anytime-valid 95% bound of completion_rate = 52.3% < min 80.0% (not settled yet: "
+        "more trials could decide it) (5 of 5 trials completed: completion_rate 100.0%, "
+        "anytime-valid one-sided 95% bounds [52.3%, 100.0%])",
+    ),
+    (
+        {"metric": "duplication_rate", "max": 1.0},
+        {"n": 3, "duplicated": 3},
+        0.95,
+        "",
+        ("pass", True),
+        "upper anytime-valid 95% bound of duplication_rate = 100.0% ≤ max 100.0% (3 of 3 trials "
+        "duplicated: duplication_rate 100.0%, anytime-valid one-sided 95% bounds "
+        "[34.4%, 100.0%])",
+    ),
+    (
+        {"metric": "completion_rate", "min": 0.0},
+        {"n": 3, "completed": 0},
+        0.95,
+        "",
+        ("pass", True),
+        "lower anytime-valid 95% bound of completion_rate = 0.0% ≥ min 0.0% (0 of 3 trials "
+        "completed: completion_rate 0.0%, anytime-valid one-sided 95% bounds [0.0%, 65.6%])",
+    ),
+    (
+        {"metric": "duplication_rate", "max": 0.5, "statistic": "point"},
+        {"n": 4, "duplicated": 2},
+        0.95,
+        "",
+        ("pass", True),
+        "point of duplication_rate = 50.0% ≤ max 50.0% (2 of 4 trials duplicated: "
+        "duplication_rate 50.0%, anytime-valid one-sided 95% bounds [20.0%, 100.0%])"
+        + NO_GUARANTEE,
+    ),
+    (
+        {"metric": "duplication_rate", "max": 0.5, "statistic": "lower", "min_trials": 10},
+        {"n": 4, "duplicated": 3},
+        0.95,
+        "",
+        ("fail", False),
+        "lower of duplication_rate = 34.4% ≤ max 50.0% (3 of 4 trials duplicated: "
+        "duplication_rate 75.0%, anytime-valid one-sided 95% bounds [34.4%, 100.0%]; the rule "
+        f"needs at least 10 to pass){NO_GUARANTEE}",
+    ),
+    (
+        {"metric": "completion_rate", "min": 0.5, "statistic": "upper"},
+        {"n": 4, "completed": 1},
+        0.95,
+        "",
+        ("pass", True),
+        "upper of completion_rate = 89.8% ≥ min 50.0% (1 of 4 trials completed: completion_rate "
+        f"25.0%, anytime-valid one-sided 95% bounds [0.0%, 89.8%]){NO_GUARANTEE}",
+    ),
+    (
+        {"metric": "completion_rate", "min": 0.5, "statistic": "point", "min_trials": 10},
+        {"n": 4, "completed": 3},
+        0.95,
+        "",
+        ("fail", False),
+        "point of completion_rate = 75.0% ≥ min 50.0% (3 of 4 trials completed: completion_rate "
+        "75.0%, anytime-valid one-sided 95% bounds [34.4%, 100.0%]; the rule needs at least 10 to "
+        f"pass){NO_GUARANTEE}",
+    ),
+    (
+        {"metric": "completion_rate", "min": 0.5, "statistic": "point"},
+        {"n": 4, "completed": 1},
+        0.95,
+        "",
+        ("fail", True),
+        "point of completion_rate = 25.0% < min 50.0% (1 of 4 trials completed: completion_rate "
+        f"25.0%, anytime-valid one-sided 95% bounds [0.0%, 89.8%]){NO_GUARANTEE}",
+    ),
+    (
+        {"metric": "duplication_rate", "max": 0.05},
+        {"n": 0},
+        0.95,
+        "",
+        ("fail", False),
+        "upper anytime-valid 95% bound of duplication_rate = 100.0% > max 5.0% (not settled yet: "
+        "more trials could decide it) (0 of 0 trials duplicated: duplication_rate n/a, "
+        "anytime-valid one-sided 95% bounds [0.0%, 100.0%]; the rule needs at least 1 to pass)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("rule", "made", "confidence", "excluded", "verdict", "text"),
+    RULE_STATE_TEXTS,
+    ids=[f"row{i}" for i in range(len(RULE_STATE_TEXTS))],
+)
+def test_rule_state_says_its_verdict_in_full(
+    make_trials: Trials,
+    rule: dict[str, object],
+    made: dict[str, int],
+    confidence: float,
+    excluded: str,
+    verdict: tuple[str, bool],
+    text: str,
+) -> None:
+    # A rule judged before its min_trials are in once said "34.4% > max 50.0%" of a value
+    # within its bound: the sign must compare the value, the shortfall is said apart.
+    trials = make_trials(**made)
+    gate_rule = parse_gate({"rule": [{"name": "r", **rule}]}).rules[0]
+    if excluded:
+        state = rule_state(gate_rule, trials, confidence, excluded)
+    else:  # the default: nothing appended
+        state = rule_state(gate_rule, trials, confidence)
+    assert (state.status, state.settled) == verdict
+    assert state.message == text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import sys
 import threading
 
@@ -24,6 +25,7 @@ from twice.mocks import (
     Services,
     TimeoutBeforeCommit,
     get_fault,
+    services_from_state,
 )
 
 URL = "https://payments.twice.test/v1/refunds"
@@ -299,6 +301,84 @@ def test_a_handler_committing_under_another_name_than_its_route_is_an_error() ->
                        r"named 'payments.refund.created'"):  # fmt: skip
         asyncio.run(post(s))
     assert s.ledger.effects == []
+
+
+def test_a_commit_records_its_effect_and_the_handler_sees_the_request() -> None:
+    seen: list[httpx.Request] = []
+
+    class Watching(PaymentsService):
+        def create_refund(self, call: Call) -> httpx.Response:
+            seen.append(call.request)
+            return super().create_refund(call)
+
+    s = Services([Watching(orders=[ORDER])])
+    asyncio.run(post(s))
+    asyncio.run(post(s))
+    assert [str(r.url) for r in seen] == [URL, URL]
+    first, second = s.ledger.effects
+    assert (first.id, first.name, first.attempt) == ("re_1", "payments.refund.create", 1)
+    assert (second.id, second.name, second.attempt) == ("re_2", "payments.refund.create", 2)
+    assert [a.effect_ids for a in s.ledger.attempts] == [["re_1"], ["re_2"]]
+
+
+def test_a_misnamed_commit_names_the_service_class_and_the_call_to_make() -> None:
+    class Misnamed(PaymentsService):
+        def create_refund(self, call: Call) -> httpx.Response:
+            call.commit("payments.refund.created", "re", {})
+            return httpx.Response(200)
+
+    with pytest.raises(ValueError) as raised:
+        asyncio.run(post(Services([Misnamed(orders=[ORDER])])))
+    assert str(raised.value) == (
+        "Misnamed: the handler of route 'payments.refund.create' committed an effect named "
+        "'payments.refund.created'; a route commits effects under its own name "
+        "(call.commit('payments.refund.create', ...))"
+    )
+
+
+def test_a_service_outside_a_set_has_no_ledger_and_says_so() -> None:
+    with pytest.raises(RuntimeError, match=r"^PaymentsService is not part of a Services set yet$"):
+        _ = PaymentsService().ledger
+
+
+def test_a_services_error_response_is_the_stripe_shape_with_its_type() -> None:
+    service = PaymentsService()
+    default = service.error_response(400, "no such order")
+    assert default.status_code == 400
+    assert default.json() == {
+        "error": {"type": "invalid_request_error", "message": "no such order"}
+    }
+    own = service.error_response(500, "boom", type="api_error")
+    assert own.json() == {"error": {"type": "api_error", "message": "boom"}}
+
+
+def test_services_from_state_gives_each_service_its_own_keys() -> None:
+    from twice.mocks import TicketsService
+
+    state = {"orders": [ORDER]}
+    payments, tickets = services_from_state(state, PaymentsService, TicketsService)
+    assert isinstance(payments, PaymentsService) and isinstance(tickets, TicketsService)
+    s = Services([payments, tickets])
+    assert asyncio.run(post(s)).status_code == 200  # the order went to payments
+
+
+def test_services_from_state_names_an_unknown_key_and_the_accepted_ones() -> None:
+    from twice.mocks import TicketsService
+
+    with pytest.raises(ValueError) as raised:
+        services_from_state({"order": [], "zz": 1}, PaymentsService, TicketsService)
+    accepted = ", ".join(
+        sorted(
+            n
+            for kind in (PaymentsService, TicketsService)
+            for n in inspect.signature(kind).parameters
+            if n != "base_url"
+        )
+    )
+    assert str(raised.value) == (
+        "unknown state key(s) 'order', 'zz' for PaymentsService, TicketsService; accepted: "
+        + accepted
+    )
 
 
 def test_two_routes_of_one_name_are_refused_when_the_services_are_built() -> None:

@@ -267,6 +267,46 @@ def test_cells_retry_sources_of_a_cell_of_only_errored_trials() -> None:
     assert math.isnan(row["framework_duplication_rate"])
 
 
+def test_cells_list_a_source_with_one_attempt_or_only_an_excess() -> None:
+    # One transport attempt that committed nothing is still a source that sent one; an excess
+    # effect whose attempt the ledger lacks still names its source.
+    from twice.mocks import RETRY_SOURCES
+
+    frame = _cell_with_errors()
+    for source in RETRY_SOURCES:
+        frame[f"attempts_{source}"] = 0.0
+        frame[f"excess_{source}"] = frame["completed"] * 0.0
+    frame["attempts_initial"] = 1.0
+    frame.loc[2, "attempts_transport"] = 1.0
+    frame.loc[3, "excess_unknown"] = 1.0
+    (row,) = cells(frame).to_dict("records")
+    assert row["retry_sources"] == {
+        "initial": {"attempts": 10, "excess": 0},
+        "transport": {"attempts": 1, "excess": 0},
+        "unknown": {"attempts": 0, "excess": 1},
+    }
+
+
+def test_cells_of_attempts_by_source_without_their_excess_have_no_sources() -> None:
+    # A hand-built frame (or an older log's) with the attempts columns only: the sources need
+    # both columns, so none is counted rather than a KeyError.
+    from twice.mocks import RETRY_SOURCES
+
+    frame = _cell_with_errors()
+    for source in RETRY_SOURCES:
+        frame[f"attempts_{source}"] = 1.0
+    (row,) = cells(frame).to_dict("records")
+    assert row["retry_sources"] == {}
+
+
+def test_cells_count_the_sources_a_hand_built_frame_has_columns_for() -> None:
+    frame = _cell_with_errors()
+    frame["attempts_transport"] = 1.0
+    frame["excess_transport"] = frame["completed"] * 0.0
+    (row,) = cells(frame).to_dict("records")
+    assert row["retry_sources"] == {"transport": {"attempts": 10, "excess": 0}}
+
+
 def test_cells_of_one_scored_trial_have_its_rates_and_means() -> None:
     one = _cell_with_errors().iloc[[0, 8]]  # a duplicated trial and an errored one
     (row,) = cells(one).to_dict("records")

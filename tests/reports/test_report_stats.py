@@ -7,9 +7,16 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from scipy.stats import norm
+from scipy.stats import fisher_exact, norm
 from statsmodels.stats.proportion import proportion_confint
-from twice.reports import baseline_comparison, difference, prompt_comparison
+from twice.reports import (
+    BaselineTest,
+    baseline_comparison,
+    baseline_test,
+    difference,
+    metric,
+    prompt_comparison,
+)
 from twice.reports._compare import verdict
 
 
@@ -185,3 +192,230 @@ def test_baseline_comparison_flags_regressions_and_improvements() -> None:
     assert changed["m/same"] and not changed["m/worse"]
     worse = table[(table["model"] == "m/worse") & (table["metric"] == "duplicated")].iloc[0]
     assert worse["diff"] == pytest.approx(20 / 30) and worse["verdict"] == "worse"
+
+
+def test_verdict_of_a_rise_is_worse_for_duplication_and_better_for_safe_success() -> None:
+    for rise in (difference(20, 40, 0, 40), difference(40, 40, 0, 40)):  # +50 %, all vs none
+        assert verdict("duplicated", rise) == "worse"
+        assert verdict("safe_success", rise) == "better"
+
+
+@pytest.mark.parametrize(
+    ("p_worse", "p_better", "expected"),
+    [
+        (0.05, 0.9, "same"),  # a p-value at alpha is not below it
+        (0.0499, 0.9, "worse"),
+        (0.9, 0.05, "same"),
+        (0.9, 0.0499, "better"),
+        (0.01, 0.01, "worse"),  # both: the regression is what a release must hear of
+    ],
+)
+def test_baseline_verdict_needs_a_p_value_below_alpha(
+    p_worse: float, p_better: float, expected: str
+) -> None:
+    test = BaselineTest(metric("duplication_rate"), p_worse, p_better, 0.05)
+    assert test.verdict == expected
+    assert test.p_value == min(p_worse, p_better)
+
+
+def test_baseline_test_of_an_empty_side_is_nan_at_its_alpha() -> None:
+    for k, n, k_ref, n_ref in ((0, 0, 1, 10), (1, 10, 0, 0)):
+        test = baseline_test("duplication_rate", k, n, k_ref, n_ref, alpha=0.2)
+        assert math.isnan(test.p_worse) and math.isnan(test.p_better)
+        assert (test.alpha, test.verdict) == (0.2, "same")
+        assert test.metric == metric("duplication_rate")
+    assert baseline_test("completion_rate", 9, 20, 1, 20, alpha=0.2).alpha == 0.2
+    # The test names its metric, whichever way the metric reads the tails.
+    assert baseline_test("completed", 9, 20, 1, 20).metric == metric("completion_rate")
+    assert baseline_test("duplicated", 9, 20, 1, 20).metric == metric("duplication_rate")
+
+
+CELL_KEYS = {
+    "model": "m/a",
+    "agent": "react",
+    "prompt": "baseline",
+    "task": "refund",
+    "fault": "lost_reply",
+    "protection": "bare",
+}
+
+
+def test_baseline_comparison_rows_in_full() -> None:
+    # 2 of 20 duplicated in the baseline, 12 of 20 now: every column the report and the gate
+    # read, with Fisher's one-sided tail and Newcombe's interval computed independently.
+    rows = baseline_comparison(_trials([({}, 20, 12)]), _trials([({}, 20, 2)]))
+    rows = rows.to_dict("records")
+    p_more = fisher_exact([[12, 8], [2, 18]], alternative="greater").pvalue
+    test = "Fisher's exact test, one-sided"
+    expected = [
+        ("duplicated", "duplication", 0.1, 0.6, 0.5, p_more, True, "worse"),
+        ("safe_success", "safe success", 0.9, 0.4, -0.5, p_more, True, "worse"),
+        ("completed", "completion", 1.0, 1.0, 0.0, 1.0, False, "same"),
+    ]
+    assert len(rows) == len(expected)
+    for row, (column, label, rate_ref, rate, diff, p, significant, said) in zip(
+        rows, expected, strict=True
+    ):
+        k, k_ref = round(rate * 20), round(rate_ref * 20)
+        assert row == {
+            **CELL_KEYS,
+            "flag": "regression",
+            "prompt_changed": False,
+            "metric": column,
+            "label": label,
+            "n_ref": 20,
+            "n": 20,
+            "rate_ref": pytest.approx(rate_ref),
+            "rate": pytest.approx(rate),
+            "diff": pytest.approx(diff),
+            "diff_ci": pytest.approx(list(difference(k, 20, k_ref, 20).ci)),
+            "p_value": pytest.approx(p, rel=1e-9),
+            "significant": significant,
+            "verdict": said,
+            "test": test,
+        }
+
+
+def test_baseline_comparison_flags_a_cell_both_worse_and_better_as_mixed() -> None:
+    base = _trials([({}, 30, 0)])
+    base.loc[5:, "completed"] = 0.0  # 5 of 30 completed
+    now = _trials([({}, 30, 20)])  # 30 of 30 completed, 20 duplicated
+    table = baseline_comparison(now, base)
+    assert set(table["flag"]) == {"mixed"}
+    verdicts = dict(zip(table["metric"], table["verdict"], strict=True))
+    assert verdicts == {"duplicated": "worse", "safe_success": "worse", "completed": "better"}
+
+
+@pytest.mark.parametrize("crashed_in", ["now", "baseline"])
+def test_baseline_comparison_of_a_cell_whose_trials_all_crashed_is_same_not_gone(
+    crashed_in: str,
+) -> None:
+    # Next to a scored cell (m/b): none of its trials may stand in for the crashed cell's.
+    crashed = _trials([({}, 5, 0), ({"model": "m/b"}, 20, 20)])
+    crashed.loc[:4, "completed"] = math.nan
+    scored = _trials([({}, 20, 2), ({"model": "m/b"}, 20, 20)])
+    now, base = (crashed, scored) if crashed_in == "now" else (scored, crashed)
+    table = baseline_comparison(now, base)
+    cell = table[table["model"] == "m/a"]
+    assert set(cell["flag"]) == {"same"}
+    counts = (list(cell["n"]), list(cell["n_ref"]))
+    zeros, twenties = [0, 0, 0], [20, 20, 20]
+    assert counts == ((zeros, twenties) if crashed_in == "now" else (twenties, zeros))
+    assert cell["p_value"].isna().all() and not cell["significant"].any()
+
+
+def test_baseline_comparison_new_and_gone_cells_have_one_row_without_a_metric() -> None:
+    table = baseline_comparison(_trials([({"model": "m/new"}, 3, 0)]), _trials([({}, 3, 0)]))
+    rows = table.to_dict("records")
+    assert rows == [
+        {**CELL_KEYS, "flag": "gone", "prompt_changed": False, "metric": None},
+        {**CELL_KEYS, "model": "m/new", "flag": "new", "prompt_changed": False, "metric": None},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("now_sha", "base_sha", "changed"),
+    [("abc", "abc", False), ("abc", "def", True), ("", "def", False), ("abc", "", False)],
+)
+def test_a_prompt_is_changed_only_when_both_runs_recorded_different_texts(
+    now_sha: str, base_sha: str, changed: bool
+) -> None:
+    now = _trials([({"prompt_sha256": now_sha}, 4, 0), ({"model": "m/b"}, 4, 0)])
+    base = _trials([({"prompt_sha256": base_sha}, 4, 0), ({"model": "m/b"}, 4, 0)])
+    flags = baseline_comparison(now, base).drop_duplicates("model")
+    assert dict(zip(flags["model"], flags["prompt_changed"], strict=True)) == {
+        "m/a": changed,
+        "m/b": False,
+    }
+
+
+def test_prompt_comparison_row_in_full() -> None:
+    # No prompt is called baseline: the first one ran is the reference.
+    frame = _trials([({"prompt": "a"}, 10, 5), ({"prompt": "b"}, 10, 1)])
+    rows = prompt_comparison(frame).to_dict("records")
+    expected = [
+        ("duplicated", "duplication", 0.5, 0.1, 5, 1),
+        ("safe_success", "safe success", 0.5, 0.9, 5, 9),
+        ("completed", "completion", 1.0, 1.0, 10, 10),
+    ]
+    assert len(rows) == len(expected)
+    for row, (column, label, rate_ref, rate, k_ref, k) in zip(rows, expected, strict=True):
+        d = difference(k, 10, k_ref, 10)
+        assert row == {
+            "model": "m/a",
+            "prompt": "b",
+            "reference": "a",
+            "fault": "all",
+            "conditions": 1,
+            "metric": column,
+            "label": label,
+            "n_ref": 10,
+            "n": 10,
+            "rate_ref": rate_ref,
+            "rate": rate,
+            "diff": pytest.approx(rate - rate_ref),
+            "diff_ci": list(d.ci),
+            "p_value": d.p_value,
+            "significant": False,
+            "verdict": "same",
+        }
+
+
+def test_prompt_comparison_takes_the_reference_asked_when_it_ran() -> None:
+    frame = _trials([({"prompt": "a"}, 10, 5), ({"prompt": "b"}, 10, 1)])
+    table = prompt_comparison(frame, reference="b")
+    assert set(table["reference"]) == {"b"} and set(table["prompt"]) == {"a"}
+    table = prompt_comparison(frame, reference="never-ran")
+    assert set(table["reference"]) == {"a"} and set(table["prompt"]) == {"b"}
+    # A prompt called baseline is the reference wherever it comes in the run.
+    frame = _trials([({"prompt": "a"}, 10, 5), ({"prompt": "baseline"}, 10, 1)])
+    table = prompt_comparison(frame)
+    assert set(table["reference"]) == {"baseline"} and set(table["prompt"]) == {"a"}
+
+
+def test_prompt_comparison_per_fault_rows_only_when_asked_and_more_than_one_fault() -> None:
+    two_faults = _trials(
+        [
+            ({"fault": "lost_reply"}, 4, 2),
+            ({"fault": "none"}, 4, 0),
+            ({"prompt": "p2", "fault": "lost_reply"}, 4, 2),
+            ({"prompt": "p2", "fault": "none"}, 4, 0),
+        ]
+    )
+    assert set(prompt_comparison(two_faults, by_fault=False)["fault"]) == {"all"}
+    dup = prompt_comparison(two_faults).query("metric == 'duplicated'").set_index("fault")
+    assert dict(dup["n"]) == {"all": 8, "lost_reply": 4, "none": 4}
+    assert dict(dup["rate_ref"]) == {"all": 0.25, "lost_reply": 0.5, "none": 0.0}
+    one_fault = _trials([({}, 4, 2), ({"prompt": "p2"}, 4, 0)])
+    assert set(prompt_comparison(one_fault)["fault"]) == {"all"}
+
+
+def test_prompt_comparison_is_per_model_and_skips_a_model_without_the_reference() -> None:
+    frame = _trials(
+        [
+            ({}, 4, 2),
+            ({"prompt": "p2"}, 4, 0),
+            ({"model": "m/b"}, 6, 6),
+            ({"model": "m/b", "prompt": "p2"}, 6, 0),
+            ({"model": "m/c", "prompt": "p2"}, 5, 0),  # never ran the reference
+        ]
+    )
+    table = prompt_comparison(frame)
+    dup = table[table["metric"] == "duplicated"].set_index("model")
+    assert list(dup.index) == ["m/a", "m/b"]
+    assert list(dup["n"]) == [4, 6] and list(dup["rate_ref"]) == [0.5, 1.0]
+    # Models in sorted order, whatever order their trials came in.
+    reordered = pd.concat([frame.iloc[8:], frame.iloc[:8]], ignore_index=True)
+    table = prompt_comparison(reordered)
+    assert list(table[table["metric"] == "duplicated"]["model"]) == ["m/a", "m/b"]
+
+
+def test_prompt_comparison_skips_a_prompt_sharing_no_condition_and_goes_on() -> None:
+    frame = _trials(
+        [
+            ({"fault": "lost_reply"}, 4, 2),
+            ({"prompt": "p2", "fault": "none"}, 4, 0),  # nothing in common with the reference
+            ({"prompt": "p3", "fault": "lost_reply"}, 4, 0),
+        ]
+    )
+    assert set(prompt_comparison(frame)["prompt"]) == {"p3"}
