@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,8 @@ def test_mutation_stage_is_what_the_tests_import(tmp_path: Path) -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
     assert Path(found) == stage / "twice" / "mocks" / "__init__.py"
+    installed = [p for p in stage.rglob("*") if p.name in (".venv", "node_modules")]
+    assert not installed, f"the stage copied installed agent environments: {installed[:3]}"
 
 
 def test_mutation_open_module_reports_without_failing_and_is_not_run_by_ci() -> None:
@@ -121,3 +124,22 @@ def test_mutation_open_module_reports_without_failing_and_is_not_run_by_ci() -> 
     assert verdict.ok and [m.name for m in verdict.pending] == [survivor[0]]
     assert verdict.lines[0].endswith("(open: survivors not triaged yet)")
     assert mutate.select([module], [], changed=True) == []
+
+
+def test_mutation_stage_leaves_out_installed_agent_environments(tmp_path: Path) -> None:
+    # An agent command's venv or node_modules sits beside its source inside tasks/: a stage
+    # that copied them (following their links) filled the disk with tens of gigabytes.
+    agent = tmp_path / "tasks" / "agents" / "commands" / "x"
+    (agent / ".venv" / "lib").mkdir(parents=True)
+    (agent / "node_modules" / "ai").mkdir(parents=True)
+    (agent / "agent.py").write_text("print('agent')\n")
+    (agent / ".venv" / "lib64").symlink_to("lib", target_is_directory=True)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "big.bin").write_bytes(b"0" * 1024)
+    (agent / "linked").symlink_to(tmp_path / "outside", target_is_directory=True)
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "tasks", copy, ignore=mutate.STAGE_IGNORES, symlinks=True)
+    staged = copy / "agents" / "commands" / "x"
+    assert (staged / "agent.py").exists()
+    assert not (staged / ".venv").exists() and not (staged / "node_modules").exists()
+    assert (staged / "linked").is_symlink()  # a link stays a link, not a copy of its target

@@ -192,6 +192,14 @@ def record_checked(modules: Iterable[Module], path: Path = CHECKED_FILE) -> None
     path.write_text(json.dumps(dict(sorted(checked.items())), indent=2) + "\n", encoding="utf-8")
 
 
+STAGE_IGNORES = shutil.ignore_patterns(
+    "__pycache__", "*.pyc", "node_modules", ".venv", ".installed", "build"
+)
+"""What a stage leaves out: caches, and the agent commands' installed environments (a venv
+or node_modules beside each agent's source, gigabytes) that no mutated test imports. Links
+are copied as links, never followed."""
+
+
 def stage_dir_of(modules: Sequence[Module]) -> Path:
     """One staging directory per set of modules, so runs of different modules can overlap."""
     names = sorted(m.path for m in modules)
@@ -205,15 +213,15 @@ def stage(modules: Sequence[Module], stage_dir: Path) -> Path:
     ``stage_dir``, dropping the results of an earlier run."""
     if stage_dir.exists():
         shutil.rmtree(stage_dir)
-    ignore = shutil.ignore_patterns("__pycache__", "node_modules", "*.pyc")
+    ignore = STAGE_IGNORES
     for package in PACKAGES:
-        shutil.copytree(ROOT / package, stage_dir / "twice" / package, ignore=ignore)
-    shutil.copytree(ROOT / "tests", stage_dir / "tests", ignore=ignore)
+        shutil.copytree(ROOT / package, stage_dir / "twice" / package, ignore=ignore, symlinks=True)
+    shutil.copytree(ROOT / "tests", stage_dir / "tests", ignore=ignore, symlinks=True)
     # Tests read shipped files by their repository path (evals/gate.toml, docs/...): the
     # packages are also there, as links, for reading only (imports resolve to twice/).
     for package in PACKAGES:
         (stage_dir / package).symlink_to(Path("twice") / package, target_is_directory=True)
-    shutil.copytree(ROOT / "docs", stage_dir / "docs", ignore=ignore)
+    shutil.copytree(ROOT / "docs", stage_dir / "docs", ignore=ignore, symlinks=True)
     shutil.copy2(ROOT / "README.md", stage_dir / "README.md")
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     pytest_options = pyproject["tool"]["pytest"]["ini_options"]
