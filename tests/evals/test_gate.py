@@ -11,7 +11,9 @@ from typing import Any
 import pandas as pd
 import pytest
 from twice.evals import (
+    Check,
     GateError,
+    GateResult,
     evaluate_gate,
     format_gate,
     junit_xml,
@@ -659,14 +661,36 @@ def test_gate_rule_says_its_verdict_in_full(
 
 
 def test_gate_rule_counts_trials_scored_before_the_metric_apart(make_trials: Trials) -> None:
-    trials = make_trials(4, duplicated=1)
+    trials = make_trials(4, duplicated=1, errors=1)
     trials.loc[:1, "wrong"] = math.nan
     cfg = parse_gate({"rule": [{"name": "r", "metric": "wrong_rate", "max": 0.9}]})
     (check,) = evaluate_gate(trials, cfg).checks
     assert check.message == (
         "upper 95% bound of wrong_rate = 65.8% ≤ max 90.0% (0 of 2 trials wrong: wrong_rate "
-        "0.0%, Wilson 95% interval [0.0%, 65.8%]; 2 trial(s) scored before twice measured wrong)"
+        "0.0%, Wilson 95% interval [0.0%, 65.8%]; 1 errored trial(s) excluded; 2 trial(s) "
+        "scored before twice measured wrong)"
     )
+
+
+def test_gate_an_interval_that_touches_the_bound_is_not_a_certain_fail(
+    make_trials: Trials,
+) -> None:
+    # An interval whose far end sits exactly on the bound has not excluded it: more trials may
+    # still pass the rule, so the verdict is the shortfall, not "fails regardless".
+    from twice.reports import wilson
+
+    lo, hi = wilson(9, 10)[0], wilson(2, 10)[1]
+    cases = [
+        ({"metric": "duplication_rate", "max": lo}, {"duplicated": 9}, "duplicated"),
+        ({"metric": "completion_rate", "min": hi}, {"completed": 2}, "completed"),
+    ]
+    for gate_rule, made, what in cases:
+        cfg = parse_gate({"rule": [{"name": "r", "min_trials": 30, **gate_rule}]})
+        (check,) = evaluate_gate(make_trials(10, **made), cfg).checks
+        assert check.message.startswith(
+            f"only 10 scored trial(s); the rule needs at least 30 ({made[what]} of 10 trials "
+            f"{what}:"
+        ), check.message
 
 
 @pytest.mark.parametrize(
@@ -729,6 +753,14 @@ def test_gate_rule_counts_trials_scored_before_the_metric_apart(make_trials: Tri
               "duplication_rate 0.0% (0/20) vs baseline 0.0% (0/5): not significantly worse "
               "(Fisher's exact test, one-sided p = 1 ≥ alpha 0.05)")],
             id="baseline-pooled",
+        ),
+        pytest.param(
+            {"n": 20}, {"n": 0, "errors": 2}, {"metrics": ["duplication_rate"], "match": []},
+            [("skip", CELL_A, "the baseline has no scored trials for all trials"),
+             ("fail", "(no cell)",
+              "no cell could be compared with the baseline on all trials (neither side has "
+              "scored trials in a shared cell)")],
+            id="pooled-baseline-all-errored",
         ),
     ],
 )  # fmt: skip
@@ -840,5 +872,20 @@ def test_gate_junit_and_summary_of_a_small_gate_in_full(
     assert format_gate(result) == SUMMARY_OF_A_SMALL_GATE
     passed = evaluate_gate(make_trials(24), parse_gate(rule()))
     assert format_gate(passed).splitlines()[-1] == "gate passed: 1 passed, 0 failed, 0 skipped"
+    assert b'tests="1" failures="0" errors="0" skipped="0"' in junit_xml(passed.checks)
     empty = junit_xml([])
     assert b'<testsuite name="twice gate" tests="0" failures="0" errors="0" skipped="0"' in empty
+
+
+def test_gate_summary_lists_passes_then_skips_then_failures() -> None:
+    checks = [
+        Check("rule", "r", "c1", "fail", "f"),
+        Check("baseline", "b", "c2", "skip", "s"),
+        Check("rule", "r", "c3", "pass", "p"),
+    ]
+    assert format_gate(GateResult(checks)) == (
+        "PASS  rule 'r' [c3]: p\n"
+        "SKIP  baseline 'b' [c2]\n      s\n"
+        "FAIL  rule 'r' [c1]\n      f\n"
+        "gate FAILED: 1 passed, 1 failed, 1 skipped"
+    )
