@@ -6,10 +6,21 @@ import math
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
-from twice.evals import GateError, evaluate_gate, junit_xml, load_gate, parse_gate
+from twice.evals import (
+    Check,
+    GateError,
+    GateResult,
+    evaluate_gate,
+    format_gate,
+    junit_xml,
+    load_gate,
+    parse_gate,
+    write_junit,
+)
 
 Trials = Callable[..., pd.DataFrame]
 
@@ -489,3 +500,392 @@ def test_gate_baseline_compares_a_cell_of_one_scored_trial(make_trials: Trials) 
         "task=refund, fault=lost_reply, protection=bare"
     )
     assert skipped.cell == "m/a / baseline / refund / lost_reply / bare"
+
+
+CELL_A = "m/a / baseline / refund / lost_reply / bare"
+
+
+@pytest.mark.parametrize(
+    ("gate_rule", "made", "status", "cell", "text"),
+    [
+        pytest.param(
+            {"metric": "duplication_rate", "max": 0.2}, {"n": 24}, "pass", CELL_A,
+            "upper 95% bound of duplication_rate = 13.8% ≤ max 20.0% (0 of 24 trials "
+            "duplicated: duplication_rate 0.0%, Wilson 95% interval [0.0%, 13.8%])",
+            id="max-upper-pass",
+        ),
+        pytest.param(
+            {"metric": "duplication_rate", "max": 0.2}, {"n": 10, "duplicated": 1}, "fail",
+            CELL_A,
+            "upper 95% bound of duplication_rate = 40.4% > max 20.0% (1 of 10 trials "
+            "duplicated: duplication_rate 10.0%, Wilson 95% interval [1.8%, 40.4%])",
+            id="max-upper-fail",
+        ),
+        pytest.param(
+            {"metric": "duplication_rate", "max": 0.2, "min_trials": 30},
+            {"n": 10, "duplicated": 1, "errors": 2}, "fail", CELL_A,
+            "only 10 scored trial(s); the rule needs at least 30 (1 of 10 trials duplicated: "
+            "duplication_rate 10.0%, Wilson 95% interval [1.8%, 40.4%]; 2 errored trial(s) "
+            "excluded)",
+            id="max-upper-too-few",
+        ),
+        pytest.param(
+            {"metric": "duplication_rate", "max": 0.2, "min_trials": 30},
+            {"n": 10, "duplicated": 9}, "fail", CELL_A,
+            "fails regardless of more trials: the lower 95% bound is already above max 20.0% "
+            "with 10 scored trial(s) of the 30 required (9 of 10 trials duplicated: "
+            "duplication_rate 90.0%, Wilson 95% interval [59.6%, 98.2%])",
+            id="max-upper-too-few-but-certain",
+        ),
+        pytest.param(
+            {"metric": "completion_rate", "min": 0.8}, {"n": 40, "completed": 39}, "pass",
+            CELL_A,
+            "lower 95% bound of completion_rate = 87.1% ≥ min 80.0% (39 of 40 trials "
+            "completed: completion_rate 97.5%, Wilson 95% interval [87.1%, 99.6%])",
+            id="min-lower-pass",
+        ),
+        pytest.param(
+            {"metric": "completion_rate", "min": 0.8}, {"n": 10, "completed": 9}, "fail",
+            CELL_A,
+            "lower 95% bound of completion_rate = 59.6% < min 80.0% (9 of 10 trials "
+            "completed: completion_rate 90.0%, Wilson 95% interval [59.6%, 98.2%])",
+            id="min-lower-fail",
+        ),
+        pytest.param(
+            {"metric": "completion_rate", "min": 0.8, "min_trials": 20}, {"n": 10}, "fail",
+            CELL_A,
+            "only 10 scored trial(s); the rule needs at least 20 (10 of 10 trials completed: "
+            "completion_rate 100.0%, Wilson 95% interval [72.2%, 100.0%])",
+            id="min-lower-too-few",
+        ),
+        pytest.param(
+            {"metric": "completion_rate", "min": 0.8, "min_trials": 20},
+            {"n": 10, "completed": 2}, "fail", CELL_A,
+            "fails regardless of more trials: the upper 95% bound is already below min 80.0% "
+            "with 10 scored trial(s) of the 20 required (2 of 10 trials completed: "
+            "completion_rate 20.0%, Wilson 95% interval [5.7%, 51.0%])",
+            id="min-lower-too-few-but-certain",
+        ),
+        pytest.param(
+            {"metric": "duplication_rate", "max": 0.1, "statistic": "point"},
+            {"n": 10, "duplicated": 1}, "pass", CELL_A,
+            "point of duplication_rate = 10.0% ≤ max 10.0% (1 of 10 trials duplicated: "
+            "duplication_rate 10.0%, Wilson 95% interval [1.8%, 40.4%])",
+            id="max-point-pass-at-bound",
+        ),
+        pytest.param(
+            {"metric": "duplication_rate", "max": 0.1, "statistic": "point"},
+            {"n": 10, "duplicated": 2}, "fail", CELL_A,
+            "point of duplication_rate = 20.0% > max 10.0% (2 of 10 trials duplicated: "
+            "duplication_rate 20.0%, Wilson 95% interval [5.7%, 51.0%])",
+            id="max-point-fail",
+        ),
+        pytest.param(
+            {"metric": "duplication_rate", "max": 0.1, "statistic": "lower"},
+            {"n": 10, "duplicated": 2}, "pass", CELL_A,
+            "lower 95% bound of duplication_rate = 5.7% ≤ max 10.0% (2 of 10 trials "
+            "duplicated: duplication_rate 20.0%, Wilson 95% interval [5.7%, 51.0%])",
+            id="max-lenient-lower-pass",
+        ),
+        pytest.param(
+            {"metric": "completion_rate", "min": 0.95, "statistic": "upper"},
+            {"n": 20, "completed": 15}, "fail", CELL_A,
+            "upper 95% bound of completion_rate = 88.8% < min 95.0% (15 of 20 trials "
+            "completed: completion_rate 75.0%, Wilson 95% interval [53.1%, 88.8%])",
+            id="min-lenient-upper-fail",
+        ),
+        pytest.param(
+            {"metric": "excess_effects_mean", "max": 0.5}, {"n": 8, "duplicated": 4}, "pass",
+            CELL_A,
+            "point of excess_effects_mean = 0.5 ≤ max 0.5 (excess_effects_mean 0.5 over 8 "
+            "trials)",
+            id="mean-max-pass-at-bound",
+        ),
+        pytest.param(
+            {"metric": "excess_effects_mean", "max": 0.25},
+            {"n": 8, "duplicated": 3, "errors": 1}, "fail", CELL_A,
+            "point of excess_effects_mean = 0.375 > max 0.25 (excess_effects_mean 0.375 over 8 "
+            "trials; 1 errored trial(s) excluded)",
+            id="mean-max-fail",
+        ),
+        pytest.param(
+            {"metric": "excess_effects_mean", "min": 0.5}, {"n": 8, "duplicated": 3}, "fail",
+            CELL_A,
+            "point of excess_effects_mean = 0.375 < min 0.5 (excess_effects_mean 0.375 over 8 "
+            "trials)",
+            id="mean-min-fail",
+        ),
+        pytest.param(
+            {"metric": "excess_effects_mean", "max": 0.5, "min_trials": 10},
+            {"n": 8, "duplicated": 3}, "fail", CELL_A,
+            "only 8 scored trial(s); the rule needs at least 10 (excess_effects_mean 0.375 over "
+            "8 trials)",
+            id="mean-too-few",
+        ),
+        pytest.param(
+            {"metric": "excess_effects_mean", "max": 0.5}, {"n": 0, "errors": 3}, "fail",
+            CELL_A,
+            "only 0 scored trial(s); the rule needs at least 1 (excess_effects_mean n/a over 0 "
+            "trials; 3 errored trial(s) excluded)",
+            id="mean-all-errored",
+        ),
+        pytest.param(
+            {"metric": "duplication_rate", "max": 0.2}, {"n": 0, "errors": 3}, "fail", CELL_A,
+            "only 0 scored trial(s); the rule needs at least 1 (0 of 0 trials duplicated: "
+            "duplication_rate n/a, Wilson 95% interval [n/a, n/a]; 3 errored trial(s) excluded)",
+            id="rate-all-errored",
+        ),
+        pytest.param(
+            {"metric": "duplication_rate", "max": 0.2, "model": ["x/*"], "fault": "none"},
+            {"n": 4}, "fail", "(no cell)",
+            "no cell matches model=['x/*'], fault=['none']; the logs hold model: m/a; "
+            "fault: lost_reply",
+            id="missing-cell",
+        ),
+    ],
+)  # fmt: skip
+def test_gate_rule_says_its_verdict_in_full(
+    make_trials: Trials,
+    gate_rule: dict[str, object],
+    made: dict[str, int],
+    status: str,
+    cell: str,
+    text: str,
+) -> None:
+    # The verdict line is what a CI reader acts on: its words, sign, bound and every figure
+    # must say what was measured, for every branch of a fixed-sample rule.
+    cfg = parse_gate({"rule": [{"name": "r", **gate_rule}]})
+    (check,) = evaluate_gate(make_trials(**made), cfg).checks
+    assert (check.group, check.name, check.status, check.cell) == ("rule", "r", status, cell)
+    assert check.message == text
+
+
+def test_gate_rule_counts_trials_scored_before_the_metric_apart(make_trials: Trials) -> None:
+    trials = make_trials(4, duplicated=1, errors=1)
+    trials.loc[:1, "wrong"] = math.nan
+    cfg = parse_gate({"rule": [{"name": "r", "metric": "wrong_rate", "max": 0.9}]})
+    (check,) = evaluate_gate(trials, cfg).checks
+    assert check.message == (
+        "upper 95% bound of wrong_rate = 65.8% ≤ max 90.0% (0 of 2 trials wrong: wrong_rate "
+        "0.0%, Wilson 95% interval [0.0%, 65.8%]; 1 errored trial(s) excluded; 2 trial(s) "
+        "scored before twice measured wrong)"
+    )
+
+
+def test_gate_an_interval_that_touches_the_bound_is_not_a_certain_fail(
+    make_trials: Trials,
+) -> None:
+    # An interval whose far end sits exactly on the bound has not excluded it: more trials may
+    # still pass the rule, so the verdict is the shortfall, not "fails regardless".
+    from twice.reports import wilson
+
+    lo, hi = wilson(9, 10)[0], wilson(2, 10)[1]
+    cases = [
+        ({"metric": "duplication_rate", "max": lo}, {"duplicated": 9}, "duplicated"),
+        ({"metric": "completion_rate", "min": hi}, {"completed": 2}, "completed"),
+    ]
+    for gate_rule, made, what in cases:
+        cfg = parse_gate({"rule": [{"name": "r", "min_trials": 30, **gate_rule}]})
+        (check,) = evaluate_gate(make_trials(10, **made), cfg).checks
+        assert check.message.startswith(
+            f"only 10 scored trial(s); the rule needs at least 30 ({made[what]} of 10 trials "
+            f"{what}:"
+        ), check.message
+
+
+@pytest.mark.parametrize(
+    ("made", "base", "policy", "verdicts"),
+    [
+        pytest.param(
+            {"n": 20, "duplicated": 8}, {"n": 20}, {"metrics": ["duplication_rate"]},
+            [("fail", CELL_A,
+              "duplication_rate 40.0% (8/20) vs baseline 0.0% (0/20): significantly worse "
+              "(Fisher's exact test, one-sided p = 0.00164 < alpha 0.05)")],
+            id="rate-that-should-be-low-worse",
+        ),
+        pytest.param(
+            {"n": 20, "duplicated": 2}, {"n": 20, "duplicated": 1},
+            {"metrics": ["duplication_rate"], "alpha": 0.1},
+            [("pass", CELL_A,
+              "duplication_rate 10.0% (2/20) vs baseline 5.0% (1/20): not significantly worse "
+              "(Fisher's exact test, one-sided p = 0.5 ≥ alpha 0.1)")],
+            id="rate-that-should-be-low-noise",
+        ),
+        pytest.param(
+            {"n": 20, "completed": 10}, {"n": 20}, {"metrics": ["completion_rate"]},
+            [("fail", CELL_A,
+              "completion_rate 50.0% (10/20) vs baseline 100.0% (20/20): significantly worse "
+              "(Fisher's exact test, one-sided p = 0.000218 < alpha 0.05)")],
+            id="rate-that-should-be-high-worse",
+        ),
+        pytest.param(
+            {"n": 20, "completed": 19}, {"n": 20, "completed": 10},
+            {"metrics": ["completion_rate"]},
+            [("pass", CELL_A,
+              "completion_rate 95.0% (19/20) vs baseline 50.0% (10/20): not significantly "
+              "worse (Fisher's exact test, one-sided p = 1 ≥ alpha 0.05)")],
+            id="rate-that-should-be-high-better",
+        ),
+        pytest.param(
+            {"n": 20}, {"n": 0, "errors": 2}, {"metrics": ["duplication_rate"]},
+            [("skip", CELL_A,
+              "the baseline has no scored trials for model=m/a, agent=react, prompt=baseline, "
+              "task=refund, fault=lost_reply, protection=bare"),
+             ("fail", "(no cell)",
+              "no cell could be compared with the baseline on model, agent, prompt, task, "
+              "fault, protection (model: m/a vs baseline -; agent: react vs baseline -; "
+              "prompt: baseline vs baseline -; task: refund vs baseline -; fault: lost_reply "
+              "vs baseline -; protection: bare vs baseline -)")],
+            id="baseline-all-errored",
+        ),
+        pytest.param(
+            {"n": 20}, {"n": 5, "agent": "other"},
+            {"metrics": ["duplication_rate"], "match": ["agent", "task"]},
+            [("skip", CELL_A, "the baseline has no scored trials for agent=react, task=refund"),
+             ("fail", "(no cell)",
+              "no cell could be compared with the baseline on agent, task (agent: react vs "
+              "baseline other)")],
+            id="baseline-of-another-agent",
+        ),
+        pytest.param(
+            {"n": 20}, {"n": 5, "agent": "other"}, {"metrics": ["duplication_rate"], "match": []},
+            [("pass", CELL_A,
+              "duplication_rate 0.0% (0/20) vs baseline 0.0% (0/5): not significantly worse "
+              "(Fisher's exact test, one-sided p = 1 ≥ alpha 0.05)")],
+            id="baseline-pooled",
+        ),
+        pytest.param(
+            {"n": 20}, {"n": 0, "errors": 2}, {"metrics": ["duplication_rate"], "match": []},
+            [("skip", CELL_A, "the baseline has no scored trials for all trials"),
+             ("fail", "(no cell)",
+              "no cell could be compared with the baseline on all trials (neither side has "
+              "scored trials in a shared cell)")],
+            id="pooled-baseline-all-errored",
+        ),
+    ],
+)  # fmt: skip
+def test_gate_baseline_says_its_verdict_in_full(
+    make_trials: Trials,
+    made: dict[str, int],
+    base: dict[str, object],
+    policy: dict[str, Any],
+    verdicts: list[tuple[str, str, str]],
+) -> None:
+    cfg = parse_gate({"baseline": policy})
+    result = evaluate_gate(make_trials(**made), cfg, baseline=make_trials(**base))
+    (compared,) = policy["metrics"]
+    assert {(c.group, c.name) for c in result.checks} == {("baseline", compared)}
+    assert [(c.status, c.cell, c.message) for c in result.checks] == verdicts
+
+
+def test_gate_baseline_with_no_shared_cell_says_why(make_trials: Trials) -> None:
+    # Each side has the same models and agents, crossed the other way: nothing pairs up.
+    ours = pd.concat(
+        [make_trials(3, model="a/x", agent="p"), make_trials(3, model="b/y", agent="q")]
+    )
+    base = pd.concat(
+        [make_trials(3, model="a/x", agent="q"), make_trials(3, model="b/y", agent="p")]
+    )
+    cfg = parse_gate({"baseline": {"metrics": ["duplication_rate"], "match": ["model", "agent"]}})
+    result = evaluate_gate(ours, cfg, baseline=base)
+    assert [(c.status, c.cell, c.message) for c in result.checks] == [
+        ("skip", "a/x / p / baseline / refund / lost_reply / bare",
+         "the baseline has no scored trials for model=a/x, agent=p"),
+        ("skip", "b/y / q / baseline / refund / lost_reply / bare",
+         "the baseline has no scored trials for model=b/y, agent=q"),
+        ("fail", "(no cell)",
+         "no cell could be compared with the baseline on model, agent (neither side has scored "
+         "trials in a shared cell)"),
+    ]  # fmt: skip
+
+
+JUNIT_OF_A_SMALL_GATE = """\
+<?xml version='1.0' encoding='utf-8'?>
+<testsuites name="s" tests="5" failures="2" errors="1" skipped="1">
+  <testsuite name="s" tests="5" failures="2" errors="1" skipped="1">
+    <testcase classname="twice.rule.no dups" name="a/bad / baseline / refund / lost_reply / bare">
+      <failure message="{dup}" type="rule">{dup}</failure>
+    </testcase>
+    <testcase classname="twice.rule.no dups" name="a/ok / baseline / refund / lost_reply / bare">
+      <system-out>upper 95% bound of duplication_rate = 13.8% ≤ max 20.0% (0 of 24 trials \
+duplicated: duplication_rate 0.0%, Wilson 95% interval [0.0%, 13.8%])</system-out>
+    </testcase>
+    <testcase classname="twice.baseline.duplication_rate" \
+name="a/bad / baseline / refund / lost_reply / bare">
+      <failure message="{worse}" type="baseline">{worse}</failure>
+    </testcase>
+    <testcase classname="twice.baseline.duplication_rate" \
+name="a/ok / baseline / refund / lost_reply / bare">
+      <skipped message="the baseline has no scored trials for model=a/ok, agent=react, \
+prompt=baseline, task=refund, fault=lost_reply, protection=bare" />
+    </testcase>
+    <testcase classname="twice.logs" name="logs #1">
+      <error message="logs/x.eval: unreadable" type="logs">logs/x.eval: unreadable</error>
+    </testcase>
+  </testsuite>
+</testsuites>
+""".format(
+    dup="upper 95% bound of duplication_rate = 60.3% &gt; max 20.0% (3 of 10 trials "
+    "duplicated: duplication_rate 30.0%, Wilson 95% interval [10.8%, 60.3%]; 1 errored "
+    "trial(s) excluded)",
+    worse="duplication_rate 30.0% (3/10) vs baseline 0.0% (0/20): significantly worse "
+    "(Fisher's exact test, one-sided p = 0.0296 &lt; alpha 0.05)",
+)
+
+SUMMARY_OF_A_SMALL_GATE = """\
+PASS  rule 'no dups' [a/ok / baseline / refund / lost_reply / bare]: upper 95% bound of \
+duplication_rate = 13.8% ≤ max 20.0% (0 of 24 trials duplicated: duplication_rate 0.0%, Wilson \
+95% interval [0.0%, 13.8%])
+SKIP  baseline 'duplication_rate' [a/ok / baseline / refund / lost_reply / bare]
+      the baseline has no scored trials for model=a/ok, agent=react, prompt=baseline, \
+task=refund, fault=lost_reply, protection=bare
+FAIL  rule 'no dups' [a/bad / baseline / refund / lost_reply / bare]
+      upper 95% bound of duplication_rate = 60.3% > max 20.0% (3 of 10 trials duplicated: \
+duplication_rate 30.0%, Wilson 95% interval [10.8%, 60.3%]; 1 errored trial(s) excluded)
+FAIL  baseline 'duplication_rate' [a/bad / baseline / refund / lost_reply / bare]
+      duplication_rate 30.0% (3/10) vs baseline 0.0% (0/20): significantly worse (Fisher's \
+exact test, one-sided p = 0.0296 < alpha 0.05)
+note: 1 errored trial(s) were excluded from the rates
+gate FAILED: 1 passed, 2 failed, 1 skipped"""
+
+
+def test_gate_junit_and_summary_of_a_small_gate_in_full(
+    make_trials: Trials, tmp_path: Path
+) -> None:
+    # Every attribute and text a CI tool reads (the suite's counts, each case's classname and
+    # name, a failure's message and text, a skip's reason, a log error), and the summary line.
+    trials = pd.concat(
+        [make_trials(24, model="a/ok"), make_trials(10, duplicated=3, errors=1, model="a/bad")]
+    )
+    cfg = parse_gate(
+        {
+            "rule": [{"name": "no dups", "metric": "duplication_rate", "max": 0.2}],
+            "baseline": {"metrics": ["duplication_rate"]},
+        }
+    )
+    result = evaluate_gate(trials, cfg, baseline=make_trials(20, model="a/bad"))
+    errors = ["logs/x.eval: unreadable"]
+    data = junit_xml(result.checks, suite="s", errors=errors)
+    assert data.decode("utf-8") == JUNIT_OF_A_SMALL_GATE
+    out = write_junit(result.checks, tmp_path / "gate.xml", suite="s", errors=errors)
+    assert Path(out).read_bytes() == data
+    assert format_gate(result) == SUMMARY_OF_A_SMALL_GATE
+    passed = evaluate_gate(make_trials(24), parse_gate(rule()))
+    assert format_gate(passed).splitlines()[-1] == "gate passed: 1 passed, 0 failed, 0 skipped"
+    assert b'tests="1" failures="0" errors="0" skipped="0"' in junit_xml(passed.checks)
+    empty = junit_xml([])
+    assert b'<testsuite name="twice gate" tests="0" failures="0" errors="0" skipped="0"' in empty
+
+
+def test_gate_summary_lists_passes_then_skips_then_failures() -> None:
+    checks = [
+        Check("rule", "r", "c1", "fail", "f"),
+        Check("baseline", "b", "c2", "skip", "s"),
+        Check("rule", "r", "c3", "pass", "p"),
+    ]
+    assert format_gate(GateResult(checks)) == (
+        "PASS  rule 'r' [c3]: p\n"
+        "SKIP  baseline 'b' [c2]\n      s\n"
+        "FAIL  rule 'r' [c1]\n      f\n"
+        "gate FAILED: 1 passed, 1 failed, 1 skipped"
+    )
