@@ -83,3 +83,30 @@ def test_workers_start_the_listed_slow_tests_first_in_their_order(tmp_path: Path
         second,
         f"{public}::test_package_export_check_catches_a_stray_name",
     ], done.stdout
+
+
+def test_a_hung_test_fails_instead_of_holding_the_run(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # The suite's own setting: a hang (a blocking open of a FIFO nobody reads) fails its
+    # test after the configured time, with its worker replaced, rather than holding the run.
+    assert request.config.pluginmanager.hasplugin("timeout")
+    assert float(request.config.getini("timeout")) > 0
+    assert request.config.getini("timeout_method") == "thread"
+    hang = tmp_path / "test_hang.py"
+    hang.write_text(
+        "import os\n\n"
+        "def test_blocked_in_a_system_call(tmp_path):\n"
+        "    os.mkfifo(tmp_path / 'f')\n"
+        "    open(tmp_path / 'f', 'wb')  # no reader: blocks until the timeout\n"
+    )
+    args = ["-p", "no:cacheprovider", "-q", str(hang), "--timeout", "2"]
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "--timeout-method", "thread"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert "Timeout" in out.stdout + out.stderr
