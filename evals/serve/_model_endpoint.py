@@ -27,6 +27,7 @@ import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import anyio
@@ -384,15 +385,21 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
 
 
 def _reply_bytes(reply: _Reply, keep_alive: bool) -> bytes:
-    reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}
     head = (
-        f"HTTP/1.1 {reply.status} {reason.get(reply.status, 'Error')}\r\n"
+        f"HTTP/1.1 {reply.status} {_reason(reply.status)}\r\n"
         f"Content-Type: {reply.content_type}\r\n"
         f"Content-Length: {len(reply.body)}\r\n"
         "Cache-Control: no-cache\r\n"
         f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
     )
     return head.encode() + reply.body
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
 
 
 _endpoints: dict[asyncio.AbstractEventLoop, _Endpoint] = {}
@@ -402,21 +409,17 @@ _endpoints: dict[asyncio.AbstractEventLoop, _Endpoint] = {}
 async def _enter_endpoint() -> _Endpoint:
     loop = asyncio.get_running_loop()
     endpoint = _endpoints.get(loop)
-    if endpoint is None:
+    if endpoint is None:  # the first trial starts it; the others wait for that start
         endpoint = _endpoints[loop] = _Endpoint()
-        endpoint.users += 1
-        try:
-            await endpoint.start()
-        except BaseException:
-            _leave_endpoint(endpoint)
-            raise
+        started: Awaitable[object] = endpoint.start()
     else:
-        endpoint.users += 1
-        try:
-            await asyncio.shield(endpoint.started)
-        except BaseException:
-            _leave_endpoint(endpoint)
-            raise
+        started = asyncio.shield(endpoint.started)
+    endpoint.users += 1
+    try:
+        await started
+    except BaseException:
+        _leave_endpoint(endpoint)
+        raise
     return endpoint
 
 

@@ -7,6 +7,7 @@ text, tool call or argument string goes out as one delta.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -60,7 +61,7 @@ def _completions_events(completion: dict[str, Any], request: dict[str, Any]) -> 
 def _responses_events(response: dict[str, Any]) -> Iterator[str]:
     """A Response as the events of a stream: created, each output item added (empty), its
     text or arguments as one delta, done; then completed with the whole response."""
-    number = iter(range(1_000_000))
+    number = itertools.count()
 
     def event(kind: str, **data: Any) -> str:
         return _sse({"type": kind, "sequence_number": next(number), **data}, kind)
