@@ -40,7 +40,9 @@ async def app(scope, receive, send):
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(BODY)).encode())]})
     await send({"type": "http.response.body", "body": BODY})
-sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(2048)
+# IPPROTO_TCP, as uvicorn's own bind from host and port gets it: asyncio then turns Nagle off.
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+sock.bind(("127.0.0.1", 0)); sock.listen(2048)
 print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
 config = uvicorn.Config(app, http="h11", lifespan="off", log_level="warning", access_log=False)
 uvicorn.Server(config).run(sockets=[sock])

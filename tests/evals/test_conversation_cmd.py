@@ -18,7 +18,9 @@ AGENT = ROOT / "tests" / "evals" / "scripts" / "convo_agent.py"
 
 
 def _run(twice: Any, out: Path, models: list[str], faults: list[str], *flags: str) -> Any:
+    # A lost reply is held for 2 s, not the default 120: the agent's own timeout is 60 s.
     args = ["run", "--task", "refund", "--limit", "1", "--no-report", "--display", "none"]
+    args += ["--hang-seconds", "2"]
     for model in models:
         args += ["--model", model]
     for fault in faults:

@@ -182,6 +182,7 @@ def test_agent_cmd_runs_a_task_of_your_own(
         "run", "--task", spec, "--model", "stub/retry", "--model", "stub/no-retry",
         "--fault", "lost_reply", "--limit", "2", "--agent-cmd", f"{sys.executable} {agent}",
         "--log-dir", out, "--display", "none", "--no-report",
+        "--hang-seconds", "2",  # the agent's own timeout is 60 s: lose the reply sooner
     )  # fmt: skip
     result = twice(*args)
     assert result.exit_code == 0, result.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import socket
 import sqlite3
@@ -78,6 +79,34 @@ def test_serve_create_trial_gives_per_trial_urls(server: str, trial: Callable[..
     # The trial starts from its sample's initial state.
     order = httpx.get(f"{t['urls']['payments']}/v1/orders/order_1054").json()
     assert order["amount"] == 9850 and order["amount_refunded"] == 0
+
+
+def test_serve_turns_nagle_off_on_the_connections_it_accepts(server: str) -> None:
+    # A reply goes out as head then body; with Nagle's algorithm on, the body waits for the
+    # client's delayed ACK, about 40 ms on every request after the first on a kept-alive
+    # connection (every SDK's pool). The server runs in this process: find its end of the
+    # connection among this process's sockets and read the option there.
+    url = httpx.URL(server)
+    with socket.create_connection((url.host, url.port)) as client:
+        client.sendall(
+            f"GET /_twice/trials HTTP/1.1\r\nHost: {url.netloc.decode()}\r\n\r\n".encode()
+        )
+        assert client.recv(65536).startswith(b"HTTP/1.1 200")
+        ends = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                other = socket.socket(fileno=os.dup(int(fd)))
+            except OSError:
+                continue  # not a socket
+            with other:
+                try:
+                    if other.getsockname() == client.getpeername() and (
+                        other.getpeername() == client.getsockname()
+                    ):
+                        ends.append(other.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                except OSError:
+                    continue  # not a connected TCP socket
+    assert ends == [1]
 
 
 @pytest.mark.parametrize(
