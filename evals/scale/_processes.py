@@ -26,6 +26,7 @@ from typing import Any, TypeAlias
 
 from twice.reports import LogRecords, Shard
 
+from ..suite import usable_cpus
 from ._hand_off import PARENT_ENV, load_records, new_hand_off_dir, stop_with
 from ._plan import WorkerOutcome, WorkerPlan
 from ._worker import work
@@ -33,14 +34,6 @@ from ._worker import work
 MIN_CELLS_PER_WORKER = 8
 """Fewest cells a default worker gets: a worker process costs about as much CPU to start
 (importing inspect) as a few stub cells take to run, so small suites stay in one process."""
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (the affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def default_workers(n_cells: int, cpus: int | None = None) -> int:

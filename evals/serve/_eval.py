@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 from inspect_ai import Task
 from inspect_ai.log import transcript
-from inspect_ai.model import ChatMessageSystem
+from inspect_ai.model import ChatMessage, ChatMessageSystem, ModelOutput
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import mcp_connection, mcp_server_http
-from inspect_ai.util import store
+from inspect_ai.util import concurrency, store
 from twice.assertions import side_effects
 from twice.mocks import LEDGER_STORE_KEY, Ledger, get_fault, raise_if_stub_could_not_play
 from twice.tasks import (
@@ -48,7 +48,7 @@ from twice.tasks.agents import (
     scrub_agent_trace,
 )
 
-from ..suite import AGENT_TIMEOUT, check_hang_seconds
+from ..suite import AGENT_TIMEOUT, check_hang_seconds, usable_cpus
 from ._command import OUTPUT_TAIL, CommandRun, code_block, output_tail, run_command
 from ._history import HISTORY_ENV, final_answer, joined, write_history
 from ._model_endpoint import MODEL_NAME, ModelAccess, model_endpoint
@@ -228,6 +228,10 @@ def mcp_agent() -> Solver:
 
 
 AGENT_OUTPUT_SOURCE = "twice:agent_cmd"
+
+AGENT_COMMANDS = "agent commands"
+"""The name of the limit on agent commands running at once (one per usable CPU), as
+inspect's concurrency display shows it."""
 """The ``source`` of the info event that records how an agent command ended and the tails of
 its stdout and stderr (the report's trial detail reads it)."""
 
@@ -319,9 +323,10 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
                 served["marks"].append(mark)
                 store().set(SERVED_STORE_KEY, served)
 
-        deadline = time.monotonic() + timeout
         runs: list[tuple[str, CommandRun]] = []
-        try:
+
+        async def run_agent() -> tuple[list[ChatMessage], ModelOutput]:
+            deadline = time.monotonic() + timeout
             with tempfile.TemporaryDirectory(prefix="twice-history-") as folder:
                 history = Path(folder) / "history.json"
                 write_history(history, [])
@@ -345,6 +350,15 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
                         run = await run_command(command, {**env, "TWICE_INPUT": text}, where, left)
                         runs.append(("follow-up", run))
                         messages = joined(messages, list(bridge.state.messages), text)
+                    return messages, bridge.state.output
+
+        try:
+            # One trial's agent command per usable CPU at a time, as inspect runs its own
+            # subprocesses (max_subprocesses): a row of trials at once on two cores starves
+            # this process's own server, whose connections then time out before their first
+            # byte is read. The agent's time counts from when it gets its slot.
+            async with concurrency(AGENT_COMMANDS, usable_cpus()):
+                messages, output = await run_agent()
         except BaseException:
             # A limit (the task's message_limit, a token limit) ends the sample here, and
             # inspect logs what the agent sent so far: scrubbed as on the way out below.
@@ -353,7 +367,7 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
         mark_compaction()
         if messages:
             state.messages = messages
-        state.output = bridge.state.output
+        state.output = output
         # What the command printed may carry the environment's credentials (a traceback
         # with a header, an agent printing its settings): scrubbed here. What it sent the
         # model (its conversation, the model events) is scrubbed too.

@@ -3,6 +3,7 @@ protections), read from flags or a TOML file, and the deal of its cells into sha
 
 from twice.reports import Cell
 
+from ._cpus import usable_cpus
 from ._hang import DEFAULT_HANG_SECONDS, MAX_HANG_SECONDS, check_hang_seconds
 from ._load import load_suite, read_shipped, suite_from_flags
 from ._shards import cell_digest, parse_shard, shard_cells, shard_dir, suite_digest
@@ -36,4 +37,5 @@ __all__ = [
     "shard_dir",
     "suite_digest",
     "suite_from_flags",
+    "usable_cpus",
 ]

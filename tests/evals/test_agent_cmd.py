@@ -715,3 +715,39 @@ def test_an_anthropic_sdk_agent_streams_its_model_calls_and_refunds_as_its_model
     assert cells["stub/retry"]["duplication_rate"] == 1.0
     assert cells["stub/no-retry"]["duplication_rate"] == 0.0
     assert cells["stub/no-retry"]["completion_rate"] == 1.0
+
+
+def _most_at_once(marks: str) -> int:
+    """The most agent commands running at once, from their ``+`` (start) and ``-`` (end) lines."""
+    running = most = 0
+    for mark in marks.split():
+        running += 1 if mark == "+" else -1
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.parametrize("cpus", [1, 2])
+def test_agent_commands_run_one_per_usable_cpu_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int
+) -> None:
+    # Six trials at once on a small machine starve the run's own server (its connections
+    # close before their first byte is read): commands wait for a slot, as inspect's own
+    # subprocesses do.
+    monkeypatch.setattr(_serve_eval, "usable_cpus", lambda: cpus)
+    marks = tmp_path / "marks"
+    script = tmp_path / "marking_agent.sh"
+    script.write_text(
+        f"echo + >> {shlex.quote(str(marks))}\nsleep 0.3\n"
+        f"{shlex.quote(sys.executable)} {shlex.quote(str(AGENT))}\nstatus=$?\n"
+        f"echo - >> {shlex.quote(str(marks))}\nexit $status\n"
+    )
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "none", "--limit",
+         "6", "--no-report", "--display", "none", "--log-dir", str(tmp_path / "logs"),
+         "--agent-cmd", f"sh {script}"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = marks.read_text()
+    assert text.split().count("+") == 6
+    assert _most_at_once(text) == cpus
