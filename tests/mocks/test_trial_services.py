@@ -1,0 +1,699 @@
+"""A trial's services (``Services``): the attempt each request leaves in the ledger, the shared
+router, the request pipeline around the commit (keys, faults, replays) and the transport.
+
+These read every field a request leaves behind, because each is a number or a word some
+metric, verdict or report reads: a source or call number recorded wrong is a retry attributed
+to the wrong sender, a status or outcome recorded wrong an unknown outcome scored as known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+from twice.mocks import (
+    BACKOFF_HEADER,
+    CALL_HEADER,
+    REPLAYED_HEADER,
+    SOURCE_HEADER,
+    Call,
+    EmailService,
+    ErrorBeforeCommit,
+    Fault,
+    LostReply,
+    PaymentsService,
+    Route,
+    Schedule,
+    ServerErrorAfterCommit,
+    Service,
+    Services,
+    TicketsService,
+    TimeoutBeforeCommit,
+    get_fault,
+)
+
+REFUNDS = "https://payments.twice.test/v1/refunds"
+ORDERS = [
+    {"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997},
+    {"order_id": "order_1054", "customer": "Sam Lee", "amount": 9850},
+]
+BODY = {"order_id": "order_1042", "amount": 499}
+
+
+def payments(fault: Any = None) -> Services:
+    return Services([PaymentsService(orders=ORDERS)], fault=fault)
+
+
+async def _send(
+    s: Services, method: str, url: str, headers: dict[str, str] | None = None, **kwargs: Any
+) -> httpx.Response:
+    async with s.client() as client:
+        return await client.request(method, url, headers=headers, **kwargs)
+
+
+def send(
+    s: Services, method: str, url: str, headers: dict[str, str] | None = None, **kwargs: Any
+) -> httpx.Response:
+    """One request through the trial's async client (the path twice's tools take)."""
+    return asyncio.run(_send(s, method, url, headers, **kwargs))
+
+
+def refund(
+    s: Services, key: str | None = None, body: dict[str, Any] = BODY, **headers: str
+) -> httpx.Response:
+    sent = dict(headers)
+    if key is not None:
+        sent["Idempotency-Key"] = key
+    return send(s, "POST", REFUNDS, sent, json=body)
+
+
+def record(attempt: Any) -> dict[str, Any]:
+    """An attempt's fields, but its wall-clock time."""
+    return {k: v for k, v in dataclasses.asdict(attempt).items() if k != "at"}
+
+
+class Things(Service):
+    """A service whose handler answers with the status the request asks for: the pipeline's
+    boundaries (a 4xx, a 5xx, a reply with no body) without a real service's rules."""
+
+    name: ClassVar[str] = "things"
+    default_base_url: ClassVar[str] = "https://things.twice.test"
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("POST", r"/v1/things", "things.thing.create", self.create, mutating=True),
+            Route(
+                "DELETE",
+                r"/v1/things/(?P<thing_id>[^/?]+)",
+                "things.thing.delete",
+                self.delete,
+                mutating=True,
+            ),
+            Route("GET", r"/v1/things", "things.thing.list", self.list),
+        ]
+
+    def create(self, call: Call) -> httpx.Response:
+        status = int(call.params.get("status", 200))
+        if status < 400 or call.params.get("commit"):
+            effect = call.commit("things.thing.create", "th", {"status": status})
+            if status == 204:
+                return httpx.Response(204)
+            return httpx.Response(status, json={"id": effect.id, "status": status})
+        return httpx.Response(status, json={"error": {"type": "x", "message": f"said {status}"}})
+
+    def delete(self, call: Call) -> httpx.Response:
+        call.commit("things.thing.delete", "del", {"thing_id": call.params["thing_id"]})
+        return httpx.Response(204)
+
+    def list(self, call: Call) -> httpx.Response:
+        return httpx.Response(200, json={"data": []})
+
+
+THINGS = "https://things.twice.test/v1/things"
+
+
+def things(fault: Any = None) -> Services:
+    return Services([Things()], fault=fault)
+
+
+def make(s: Services, status: int, key: str | None = "k", **params: Any) -> httpx.Response:
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    return send(s, "POST", THINGS, headers, json={"status": status, **params})
+
+
+# -- the attempt record ---------------------------------------------------------------------
+
+
+def test_an_attempt_records_every_header_twice_reads_and_what_the_client_saw() -> None:
+    s = payments()
+    before = time.time()
+    r = refund(
+        s,
+        "k-1",
+        **{SOURCE_HEADER: "model", CALL_HEADER: "7", BACKOFF_HEADER: "1.5"},
+    )
+    after = time.time()
+    assert r.status_code == 200
+    (attempt,) = s.ledger.attempts
+    assert attempt.at is not None and before <= attempt.at <= after
+    assert record(attempt) == {
+        "n": 1,
+        "service": "payments",
+        "method": "POST",
+        "path": "/v1/refunds",
+        "route": "payments.refund.create",
+        "mutating": True,
+        "key": "k-1",
+        "params": BODY,
+        "source": "model",
+        "call": 7,
+        "status": 200,
+        "delivered": True,
+        "outcome": "ok",
+        "fault": None,
+        "replayed": False,
+        "effect_ids": ["re_1"],
+        "backoff": 1.5,
+        "asked": None,
+        "reply": None,
+    }
+
+
+def test_an_attempt_without_twices_headers_has_their_defaults() -> None:
+    s = payments()
+    refund(s)
+    (attempt,) = s.ledger.attempts
+    assert (attempt.source, attempt.call, attempt.backoff, attempt.key) == (
+        "unknown", None, 0.0, None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("call", "backoff", "expected"),
+    [
+        ("12", "0.25", (12, 0.25)),
+        ("0", "0", (0, 0.0)),
+        ("x7", "", (None, 0.0)),  # not a number: no call; an empty backoff is none
+        ("", "3", (None, 3.0)),
+    ],
+)
+def test_an_attempt_reads_the_call_number_and_backoff_as_sent(
+    call: str, backoff: str, expected: tuple[int | None, float]
+) -> None:
+    s = payments()
+    refund(s, **{CALL_HEADER: call, BACKOFF_HEADER: backoff})
+    (attempt,) = s.ledger.attempts
+    assert (attempt.call, attempt.backoff) == expected
+
+
+def test_an_attempt_holds_the_query_body_and_path_parameters() -> None:
+    s = payments()
+    refund(s)
+    send(s, "GET", "https://payments.twice.test/v1/orders/order_1042", params={"expand": "x"})
+    send(s, "GET", REFUNDS, params={"order_id": "order_1042"})
+    create, order, listing = s.ledger.attempts
+    assert [a.n for a in s.ledger.attempts] == [1, 2, 3]
+    assert create.params == BODY
+    assert (order.route, order.mutating, order.params) == (
+        "payments.order.get", False, {"expand": "x", "order_id": "order_1042"},
+    )  # fmt: skip
+    assert (order.method, order.path) == ("GET", "/v1/orders/order_1042")
+    assert (listing.route, listing.params, listing.effect_ids) == (
+        "payments.refund.list", {"order_id": "order_1042"}, [],
+    )  # fmt: skip
+
+
+def test_attempts_are_numbered_over_every_service_of_the_trial() -> None:
+    s = Services([PaymentsService(orders=ORDERS), Things()])
+    refund(s)
+    make(s, 200, key=None)
+    send(s, "GET", "https://payments.twice.test/v9/none")
+    refund(s)
+    assert [(a.n, a.service) for a in s.ledger.attempts] == [
+        (1, "payments"), (2, "things"), (3, "unknown"), (4, "payments"),
+    ]  # fmt: skip
+    assert [(e.id, e.attempt) for e in s.ledger.effects] == [("re_1", 1), ("th_1", 2), ("re_2", 4)]
+
+
+def test_a_request_no_route_matches_is_a_404_attempt_of_no_service() -> None:
+    s = payments()
+    r = send(
+        s,
+        "POST",
+        "https://payments.twice.test/v2/refunds",
+        {"Idempotency-Key": "k", SOURCE_HEADER: "transport", CALL_HEADER: "2"},
+        json=BODY,
+    )
+    assert r.status_code == 404
+    assert r.json() == {
+        "error": {
+            "type": "not_found",
+            "message": "the payments API has no endpoint POST /v2/refunds",
+        }
+    }
+    (attempt,) = s.ledger.attempts
+    assert record(attempt) == {
+        "n": 1,
+        "service": "unknown",
+        "method": "POST",
+        "path": "/v2/refunds",
+        "route": None,
+        "mutating": False,
+        "key": "k",
+        "params": {},
+        "source": "transport",
+        "call": 2,
+        "status": 404,
+        "delivered": True,
+        "outcome": "fail",
+        "fault": None,
+        "replayed": False,
+        "effect_ids": [],
+        "backoff": 0.0,
+        "asked": None,
+        "reply": None,
+    }
+    assert attempt.at is not None
+    assert len(s["payments"].keys) == 0  # a key on no route reserves nothing
+
+
+def test_a_request_no_route_matches_leaves_the_fault_for_a_real_call() -> None:
+    # A 404 did no work and is no mutating call: the scheduled lost reply waits for one.
+    s = payments(LostReply())
+    assert send(s, "POST", "https://payments.twice.test/v2/refunds", json=BODY).status_code == 404
+    with pytest.raises(httpx.ReadTimeout):
+        refund(s)
+    assert [a.fault for a in s.ledger.attempts] == [None, "lost_reply"]
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("https://payments.twice.test", "the payments API has no endpoint GET /"),
+        ("https://payments.twice.test/", "the payments API has no endpoint GET /"),
+        ("https://payments.twice.test?x=1", "the payments API has no endpoint GET ?x=1"),
+        ("https://payments.twice.test/v1?x=1", "the payments API has no endpoint GET /v1?x=1"),
+        # A host that merely begins with the service's is another host: the whole URL.
+        (
+            "https://payments.twice.test.example/v1/refunds",
+            "no such endpoint: GET https://payments.twice.test.example/v1/refunds",
+        ),
+        (
+            "https://payments.twice.testx/v1/refunds",
+            "no such endpoint: GET https://payments.twice.testx/v1/refunds",
+        ),
+    ],
+)
+def test_a_404_names_the_service_and_path_on_its_host_else_the_whole_url(
+    url: str, said: str
+) -> None:
+    s = Services([Things(), PaymentsService(orders=ORDERS)])
+    r = send(s, "GET", url)
+    assert (r.status_code, r.json()["error"]["message"]) == (404, said)
+
+
+# -- the fault's schedule ---------------------------------------------------------------------
+
+
+def test_a_schedule_on_a_route_counts_that_routes_mutating_attempts_only() -> None:
+    # Two services, each mutating: the second refund is hit, not the second mutating call.
+    route = "payments.refund.create"
+    s = Services(
+        [PaymentsService(orders=ORDERS), Things()],
+        fault=LostReply(schedule=Schedule(attempts=(2,), route=route)),
+    )
+    make(s, 200, key=None)
+    refund(s)
+    make(s, 200, key=None)
+    send(s, "GET", REFUNDS)
+    with pytest.raises(httpx.ReadTimeout):
+        refund(s)
+    refund(s)
+    assert [(a.route, a.fault) for a in s.ledger.attempts] == [
+        ("things.thing.create", None),
+        (route, None),
+        ("things.thing.create", None),
+        ("payments.refund.list", None),
+        (route, "lost_reply"),
+        (route, None),
+    ]
+
+
+def test_a_schedule_counts_mutating_attempts_over_every_service() -> None:
+    s = Services(
+        [PaymentsService(orders=ORDERS), Things()],
+        fault=LostReply(schedule=Schedule(attempts=(3,))),
+    )
+    send(s, "GET", REFUNDS)
+    make(s, 200, key=None)
+    refund(s)
+    send(s, "GET", REFUNDS)
+    with pytest.raises(httpx.ReadTimeout):
+        make(s, 200, key=None)
+    assert [a.fault for a in s.ledger.attempts] == [None, None, None, None, "lost_reply"]
+
+
+@pytest.mark.parametrize(
+    ("first", "said"),
+    [
+        ({"Idempotency-Key": ""}, 400),  # malformed
+        ({"Idempotency-Key": "k" * 256}, 400),  # too long
+    ],
+)
+def test_a_commit_fault_passes_over_a_request_refused_for_its_key(
+    first: dict[str, str], said: int
+) -> None:
+    s = payments(LostReply())
+    assert send(s, "POST", REFUNDS, first, json=BODY).status_code == said
+    with pytest.raises(httpx.ReadTimeout):
+        refund(s, "k2")
+    assert [a.fault for a in s.ledger.attempts] == [None, "lost_reply"]
+    assert refund(s).status_code == 200  # and it hits once
+    assert [a.fault for a in s.ledger.attempts][2] is None
+    assert len(s.ledger.effects) == 2
+
+
+def test_a_commit_fault_passes_over_a_keyed_request_with_other_parameters() -> None:
+    s = payments(LostReply(schedule=Schedule(attempts=(2,))))
+    assert refund(s, "k").status_code == 200
+    conflict = refund(s, "k", body={"order_id": "order_1042", "amount": 1})
+    assert conflict.status_code == 422
+    with pytest.raises(httpx.ReadTimeout):
+        refund(s, "k3")
+    assert [a.fault for a in s.ledger.attempts] == [None, None, "lost_reply"]
+
+
+def test_two_deferred_hits_pass_to_the_next_two_mutating_attempts() -> None:
+    s = payments(LostReply(schedule=Schedule(attempts=(1, 2))))
+    too_much = {"order_id": "order_1042", "amount": 100_000}
+    assert refund(s, body=too_much).status_code == 400
+    assert refund(s, body=too_much).status_code == 400
+    for _ in range(2):
+        with pytest.raises(httpx.ReadTimeout):
+            refund(s)
+    assert refund(s).status_code == 200
+    assert [a.fault for a in s.ledger.attempts] == [None, None, "lost_reply", "lost_reply", None]
+
+
+def test_a_fault_on_every_attempt_defers_nothing() -> None:
+    # Every matching attempt is hit anyway: a refused one must not add a hit to the next.
+    s = payments(LostReply(schedule=Schedule(every=True)))
+    assert refund(s, body={"order_id": "order_1042", "amount": 100_000}).status_code == 400
+    with pytest.raises(httpx.ReadTimeout):
+        refund(s)
+    assert [a.fault for a in s.ledger.attempts] == [None, "lost_reply"]
+
+
+def test_a_commit_fault_hits_a_handlers_own_5xx_and_passes_over_its_4xx() -> None:
+    # A 4xx is a refusal before any work began; a 5xx may come after the work.
+    s = things(LostReply())
+    assert make(s, 499, key=None).status_code == 499
+    with pytest.raises(httpx.ReadTimeout):
+        make(s, 500, key=None, commit=True)
+    assert make(s, 200, key=None).status_code == 200
+    assert [a.fault for a in s.ledger.attempts] == [None, "lost_reply", None]
+    assert [a.status for a in s.ledger.attempts] == [499, 500, 200]
+
+
+# -- keys around the commit -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [400, 404, 499])
+def test_a_handlers_4xx_frees_its_key(status: int) -> None:
+    s = things()
+    assert make(s, status).status_code == status
+    assert len(s["things"].keys) == 0
+    again = make(s, 200)
+    assert again.status_code == 200 and not s.ledger.attempts[1].replayed
+
+
+@pytest.mark.parametrize("status", [201, 399, 500, 503])
+def test_a_handlers_other_answers_are_saved_and_replayed(status: int) -> None:
+    s = things()
+    first = make(s, status, commit=True)
+    again = make(s, status, commit=True)
+    assert (first.status_code, again.status_code) == (status, status)
+    assert again.json() == first.json() == {"id": "th_1", "status": status}
+    assert again.headers[REPLAYED_HEADER] == "true" and s.ledger.attempts[1].replayed
+    assert [e.id for e in s.ledger.effects] == ["th_1"]
+
+
+def test_a_reply_with_no_body_is_saved_and_replayed_with_none() -> None:
+    s = things()
+    first, again = make(s, 204), make(s, 204)
+    assert (first.status_code, first.content) == (204, b"")
+    assert (again.status_code, again.content) == (204, b"")
+    assert again.headers[REPLAYED_HEADER] == "true"
+    assert len(s.ledger.effects) == 1
+
+
+def test_a_key_on_a_method_the_service_does_not_key_is_ignored() -> None:
+    # Stripe: a key on DELETE does nothing; each delete does its work.
+    s = things()
+    for _ in range(2):
+        r = send(s, "DELETE", THINGS + "/th_9", {"Idempotency-Key": "k"})
+        assert r.status_code == 204 and REPLAYED_HEADER not in r.headers
+    assert [e.id for e in s.ledger.effects] == ["del_1", "del_2"]
+    assert len(s["things"].keys) == 0
+    assert [a.key for a in s.ledger.attempts] == ["k", "k"]  # recorded all the same
+
+
+def test_a_service_that_keys_other_methods_honours_the_key_on_them() -> None:
+    class KeyedDeletes(Things):
+        keyed_methods: ClassVar[frozenset[str]] = frozenset({"POST", "DELETE"})
+
+    s = Services([KeyedDeletes()])
+    for _ in range(2):
+        assert send(s, "DELETE", THINGS + "/th_9", {"Idempotency-Key": "k"}).status_code == 204
+    assert [e.id for e in s.ledger.effects] == ["del_1"]
+    assert [a.replayed for a in s.ledger.attempts] == [False, True]
+
+
+def test_a_service_without_keys_ignores_the_header_on_its_mutating_route() -> None:
+    s = Services([EmailService()])
+    message = {"to": "dana@example.com", "subject": "Refund", "body": "Done."}
+    for _ in range(2):
+        r = send(s, "POST", "https://email.twice.test/v1/messages", {"Idempotency-Key": "k"},
+                 json=message)  # fmt: skip
+        assert r.status_code == 200
+    assert [e.id for e in s.ledger.effects] == ["msg_1", "msg_2"]
+    assert [a.key for a in s.ledger.attempts] == ["k", "k"]
+
+
+def test_a_service_reads_its_key_from_its_own_header() -> None:
+    class OwnHeader(Things):
+        key_header: ClassVar[str] = "X-Request-Key"
+
+    s = Services([OwnHeader()])
+    for _ in range(2):
+        send(s, "POST", THINGS, {"X-Request-Key": "k", "Idempotency-Key": "other"}, json={})
+    assert [a.key for a in s.ledger.attempts] == ["k", "k"]
+    assert [a.replayed for a in s.ledger.attempts] == [False, True]
+    assert len(s.ledger.effects) == 1
+
+
+def test_a_keyed_request_with_a_bad_body_frees_its_key() -> None:
+    s = payments()
+    r = send(
+        s,
+        "POST",
+        REFUNDS,
+        {"Idempotency-Key": "k", "content-type": "application/json"},
+        content=b"{not json",
+    )
+    assert r.status_code == 400 and len(s["payments"].keys) == 0
+    again = refund(s, "k")
+    assert again.status_code == 200 and not s.ledger.attempts[1].replayed
+
+
+def test_a_keyed_replay_with_an_unreadable_body_replays_the_saved_answer() -> None:
+    # The parameters that make the fingerprint came from the query: the same request, whose
+    # answer was saved; the body it cannot read changes nothing it already did.
+    s = payments()
+    params = {"order_id": "order_1042", "amount": "499"}
+    first = send(s, "POST", REFUNDS, {"Idempotency-Key": "k"}, params=params)
+    again = send(
+        s,
+        "POST",
+        REFUNDS,
+        {"Idempotency-Key": "k", "content-type": "application/json"},
+        params=params,
+        content=b"[1]",
+    )
+    assert first.status_code == 200
+    assert again.status_code == 200 and again.json() == first.json()
+    assert s.ledger.attempts[1].replayed and len(s.ledger.effects) == 1
+
+
+@pytest.mark.parametrize("fault", [ErrorBeforeCommit, TimeoutBeforeCommit])
+def test_a_fault_before_a_replay_keeps_the_saved_answer(fault: type[Fault]) -> None:
+    # The keyed retry met a refusal (or a timeout) before it reached the store's answer:
+    # the work was done once, and the next retry still replays it, never doing it again.
+    s = payments(fault(schedule=Schedule(attempts=(2,))))
+    first = refund(s, "k")
+    with contextlib.suppress(httpx.ReadTimeout):
+        assert refund(s, "k").status_code == 503
+    again = refund(s, "k")
+    assert again.status_code == 200 and again.json() == first.json()
+    assert [a.replayed for a in s.ledger.attempts] == [False, False, True]
+    assert [a.fault for a in s.ledger.attempts] == [None, fault().name, None]
+    assert [e.id for e in s.ledger.effects] == ["re_1"]
+
+
+def test_a_server_error_is_saved_with_its_own_status() -> None:
+    s = payments(ServerErrorAfterCommit(status=503))
+    first, again = refund(s, "k"), refund(s, "k")
+    assert (first.status_code, again.status_code) == (503, 503)
+    assert again.json() == first.json() and s.ledger.attempts[1].replayed
+
+
+def test_a_server_error_on_a_replay_leaves_the_saved_answer() -> None:
+    # The fault hit the keyed retry, which did no work: the first answer stays saved.
+    s = payments(ServerErrorAfterCommit(schedule=Schedule(attempts=(2,))))
+    first = refund(s, "k")
+    assert refund(s, "k").status_code == 500
+    third = refund(s, "k")
+    assert third.status_code == 200 and third.json() == first.json()
+    assert len(s.ledger.effects) == 1
+
+
+def test_a_handler_that_raises_after_committing_saves_the_failure_body() -> None:
+    class Failing(Things):
+        def create(self, call: Call) -> httpx.Response:
+            call.commit("things.thing.create", "th", {})
+            raise RuntimeError("handler bug")
+
+    s = Services([Failing()])
+    with pytest.raises(RuntimeError, match="handler bug"):
+        make(s, 200)
+    again = make(s, 200)
+    assert again.status_code == 500 and again.json() == {
+        "error": {"type": "api_error", "message": "The service failed while handling the request"}
+    }
+    failed = s.ledger.attempts[0]
+    assert (failed.status, failed.delivered, failed.outcome) == (None, False, "unknown")
+
+
+# -- what the client saw, per fault ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "delivered", "outcome", "effects"),
+    [
+        ("lost_reply", 200, False, "unknown", 1),
+        ("reset_after_commit", 200, False, "unknown", 1),
+        ("timeout_before_commit", None, False, "unknown", 0),
+        ("error_after_commit", 502, True, "unknown", 1),
+        ("server_error_after_commit", 500, True, "unknown", 1),
+        ("error_before_commit", 503, True, "unknown", 0),
+        ("rate_limited", 429, True, "fail", 0),
+        ("crash_after_commit", 200, True, "ok", 1),
+    ],
+)
+def test_a_faulted_attempt_records_the_status_made_and_whether_it_was_delivered(
+    name: str, status: int | None, delivered: bool, outcome: str, effects: int
+) -> None:
+    s = payments(get_fault(name))
+    with contextlib.suppress(httpx.TransportError):
+        refund(s)
+    (attempt,) = s.ledger.attempts
+    assert (attempt.status, attempt.delivered, attempt.outcome, attempt.fault) == (
+        status, delivered, outcome, name,
+    )  # fmt: skip
+    assert len(attempt.effect_ids) == len(s.ledger.effects) == effects
+
+
+# -- the set, its router and its transport --------------------------------------------------
+
+
+def test_two_services_of_one_name_are_refused() -> None:
+    with pytest.raises(ValueError) as raised:
+        Services([PaymentsService(), PaymentsService(base_url="https://other.twice.test")])
+    assert str(raised.value) == "two services named 'payments' in one Services set"
+
+
+def test_a_set_knows_its_effect_names_and_gives_its_services_its_ledger() -> None:
+    s = Services([PaymentsService(orders=ORDERS), TicketsService()])
+    assert s.ledger.known_effects == {
+        "payments.order.get",
+        "payments.refund.create",
+        "payments.refund.list",
+        "payments.refund.get",
+        "tickets.customer.get",
+        "tickets.ticket.create",
+        "tickets.ticket.list",
+        "tickets.ticket.get",
+    }
+    assert s["payments"].ledger is s["tickets"].ledger is s.ledger
+    assert isinstance(s.fault, get_fault("none").__class__)
+
+
+def test_trials_of_one_layout_share_one_router_per_kind_of_client() -> None:
+    a, b = payments(), payments(LostReply())
+    other = Services([PaymentsService(orders=ORDERS, base_url="https://pay.twice.test")])
+    assert a.router is b.router and a.sync_router is b.sync_router
+    assert a.sync_router is a.sync_router and a.router is not a.sync_router
+    assert other.router is not a.router and other.sync_router is not a.sync_router
+    # Shared, the routers keep no record of the calls they served: the ledger is the record.
+    refund(a)
+    with a.sync_client() as client:
+        client.post(REFUNDS, json=BODY)
+    assert a.router.calls.call_count == a.sync_router.calls.call_count == 0
+    assert all(route.calls.call_count == 0 for route in a.router.routes)
+
+
+def test_the_router_cache_is_bounded() -> None:
+    from twice.mocks import _trial_services as trial
+
+    routers, sizes = [], []
+    for n in range(trial.MAX_ROUTERS + 1):
+        routers.append(Services([Things(base_url=f"https://things-{n}.twice.test")]).router)
+        sizes.append(len(trial._ROUTERS))
+    assert min(sizes) > 0 and max(sizes) == trial.MAX_ROUTERS
+    # The newest layout's router was kept after the cache was emptied: it is reused.
+    last = Services([Things(base_url=f"https://things-{trial.MAX_ROUTERS}.twice.test")])
+    assert last.router is routers[-1]
+
+
+def test_a_shared_router_called_outside_a_transport_says_what_to_use() -> None:
+    s = payments()
+    request = httpx.Request("POST", REFUNDS, json=BODY)
+    message = (
+        "a shared services router was called outside a Services transport; "
+        "use Services.client() / sync_client() / dispatch()"
+    )
+    with pytest.raises(RuntimeError) as raised:
+        s.sync_router.handler(request)
+    assert str(raised.value) == message
+    with pytest.raises(RuntimeError) as raised:
+        asyncio.run(s.router.async_handler(request))
+    assert str(raised.value) == message
+    with pytest.raises(RuntimeError):  # the catch-all too
+        s.sync_router.handler(httpx.Request("GET", "https://nowhere.twice.test/"))
+    assert s.ledger.attempts == []
+
+
+def test_dispatch_serves_a_request_as_a_respx_side_effect_would() -> None:
+    s = payments()
+    r = s.dispatch(httpx.Request("POST", REFUNDS, json=BODY, headers={SOURCE_HEADER: "user"}))
+    assert r.status_code == 200 and r.json()["id"] == "re_1"
+    assert [(a.source, a.outcome) for a in s.ledger.attempts] == [("user", "ok")]
+    missing = s.dispatch(httpx.Request("GET", "https://payments.twice.test/v0"))
+    assert missing.status_code == 404
+
+
+def test_a_request_is_in_flight_for_one_pass_of_the_event_loop() -> None:
+    # Timeouts are raised, never slept: the in-flight window lets other tasks in once and
+    # costs no wall time, however many requests a trial sends.
+    s = payments()
+
+    async def go() -> int:
+        async with s.client() as client:
+            task = asyncio.ensure_future(client.post(REFUNDS, json=BODY))
+            for passes in range(1, 20):
+                await asyncio.sleep(0)
+                if task.done():
+                    assert task.result().status_code == 200
+                    return passes
+            task.cancel()
+            return -1
+
+    assert 0 < asyncio.run(go()) <= 3
+
+
+def test_a_sync_client_and_an_async_one_serve_the_same_trial() -> None:
+    s = payments(LostReply(schedule=Schedule(attempts=(2, 3))))
+    with s.sync_client() as client:
+        assert client.post(REFUNDS, json=BODY).status_code == 200
+        with pytest.raises(httpx.ReadTimeout):
+            client.post(REFUNDS, json=BODY)
+    with pytest.raises(httpx.ReadTimeout):
+        refund(s)
+    assert [a.fault for a in s.ledger.attempts] == [None, "lost_reply", "lost_reply"]
+    assert [a.outcome for a in s.ledger.attempts] == ["ok", "unknown", "unknown"]
+    assert [e.id for e in s.ledger.effects] == ["re_1", "re_2", "re_3"]
