@@ -382,12 +382,16 @@ class Services:
             return self.fault
         return None
 
-    def _defer(self, attempt: Attempt, fault: Fault) -> None:
+    def _defer(self, attempt: Attempt, fault: Fault, *, reached: bool = True) -> None:
         """``fault`` was scheduled on ``attempt``, which did no work: a commit fault (a reply
-        lost *after the work*) cannot hit it, so it hits the next mutating attempt instead.
-        An agent whose first call is malformed is still tested against the fault."""
+        lost *after the work*) cannot hit it, nor can any fault whose hooks the request never
+        ``reached`` (refused for its key first), so it hits the next matching mutating attempt
+        instead. An agent whose first call is malformed is still tested against the fault. A
+        fault before the work that ran keeps its attempt: nothing is done either way.
+
+        (A schedule of ``every`` attempt hits the next one anyway: the count is never read.)"""
         attempt.fault = None
-        if fault.commits and not fault.schedule.every:
+        if fault.commits or not reached:
             self._deferred += 1
 
     def _handle(
@@ -446,7 +450,7 @@ class Services:
             if decision.kind != "new" and decision.kind != "replay":
                 response = key_rejection(decision.kind, key, service.error_response)
                 if fault is not None:
-                    self._defer(attempt, fault)
+                    self._defer(attempt, fault, reached=False)
                 self._finish(attempt, response)
                 return response
             if decision.kind == "replay":

@@ -338,24 +338,34 @@ def test_a_schedule_counts_mutating_attempts_over_every_service() -> None:
     assert [a.fault for a in s.ledger.attempts] == [None, None, None, None, "lost_reply"]
 
 
-@pytest.mark.parametrize(
-    ("first", "said"),
-    [
-        ({"Idempotency-Key": ""}, 400),  # malformed
-        ({"Idempotency-Key": "k" * 256}, 400),  # too long
-    ],
-)
-def test_a_commit_fault_passes_over_a_request_refused_for_its_key(
-    first: dict[str, str], said: int
-) -> None:
-    s = payments(LostReply())
-    assert send(s, "POST", REFUNDS, first, json=BODY).status_code == said
-    with pytest.raises(httpx.ReadTimeout):
-        refund(s, "k2")
-    assert [a.fault for a in s.ledger.attempts] == [None, "lost_reply"]
+@pytest.mark.parametrize("name", ["lost_reply", "timeout_before_commit", "rate_limited"])
+@pytest.mark.parametrize("bad_key", ["", "k" * 256])
+def test_a_fault_passes_over_a_request_refused_for_its_key(name: str, bad_key: str) -> None:
+    # The key is checked before either of the fault's hooks: a fault before the work never
+    # ran either, and was lost, so the agent's real call ran fault-free (scored safe).
+    s = payments(get_fault(name))
+    assert refund(s, bad_key).status_code == 400
+    with contextlib.suppress(httpx.ReadTimeout):
+        assert refund(s, "k2").status_code == 429
+    assert [a.fault for a in s.ledger.attempts] == [None, name]
     assert refund(s).status_code == 200  # and it hits once
     assert [a.fault for a in s.ledger.attempts][2] is None
-    assert len(s.ledger.effects) == 2
+    assert len(s.ledger.effects) == (2 if get_fault(name).commits else 1)
+
+
+def test_a_fault_before_the_work_keeps_an_attempt_it_reached() -> None:
+    # Its hook ran and let the request through; the request was then refused (a body that
+    # is not parameters): nothing is done either way, so the hit is not passed on.
+    @dataclasses.dataclass(frozen=True)
+    class Watching(Fault):
+        name: str = "watching"
+        commits: bool = False
+
+    s = payments(Watching())
+    bad = send(s, "POST", REFUNDS, {"content-type": "application/json"}, content=b"[1]")
+    assert bad.status_code == 400
+    assert refund(s).status_code == 200
+    assert [a.fault for a in s.ledger.attempts] == [None, None]
 
 
 def test_a_commit_fault_passes_over_a_keyed_request_with_other_parameters() -> None:
