@@ -67,8 +67,10 @@ _SIDE_EFFECT_SIGNATURE = inspect.signature(_side_effect_signature)
 _BOUND: contextvars.ContextVar[Services] = contextvars.ContextVar("twice_services")
 """The :class:`Services` a request being served belongs to (set by its transport)."""
 
-Layout = tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...]
-"""(service name, base URL, ((method, path, route name), ...)) per service of a set."""
+Layout = tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]
+"""(base URL, ((method, path, route name), ...)) per service of a set: all a router is made
+of (it dispatches by route name to the bound set, so two sets that differ only in their
+services' names share one)."""
 
 
 class _SharedRouter(respx.Router):
@@ -154,7 +156,7 @@ def _shared_router(layout: Layout, *, sync: bool) -> respx.Router:
     if router is not None:
         return router
     router = _SharedRouter(assert_all_called=False, assert_all_mocked=False)
-    for _service, base_url, routes in layout:
+    for base_url, routes in layout:
         for method, path, name in routes:
             pattern = re.escape(base_url) + path + r"/?(\?.*)?$"
             router.route(method=method, url__regex=pattern, name=name).mock(
@@ -252,9 +254,7 @@ class Services:
                         f"{r.method} {r.path}); each route needs a name of its own"
                     )
                 self._routes[r.name] = (service, r)
-            layout.append(
-                (service.name, service.base_url, tuple((r.method, r.path, r.name) for r in routes))
-            )
+            layout.append((service.base_url, tuple((r.method, r.path, r.name) for r in routes)))
         self._layout: Layout = tuple(layout)
         self.ledger.known_effects = frozenset(self._routes)  # every route is an effect name
         # Re-entrant: the blocking path holds it for a whole request, and the unmatched route

@@ -637,6 +637,20 @@ def test_trials_of_one_layout_share_one_router_per_kind_of_client() -> None:
     assert all(route.calls.call_count == 0 for route in a.router.routes)
 
 
+def test_sets_whose_services_differ_only_in_name_share_a_router_and_keep_their_own() -> None:
+    class Payments2(PaymentsService):
+        name: ClassVar[str] = "payments2"
+
+    a, b = payments(), Services([Payments2(orders=ORDERS)])
+    assert a.router is b.router
+    refund(a)
+    refund(b)
+    refund(b)
+    assert [(x.n, x.service) for x in a.ledger.attempts] == [(1, "payments")]
+    assert [(x.n, x.service) for x in b.ledger.attempts] == [(1, "payments2"), (2, "payments2")]
+    assert [e.id for e in b.ledger.effects] == ["re_1", "re_2"]
+
+
 def test_the_router_cache_is_bounded() -> None:
     from twice.mocks import _trial_services as trial
 
