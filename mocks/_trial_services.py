@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import contextvars
 import inspect
 import re
@@ -112,8 +111,11 @@ class _SharedRouter(respx.Router):
 
 def _untangle(error: BaseException) -> None:
     """Cut respx's wrapper out of ``error``'s cause and context chain, putting back the
-    chain the handler raised it with (saved by :func:`_side_effect`)."""
-    cause, context, suppress = getattr(error, "_twice_chain", (None, None, False))
+    chain the handler raised it with (saved by :func:`_keep_chain`)."""
+    chain = getattr(error, "_twice_chain", None)
+    if chain is None:  # respx's own error, raised outside every side effect: not wrapped
+        return
+    cause, context, suppress = chain
     for link, saved in (("__cause__", cause), ("__context__", context)):
         linked = getattr(error, link)
         if isinstance(linked, respx.models.SideEffectError) and linked.origin is error:
@@ -122,13 +124,13 @@ def _untangle(error: BaseException) -> None:
 
 
 def _keep_chain(error: BaseException) -> None:
-    # respx's re-raise overwrites the handler's own cause and context: kept for _untangle.
-    with contextlib.suppress(AttributeError):
-        error._twice_chain = (  # type: ignore[attr-defined]
-            error.__cause__,
-            error.__context__,
-            error.__suppress_context__,
-        )
+    """Keep the chain a side effect's error was raised with: respx's re-raise overwrites it.
+    Every side effect keeps it, so :func:`_untangle` can cut every wrapper out."""
+    error._twice_chain = (  # type: ignore[attr-defined]
+        error.__cause__,
+        error.__context__,
+        error.__suppress_context__,
+    )
 
 
 _ROUTERS: dict[tuple[Layout, bool], respx.Router] = {}
@@ -162,9 +164,7 @@ def _shared_router(layout: Layout, *, sync: bool) -> respx.Router:
             router.route(method=method, url__regex=pattern, name=name).mock(
                 side_effect=_side_effect(name, sync=sync)
             )
-    router.route(name=UNMATCHED_ROUTE).mock(
-        side_effect=lambda request: _bound()._unmatched(request)
-    )
+    router.route(name=UNMATCHED_ROUTE).mock(side_effect=_catch_all)
     if len(_ROUTERS) >= MAX_ROUTERS:
         _ROUTERS.clear()
     _ROUTERS[(layout, sync)] = router
@@ -176,9 +176,9 @@ def _side_effect(name: str, *, sync: bool) -> Callable[..., Any]:
     if sync:
 
         def run_sync(request: httpx.Request, **path_params: str) -> httpx.Response:
-            services = _bound()
-            steps = services._pipeline(*services._routes[name], request, path_params)
             try:
+                services = _bound()
+                steps = services._pipeline(*services._routes[name], request, path_params)
                 while True:
                     next(steps)
             except StopIteration as done:
@@ -191,9 +191,9 @@ def _side_effect(name: str, *, sync: bool) -> Callable[..., Any]:
         return run_sync
 
     async def run_async(request: httpx.Request, **path_params: str) -> httpx.Response:
-        services = _bound()
-        steps = services._pipeline(*services._routes[name], request, path_params)
         try:
+            services = _bound()
+            steps = services._pipeline(*services._routes[name], request, path_params)
             while True:
                 with services._lock:
                     next(steps)
@@ -208,6 +208,15 @@ def _side_effect(name: str, *, sync: bool) -> Callable[..., Any]:
 
     run_async.__signature__ = _SIDE_EFFECT_SIGNATURE  # type: ignore[attr-defined]
     return run_async
+
+
+def _catch_all(request: httpx.Request) -> httpx.Response:
+    """The side effect of the catch-all route: the bound trial's 404."""
+    try:
+        return _bound()._unmatched(request)
+    except Exception as error:
+        _keep_chain(error)
+        raise
 
 
 class Services:

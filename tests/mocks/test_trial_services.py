@@ -665,20 +665,30 @@ def test_the_router_cache_is_bounded() -> None:
 
 
 def test_a_shared_router_called_outside_a_transport_says_what_to_use() -> None:
+    # Raised as _bound raises it (from None), from a route's side effect, blocking or async,
+    # and from the catch-all: no respx wrapper in its chain, which a traceback printer
+    # without a seen-set would walk for ever.
     s = payments()
-    request = httpx.Request("POST", REFUNDS, json=BODY)
     message = (
         "a shared services router was called outside a Services transport; "
         "use Services.client() / sync_client() / dispatch()"
     )
-    with pytest.raises(RuntimeError) as raised:
-        s.sync_router.handler(request)
-    assert str(raised.value) == message
-    with pytest.raises(RuntimeError) as raised:
-        asyncio.run(s.router.async_handler(request))
-    assert str(raised.value) == message
-    with pytest.raises(RuntimeError):  # the catch-all too
-        s.sync_router.handler(httpx.Request("GET", "https://nowhere.twice.test/"))
+    request = httpx.Request("POST", REFUNDS, json=BODY)
+    nowhere = httpx.Request("GET", "https://nowhere.twice.test/")
+    calls = [
+        lambda: s.sync_router.handler(request),
+        lambda: asyncio.run(s.router.async_handler(request)),
+        lambda: s.sync_router.handler(nowhere),
+        lambda: asyncio.run(s.router.async_handler(nowhere)),
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError) as raised:
+            call()
+        error = raised.value
+        assert str(error) == message
+        assert error.__cause__ is None and error.__suppress_context__
+        assert isinstance(error.__context__, LookupError)
+        assert error.__context__.__cause__ is None and error.__context__.__context__ is None
     assert s.ledger.attempts == []
 
 
