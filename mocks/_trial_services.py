@@ -157,7 +157,9 @@ def _shared_router(layout: Layout, *, sync: bool) -> respx.Router:
     router = _ROUTERS.get((layout, sync))
     if router is not None:
         return router
-    router = _SharedRouter(assert_all_called=False, assert_all_mocked=False)
+    # respx's assert_all_called / assert_all_mocked are never read: the router is never
+    # started (stop() reads the first), and its catch-all matches every request.
+    router = _SharedRouter()
     for base_url, routes in layout:
         for method, path, name in routes:
             pattern = re.escape(base_url) + path + r"/?(\?.*)?$"
@@ -363,7 +365,7 @@ class Services:
             params=params,
             source=request.headers.get(SOURCE_HEADER, "unknown"),
             call=int(call) if call and call.isdigit() else None,
-            backoff=float(request.headers.get(BACKOFF_HEADER, 0) or 0),
+            backoff=float(request.headers.get(BACKOFF_HEADER) or 0),
             at=time.time(),
         )
         self.ledger.attempts.append(attempt)
@@ -492,8 +494,9 @@ class Services:
 
         if saved is not None:
             attempt.replayed = True
+            assert saved.status is not None  # a replay's row is done: save() set its status
             response = httpx.Response(
-                saved.status or 500, json=saved.body, headers={REPLAYED_HEADER: "true"}
+                saved.status, json=saved.body, headers={REPLAYED_HEADER: "true"}
             )
         else:
             response = self._handle(service, route, Call(service, request, params, attempt), key)

@@ -651,6 +651,23 @@ def test_sets_whose_services_differ_only_in_name_share_a_router_and_keep_their_o
     assert [e.id for e in b.ledger.effects] == ["re_1", "re_2"]
 
 
+def test_a_routers_routes_are_named_for_the_effects_they_commit() -> None:
+    # The names a respx user reads (a route's repr, router[name]) are the effect names.
+    s = Services([PaymentsService(orders=ORDERS), Things()])
+    for router in (s.router, s.sync_router):
+        assert [r.name for r in router.routes] == [
+            "payments.order.get",
+            "payments.refund.create",
+            "payments.refund.list",
+            "payments.refund.get",
+            "things.thing.create",
+            "things.thing.delete",
+            "things.thing.list",
+            "unmatched",
+        ]
+        assert router.routes["payments.refund.create"].pattern is not None
+
+
 def test_the_router_cache_is_bounded() -> None:
     from twice.mocks import _trial_services as trial
 
