@@ -112,15 +112,11 @@ class _SharedRouter(respx.Router):
 def _untangle(error: BaseException) -> None:
     """Cut respx's wrapper out of ``error``'s cause and context chain, putting back the
     chain the handler raised it with (saved by :func:`_keep_chain`)."""
-    chain = getattr(error, "_twice_chain", None)
-    if chain is None:  # respx's own error, raised outside every side effect: not wrapped
-        return
-    cause, context, suppress = chain
-    for link, saved in (("__cause__", cause), ("__context__", context)):
-        linked = getattr(error, link)
-        if isinstance(linked, respx.models.SideEffectError) and linked.origin is error:
-            setattr(error, link, saved)
-    error.__suppress_context__ = suppress
+    # Every side effect's error carries its chain, and respx re-raised each from its
+    # wrapper (both links); an error without one is respx's own, which it never wrapped.
+    chain = vars(error).get("_twice_chain")
+    if chain is not None:
+        error.__cause__, error.__context__, error.__suppress_context__ = chain
 
 
 def _keep_chain(error: BaseException) -> None:
@@ -393,16 +389,16 @@ class Services:
             return self.fault
         return None
 
-    def _defer(self, attempt: Attempt, fault: Fault, *, reached: bool = True) -> None:
+    def _defer(self, attempt: Attempt, fault: Fault, *, before_hooks: bool = False) -> None:
         """``fault`` was scheduled on ``attempt``, which did no work: a commit fault (a reply
-        lost *after the work*) cannot hit it, nor can any fault whose hooks the request never
-        ``reached`` (refused for its key first), so it hits the next matching mutating attempt
+        lost *after the work*) cannot hit it, nor can any fault when the request was refused
+        ``before_hooks`` (for its key), so it hits the next matching mutating attempt
         instead. An agent whose first call is malformed is still tested against the fault. A
-        fault before the work that ran keeps its attempt: nothing is done either way.
+        fault before the work whose hook ran keeps its attempt: nothing is done either way.
 
         (A schedule of ``every`` attempt hits the next one anyway: the count is never read.)"""
         attempt.fault = None
-        if fault.commits or not reached:
+        if fault.commits or before_hooks:
             self._deferred += 1
 
     def _handle(
@@ -461,7 +457,7 @@ class Services:
             if decision.kind != "new" and decision.kind != "replay":
                 response = key_rejection(decision.kind, key, service.error_response)
                 if fault is not None:
-                    self._defer(attempt, fault, reached=False)
+                    self._defer(attempt, fault, before_hooks=True)
                 self._finish(attempt, response)
                 return response
             if decision.kind == "replay":
