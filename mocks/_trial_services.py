@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import contextvars
 import inspect
 import re
@@ -67,8 +66,10 @@ _SIDE_EFFECT_SIGNATURE = inspect.signature(_side_effect_signature)
 _BOUND: contextvars.ContextVar[Services] = contextvars.ContextVar("twice_services")
 """The :class:`Services` a request being served belongs to (set by its transport)."""
 
-Layout = tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...]
-"""(service name, base URL, ((method, path, route name), ...)) per service of a set."""
+Layout = tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]
+"""(base URL, ((method, path, route name), ...)) per service of a set: all a router is made
+of (it dispatches by route name to the bound set, so two sets that differ only in their
+services' names share one)."""
 
 
 class _SharedRouter(respx.Router):
@@ -110,23 +111,22 @@ class _SharedRouter(respx.Router):
 
 def _untangle(error: BaseException) -> None:
     """Cut respx's wrapper out of ``error``'s cause and context chain, putting back the
-    chain the handler raised it with (saved by :func:`_side_effect`)."""
-    cause, context, suppress = getattr(error, "_twice_chain", (None, None, False))
-    for link, saved in (("__cause__", cause), ("__context__", context)):
-        linked = getattr(error, link)
-        if isinstance(linked, respx.models.SideEffectError) and linked.origin is error:
-            setattr(error, link, saved)
-    error.__suppress_context__ = suppress
+    chain the handler raised it with (saved by :func:`_keep_chain`)."""
+    # Every side effect's error carries its chain, and respx re-raised each from its
+    # wrapper (both links); an error without one is respx's own, which it never wrapped.
+    chain = vars(error).get("_twice_chain")
+    if chain is not None:
+        error.__cause__, error.__context__, error.__suppress_context__ = chain
 
 
 def _keep_chain(error: BaseException) -> None:
-    # respx's re-raise overwrites the handler's own cause and context: kept for _untangle.
-    with contextlib.suppress(AttributeError):
-        error._twice_chain = (  # type: ignore[attr-defined]
-            error.__cause__,
-            error.__context__,
-            error.__suppress_context__,
-        )
+    """Keep the chain a side effect's error was raised with: respx's re-raise overwrites it.
+    Every side effect keeps it, so :func:`_untangle` can cut every wrapper out."""
+    error._twice_chain = (  # type: ignore[attr-defined]
+        error.__cause__,
+        error.__context__,
+        error.__suppress_context__,
+    )
 
 
 _ROUTERS: dict[tuple[Layout, bool], respx.Router] = {}
@@ -153,16 +153,16 @@ def _shared_router(layout: Layout, *, sync: bool) -> respx.Router:
     router = _ROUTERS.get((layout, sync))
     if router is not None:
         return router
-    router = _SharedRouter(assert_all_called=False, assert_all_mocked=False)
-    for _service, base_url, routes in layout:
+    # respx's assert_all_called / assert_all_mocked are never read: the router is never
+    # started (stop() reads the first), and its catch-all matches every request.
+    router = _SharedRouter()
+    for base_url, routes in layout:
         for method, path, name in routes:
             pattern = re.escape(base_url) + path + r"/?(\?.*)?$"
             router.route(method=method, url__regex=pattern, name=name).mock(
                 side_effect=_side_effect(name, sync=sync)
             )
-    router.route(name=UNMATCHED_ROUTE).mock(
-        side_effect=lambda request: _bound()._unmatched(request)
-    )
+    router.route(name=UNMATCHED_ROUTE).mock(side_effect=_catch_all)
     if len(_ROUTERS) >= MAX_ROUTERS:
         _ROUTERS.clear()
     _ROUTERS[(layout, sync)] = router
@@ -174,9 +174,9 @@ def _side_effect(name: str, *, sync: bool) -> Callable[..., Any]:
     if sync:
 
         def run_sync(request: httpx.Request, **path_params: str) -> httpx.Response:
-            services = _bound()
-            steps = services._pipeline(*services._routes[name], request, path_params)
             try:
+                services = _bound()
+                steps = services._pipeline(*services._routes[name], request, path_params)
                 while True:
                     next(steps)
             except StopIteration as done:
@@ -189,9 +189,9 @@ def _side_effect(name: str, *, sync: bool) -> Callable[..., Any]:
         return run_sync
 
     async def run_async(request: httpx.Request, **path_params: str) -> httpx.Response:
-        services = _bound()
-        steps = services._pipeline(*services._routes[name], request, path_params)
         try:
+            services = _bound()
+            steps = services._pipeline(*services._routes[name], request, path_params)
             while True:
                 with services._lock:
                     next(steps)
@@ -206,6 +206,15 @@ def _side_effect(name: str, *, sync: bool) -> Callable[..., Any]:
 
     run_async.__signature__ = _SIDE_EFFECT_SIGNATURE  # type: ignore[attr-defined]
     return run_async
+
+
+def _catch_all(request: httpx.Request) -> httpx.Response:
+    """The side effect of the catch-all route: the bound trial's 404."""
+    try:
+        return _bound()._unmatched(request)
+    except Exception as error:
+        _keep_chain(error)
+        raise
 
 
 class Services:
@@ -252,9 +261,7 @@ class Services:
                         f"{r.method} {r.path}); each route needs a name of its own"
                     )
                 self._routes[r.name] = (service, r)
-            layout.append(
-                (service.name, service.base_url, tuple((r.method, r.path, r.name) for r in routes))
-            )
+            layout.append((service.base_url, tuple((r.method, r.path, r.name) for r in routes)))
         self._layout: Layout = tuple(layout)
         self.ledger.known_effects = frozenset(self._routes)  # every route is an effect name
         # Re-entrant: the blocking path holds it for a whole request, and the unmatched route
@@ -354,7 +361,7 @@ class Services:
             params=params,
             source=request.headers.get(SOURCE_HEADER, "unknown"),
             call=int(call) if call and call.isdigit() else None,
-            backoff=float(request.headers.get(BACKOFF_HEADER, 0) or 0),
+            backoff=float(request.headers.get(BACKOFF_HEADER) or 0),
             at=time.time(),
         )
         self.ledger.attempts.append(attempt)
@@ -382,12 +389,16 @@ class Services:
             return self.fault
         return None
 
-    def _defer(self, attempt: Attempt, fault: Fault) -> None:
+    def _defer(self, attempt: Attempt, fault: Fault, *, before_hooks: bool = False) -> None:
         """``fault`` was scheduled on ``attempt``, which did no work: a commit fault (a reply
-        lost *after the work*) cannot hit it, so it hits the next mutating attempt instead.
-        An agent whose first call is malformed is still tested against the fault."""
+        lost *after the work*) cannot hit it, nor can any fault when the request was refused
+        ``before_hooks`` (for its key), so it hits the next matching mutating attempt
+        instead. An agent whose first call is malformed is still tested against the fault. A
+        fault before the work whose hook ran keeps its attempt: nothing is done either way.
+
+        (A schedule of ``every`` attempt hits the next one anyway: the count is never read.)"""
         attempt.fault = None
-        if fault.commits and not fault.schedule.every:
+        if fault.commits or before_hooks:
             self._deferred += 1
 
     def _handle(
@@ -446,7 +457,7 @@ class Services:
             if decision.kind != "new" and decision.kind != "replay":
                 response = key_rejection(decision.kind, key, service.error_response)
                 if fault is not None:
-                    self._defer(attempt, fault)
+                    self._defer(attempt, fault, before_hooks=True)
                 self._finish(attempt, response)
                 return response
             if decision.kind == "replay":
@@ -479,8 +490,9 @@ class Services:
 
         if saved is not None:
             attempt.replayed = True
+            assert saved.status is not None  # a replay's row is done: save() set its status
             response = httpx.Response(
-                saved.status or 500, json=saved.body, headers={REPLAYED_HEADER: "true"}
+                saved.status, json=saved.body, headers={REPLAYED_HEADER: "true"}
             )
         else:
             response = self._handle(service, route, Call(service, request, params, attempt), key)
