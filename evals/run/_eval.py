@@ -41,6 +41,12 @@ from ._speedups import (
 )
 from ._tasks import build_tasks
 
+RUN_SERVER_IDLE_SECONDS = 60.0
+"""How long the run's own server (``--agent-cmd``) lets a connection wait for a whole request
+head: the bound a public web server puts on a client that opens a connection and stays silent
+(nginx's ``client_header_timeout``). Its clients are this run's agents and its own event loop,
+which a busy run can keep from writing for longer than ``twice serve``'s few seconds."""
+
 
 @contextmanager
 def prepared_run(
@@ -74,7 +80,11 @@ def prepared_run(
 
             try:  # the server hosts the tasks of your own among the cells' tasks
                 url = stack.enter_context(
-                    running_server(tasks=[c.task for c in planned], hang_seconds=suite.hang_seconds)
+                    running_server(
+                        tasks=[c.task for c in planned],
+                        hang_seconds=suite.hang_seconds,
+                        idle_seconds=RUN_SERVER_IDLE_SECONDS,
+                    )
                 ).url
             except ServeError as ex:
                 raise SuiteError(str(ex)) from None

@@ -751,3 +751,24 @@ def test_agent_commands_run_one_per_usable_cpu_at_a_time(
     text = marks.read_text()
     assert text.split().count("+") == 6
     assert _most_at_once(text) == cpus
+
+
+def test_the_runs_server_waits_for_a_slow_clients_first_byte(tmp_path: Path) -> None:
+    # A busy run keeps its own event loop and its agents from writing for seconds: the run's
+    # server waits for a request head as long as a public web server does, not twice serve's
+    # default few seconds (which closed such connections: a ReadError, an errored trial).
+    script = tmp_path / "slow_client.py"
+    script.write_text(
+        "import os, socket, sys, time, urllib.parse\n"
+        "url = urllib.parse.urlsplit(os.environ['TWICE_PAYMENTS_URL'])\n"
+        "with socket.create_connection((url.hostname, url.port)) as s:\n"
+        "    time.sleep(6)\n"
+        "    s.sendall(f'GET {url.path}/v1/refunds HTTP/1.1\\r\\nHost: {url.netloc}\\r\\n'\n"
+        "              'Connection: close\\r\\n\\r\\n'.encode())\n"
+        "    sys.exit(0 if s.recv(64).startswith(b'HTTP/1.1 ') else 3)\n"
+    )
+    out = tmp_path / "logs"
+    result = _no_retry_run(out, script, limit=1)
+    assert result.exit_code == 0, result.output
+    (cell,) = json.loads((out / "summary.json").read_text())["cells"]
+    assert cell["errors"] == 0 and cell["crashed_rate"] == 0.0, cell
