@@ -409,10 +409,8 @@ def _no_match(rule: Rule, cells: list[_CellTrials]) -> Check:
             "rule", rule.name, "(no cell)", "fail",
             f"no cell matches {want}: the logs hold no scored trial",
         )  # fmt: skip
-    present = {
-        axis: sorted({getattr(c.cell, axis) for c in cells})
-        for axis in (rule.filters or {"model": ()})
-    }
+    # A rule without filters matches every cell: here, with cells, it has some.
+    present = {axis: sorted({getattr(c.cell, axis) for c in cells}) for axis in rule.filters}
     have = "; ".join(f"{axis}: {', '.join(v)}" for axis, v in present.items())
     return Check(
         "rule", rule.name, "(no cell)", "fail", f"no cell matches {want}; the logs hold {have}"

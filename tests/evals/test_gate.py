@@ -105,18 +105,42 @@ def test_gate_filters_select_cells_with_globs(make_trials: Trials) -> None:
 
 
 def test_gate_rule_matching_no_cell_fails(make_trials: Trials) -> None:
-    result = evaluate_gate(make_trials(24), parse_gate(rule(fault="lost_reply_typo")))
-    (check,) = result.failures
-    assert check.cell == "(no cell)"
-    assert "lost_reply_typo" in check.message and "fault: lost_reply" in check.message
+    # The filters as written, then each filtered axis's values in the logs, sorted, once each.
+    trials = pd.concat(
+        [
+            make_trials(4, model="m/b"),
+            make_trials(4, model="m/b", fault="timeout_before_commit"),
+            make_trials(4),
+        ]
+    )
+    typo = rule(name="typo", model=["m/*"], fault=["lost_reply_typo", "x"])
+    assert evaluate_gate(trials, parse_gate(typo)).checks == [
+        Check(
+            "rule",
+            "typo",
+            "(no cell)",
+            "fail",
+            "no cell matches model=['m/*'], fault=['lost_reply_typo', 'x']; the logs hold "
+            "model: m/a, m/b; fault: lost_reply, timeout_before_commit",
+        )
+    ]
 
 
 def test_gate_on_no_trial_at_all_says_so(make_trials: Trials) -> None:
     # --allow-errors on a run interrupted before any trial finished: the message listed the
     # axes the logs hold, "model: " and nothing after it.
-    result = evaluate_gate(make_trials(24).iloc[0:0], parse_gate(rule()))
-    (check,) = result.failures
-    assert check.message.endswith("the logs hold no scored trial"), check.message
+    none = make_trials(24).iloc[0:0]
+    assert evaluate_gate(none, parse_gate(rule())).checks == [
+        Check(
+            "rule",
+            "r",
+            "(no cell)",
+            "fail",
+            "no cell matches (no filters): the logs hold no scored trial",
+        )
+    ]
+    (check,) = evaluate_gate(none, parse_gate(rule(task="refund"))).checks
+    assert check.message == "no cell matches task=['refund']: the logs hold no scored trial"
 
 
 def test_gate_errored_trials_are_excluded_and_noted(make_trials: Trials) -> None:
