@@ -12,9 +12,12 @@ from typing import Any
 import pandas as pd
 import pytest
 from twice.evals import (
+    BaselinePolicy,
     Check,
+    GateConfig,
     GateError,
     GateResult,
+    Rule,
     evaluate_gate,
     format_gate,
     junit_xml,
@@ -22,6 +25,7 @@ from twice.evals import (
     parse_gate,
     write_junit,
 )
+from twice.reports import CELL, COMPARED
 
 Trials = Callable[..., pd.DataFrame]
 
@@ -430,6 +434,57 @@ def test_gate_file_refused_says_what_and_why_in_full(
         with pytest.raises(GateError) as parsed:
             parse_gate(tomllib.loads(text), source="g.toml")
         assert str(parsed.value) == expected
+
+
+GOOD_RULES = [
+    # The defaults: a name from the bound, the cautious statistic of a rate, one trial.
+    ({"metric": "duplication_rate", "max": 0.2},
+     Rule("duplication_rate max 0.2", "duplication_rate", 0.2, "max", "upper")),
+    ({"metric": "completion_rate", "min": 0.9},
+     Rule("completion_rate min 0.9", "completion_rate", 0.9, "min", "lower")),
+    ({"metric": "excess_effects_mean", "min": 0},
+     Rule("excess_effects_mean min 0", "excess_effects_mean", 0.0, "min", "point")),
+    # Everything given: a name trimmed, filters as tuples in CELL's order.
+    ({"name": "  done  ", "metric": "completion_rate", "min": 1, "statistic": "point",
+      "min_trials": 1, "fault": "lost_reply", "model": ["a/*", "b"]},
+     Rule("done", "completion_rate", 1.0, "min", "point", 1,
+          {"model": ("a/*", "b"), "fault": ("lost_reply",)})),
+    ({"name": "few", "metric": "excess_effects_mean", "max": 2.5, "min_trials": 30},
+     Rule("few", "excess_effects_mean", 2.5, "max", "point", 30)),
+    # Bounds only the cautious statistic can never meet are fine on the others.
+    ({"metric": "duplication_rate", "max": 0, "statistic": "point"},
+     Rule("duplication_rate max 0", "duplication_rate", 0.0, "max", "point")),
+    ({"metric": "duplication_rate", "max": 0.0, "statistic": "lower"},
+     Rule("duplication_rate max 0.0", "duplication_rate", 0.0, "max", "lower")),
+    ({"metric": "completion_rate", "min": 1, "statistic": "upper"},
+     Rule("completion_rate min 1", "completion_rate", 1.0, "min", "upper")),
+    ({"metric": "duplication_rate", "max": 1},
+     Rule("duplication_rate max 1", "duplication_rate", 1.0, "max", "upper")),
+    ({"metric": "completion_rate", "min": 0},
+     Rule("completion_rate min 0", "completion_rate", 0.0, "min", "lower")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"), GOOD_RULES, ids=[f"row{i}" for i in range(len(GOOD_RULES))]
+)
+def test_gate_rule_parses_to_its_rule(block: dict[str, object], expected: Rule) -> None:
+    (parsed,) = parse_gate({"rule": [block]}).rules
+    assert parsed == expected
+    assert type(parsed.bound) is float
+
+
+def test_gate_file_defaults_and_baseline_policy() -> None:
+    default = parse_gate({})
+    assert default == GateConfig((), 0.95, BaselinePolicy(0.05, COMPARED, CELL), "<config>")
+    assert parse_gate({"baseline": {}}, source="g.toml") == GateConfig(
+        (), 0.95, BaselinePolicy(0.05, COMPARED, CELL), "g.toml"
+    )
+    given = {"confidence": 0.8, "baseline": {"alpha": 0.1, "metrics": "wrong_rate", "match": []}}
+    assert parse_gate(given) == GateConfig((), 0.8, BaselinePolicy(0.1, ("wrong_rate",), ()))
+    pooled = parse_gate({"baseline": {"match": "task"}}).baseline
+    assert pooled == BaselinePolicy(0.05, COMPARED, ("task",))
+    assert type(default.confidence) is float and type(pooled.alpha) is float
 
 
 def test_gate_junit_has_one_case_per_rule_and_cell(make_trials: Trials) -> None:
