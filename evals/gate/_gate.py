@@ -315,7 +315,6 @@ class _CellTrials:
     """One cell of the trial frame, as the gate checks it."""
 
     cell: Cell
-    trials: int
     errors: int
     scored: pd.DataFrame
 
@@ -333,7 +332,7 @@ def _cells(trials: pd.DataFrame) -> list[_CellTrials]:
         scored = group[group["completed"].notna()]
         errors = int(errored(group).sum())
         cell = Cell.from_mapping(dict(zip(CELL, key, strict=True)))
-        out.append(_CellTrials(cell, len(group), errors, scored))
+        out.append(_CellTrials(cell, errors, scored))
     return out
 
 
@@ -358,7 +357,7 @@ def _check_rule(rule: Rule, cell: _CellTrials, confidence: float) -> Check:
             f"Wilson {confidence:.0%} interval [{_num(rule.metric, lo)}, {_num(rule.metric, hi)}]"
         )
     else:
-        value = float(values.mean()) if n else math.nan
+        value = float(values.mean())  # NaN over no trials
         evidence = f"{rule.metric} {_num(rule.metric, value)} over {n} trials"
     shown = (
         rule.statistic if rule.statistic == "point" else f"{rule.statistic} {confidence:.0%} bound"

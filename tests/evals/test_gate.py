@@ -147,6 +147,18 @@ def test_gate_on_no_trial_at_all_says_so(make_trials: Trials) -> None:
     assert check.message == "no cell matches task=['refund']: the logs hold no scored trial"
 
 
+def test_gate_judges_trials_whose_cell_key_is_missing(make_trials: Trials) -> None:
+    # A frame joined from logs with and without an axis has NaN there: its trials are still a
+    # cell the gate judges, not dropped with their key (which left "no cell" to judge).
+    trials = make_trials(24).assign(prompt=math.nan)
+    (check,) = evaluate_gate(trials, parse_gate(rule())).checks
+    assert (check.status, check.message) == (
+        "pass",
+        "upper 95% bound of duplication_rate = 13.8% ≤ max 20.0% (0 of 24 trials duplicated: "
+        "duplication_rate 0.0%, Wilson 95% interval [0.0%, 13.8%])",
+    )
+
+
 def test_gate_errored_trials_are_excluded_and_noted(make_trials: Trials) -> None:
     result = evaluate_gate(make_trials(24, errors=3), parse_gate(rule()))
     assert result.passed
@@ -283,6 +295,31 @@ def test_gate_baseline_that_compared_no_cell_fails(make_trials: Trials) -> None:
     # One compared cell is enough: the others may be new (a task added since the baseline).
     both = pd.concat([new, make_trials(4, agent="agents/a.py:run")], ignore_index=True)
     assert [c.status for c in evaluate_gate(both, cfg, baseline=old).checks] == ["skip", "pass"]
+
+
+def test_gate_baseline_that_compared_no_cell_names_what_differs(make_trials: Trials) -> None:
+    # Each key that differs, with both sides' values sorted; "-" for a side with none.
+    cfg = parse_gate({"baseline": {"metrics": ["wrong_rate"], "match": ["model", "agent"]}})
+    ours = pd.concat([make_trials(2, agent="y"), make_trials(2, agent="x")])
+    base = pd.concat([make_trials(2, agent="q", model="b/2"), make_trials(2, agent="p")])
+    why = {
+        "ours": "model: m/a vs baseline b/2, m/a; agent: x, y vs baseline p, q",
+        "no run": "model: - vs baseline b/2, m/a; agent: - vs baseline p, q",
+        "no baseline": "model: m/a vs baseline -; agent: x, y vs baseline -",
+    }
+    for case, (new, old) in {
+        "ours": (ours, base),
+        "no run": (ours.iloc[0:0], base),
+        "no baseline": (ours, base.iloc[0:0]),
+    }.items():
+        checks = evaluate_gate(new, cfg, baseline=old).checks
+        assert checks[-1] == Check(
+            "baseline",
+            "wrong_rate",
+            "(no cell)",
+            "fail",
+            f"no cell could be compared with the baseline on model, agent ({why[case]})",
+        ), case
 
 
 def test_gate_shipped_baseline_compares_each_agent_with_itself(make_trials: Trials) -> None:
@@ -1021,13 +1058,29 @@ def test_gate_junit_and_summary_of_a_small_gate_in_full(
     data = junit_xml(result.checks, suite="s", errors=errors)
     assert data.decode("utf-8") == JUNIT_OF_A_SMALL_GATE
     out = write_junit(result.checks, tmp_path / "gate.xml", suite="s", errors=errors)
-    assert Path(out).read_bytes() == data
+    assert out == tmp_path / "gate.xml" and out.read_bytes() == data
     assert format_gate(result) == SUMMARY_OF_A_SMALL_GATE
     passed = evaluate_gate(make_trials(24), parse_gate(rule()))
     assert format_gate(passed).splitlines()[-1] == "gate passed: 1 passed, 0 failed, 0 skipped"
     assert b'tests="1" failures="0" errors="0" skipped="0"' in junit_xml(passed.checks)
     empty = junit_xml([])
     assert b'<testsuite name="twice gate" tests="0" failures="0" errors="0" skipped="0"' in empty
+
+
+def test_gate_junit_file_is_written_where_asked_under_the_default_suite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    checks = [Check("rule", "r", "c1", "pass", "p")]
+    out = write_junit(checks, tmp_path / "gate.xml")
+    assert out == tmp_path / "gate.xml"
+    assert out.read_bytes() == junit_xml(checks)
+    assert b'<testsuites name="twice gate" tests="1"' in out.read_bytes()
+    # A file:// URI is the path it names.
+    by_uri = write_junit(checks, f"file://{tmp_path}/by-uri.xml", suite="s")
+    assert by_uri == tmp_path / "by-uri.xml"
+    assert by_uri.read_bytes() == junit_xml(checks, suite="s")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["by-uri.xml", "gate.xml"]
 
 
 def test_gate_junit_to_an_object_store_is_the_uri_written_whole(
