@@ -191,3 +191,10 @@ def test_mutation_run_that_stopped_early_shows_the_end_of_mutmuts_output(
         "  Stopping...\n  398/1163  🎉 390 🫥 0  ⏰ 0  🤔 0  🙁 8  🔇 0  🧙 0\n"
         "  1.20 mutations/second\n"
     )
+
+
+def test_mutation_names_the_signal_that_killed_mutmut() -> None:
+    assert mutate.ended(1) == "exited 1"
+    assert mutate.ended(-24) == "was killed by SIGXCPU"
+    assert mutate.ended(-2) == "was killed by SIGINT"
+    assert mutate.ended(-200) == "was killed by signal 200"

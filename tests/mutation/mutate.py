@@ -266,10 +266,25 @@ def _mutmut(
             raise
     if proc.returncode != 0:
         raise RuntimeError(
-            f"mutmut {' '.join(args)} exited {proc.returncode}:\n{stdout[-3000:]}\n"
+            f"mutmut {' '.join(args)} {ended(proc.returncode)}:\n{stdout[-3000:]}\n"
             f"{(stderr or '')[-3000:]}"
         )
     return stdout
+
+
+def ended(returncode: int) -> str:
+    """How a process ended, a signal by its name: ``exited 1``, ``was killed by SIGXCPU``.
+
+    mutmut's wall-clock timeout sends SIGXCPU to a mutant's pid when its deadline passes, even
+    after that mutant finished: on a busy machine the pid may belong to another process by
+    then (pids wrap at ``/proc/sys/kernel/pid_max``)."""
+    if returncode >= 0:
+        return f"exited {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"was killed by {name}"
 
 
 _RESULT = re.compile(r"^\s*(twice\.\S+): (.+?)\s*$")
