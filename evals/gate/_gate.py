@@ -207,8 +207,8 @@ def _rule(block: Any, index: int, source: str) -> Rule:
         seen, inside = ("none", "above 0") if direction == "max" else ("all", "below 1")
         raise GateError(
             f"{where}: {direction} = {raw_bound!r} on the {statistic} bound of {metric_name} can "
-            f"never pass (no number of trials proves a rate exactly {bound:g}); for '{seen} "
-            f'seen\' use statistic = "point", or give a {direction} {inside}'
+            f"never pass (no number of trials proves a rate exactly {bound:g}); for "
+            f"'{seen} seen' use statistic = \"point\", or give a {direction} {inside}"
         )
     min_trials = block.get("min_trials", 1)
     if not isinstance(min_trials, int) or isinstance(min_trials, bool) or min_trials < 1:
