@@ -143,3 +143,58 @@ def test_mutation_stage_leaves_out_installed_agent_environments(tmp_path: Path) 
     assert (staged / "agent.py").exists()
     assert not (staged / ".venv").exists() and not (staged / "node_modules").exists()
     assert (staged / "linked").is_symlink()  # a link stays a link, not a copy of its target
+
+
+STOPPED_RUN = (
+    "    done in 5910ms (1 files mutated, 180 ignored, 0 unmodified)\n\n    done\n"
+    "Running mutation testing\n"
+    "⠋ 1/1163  🎉 1 🫥 0  ⏰ 0  🤔 0  🙁 0  🔇 0  🧙 0\r⠙ 2/1163  🎉 2 🫥 0  ⏰ 0  🤔 0  🙁 0  🔇 0"
+    "  🧙 0\r⠹ 398/1163  🎉 390 🫥 0  ⏰ 0  🤔 0  🙁 8  🔇 0  🧙 0\nStopping...\n"
+    "398/1163  🎉 390 🫥 0  ⏰ 0  🤔 0  🙁 8  🔇 0  🧙 0\n\n1.20 mutations/second\n\n"
+    "Mutant results\n--------------\n🎉 twice.evals.gate._gate.x_f__mutmut_1\n"
+)
+"""What ``mutmut run`` prints when it is interrupted: it exits 0 all the same."""
+
+
+def test_mutation_run_that_stopped_early_shows_the_end_of_mutmuts_output(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The failing path: mutmut stopped at 398 of 1,163 mutants and the run listed the rest as
+    # "not checked" with nothing to say why.
+    assert mutate.last_output(STOPPED_RUN) == [
+        "done in 5910ms (1 files mutated, 180 ignored, 0 unmodified)",
+        "done",
+        "Running mutation testing",
+        "⠹ 398/1163  🎉 390 🫥 0  ⏰ 0  🤔 0  🙁 8  🔇 0  🧙 0",
+        "Stopping...",
+        "398/1163  🎉 390 🫥 0  ⏰ 0  🤔 0  🙁 8  🔇 0  🧙 0",
+        "1.20 mutations/second",
+    ]
+    assert mutate.last_output(STOPPED_RUN, lines=2)[0].startswith("398/1163  🎉 390")
+    stopped = mutate.Outcome(
+        [
+            mutate.Mutant("twice.evals.gate._gate.x_f__mutmut_1", "evals/gate/_gate.py", "killed"),
+            mutate.Mutant(
+                "twice.evals.gate._gate.x_f__mutmut_2", "evals/gate/_gate.py", "not checked"
+            ),
+        ],
+        log=STOPPED_RUN,
+    )
+    monkeypatch.setattr(mutate, "run", lambda modules, jobs, timeout: stopped)
+    assert mutate.main(["evals/gate/_gate.py"]) == 1
+    out = capsys.readouterr().out
+    assert out.endswith(
+        "NOT FINISHED (not checked) twice.evals.gate._gate.x_f__mutmut_2\n\n"
+        "mutation: 1 mutant(s) were never run: mutmut stopped early. The end of its output:\n"
+        "  done in 5910ms (1 files mutated, 180 ignored, 0 unmodified)\n  done\n"
+        "  Running mutation testing\n  ⠹ 398/1163  🎉 390 🫥 0  ⏰ 0  🤔 0  🙁 8  🔇 0  🧙 0\n"
+        "  Stopping...\n  398/1163  🎉 390 🫥 0  ⏰ 0  🤔 0  🙁 8  🔇 0  🧙 0\n"
+        "  1.20 mutations/second\n"
+    )
+
+
+def test_mutation_names_the_signal_that_killed_mutmut() -> None:
+    assert mutate.ended(1) == "exited 1"
+    assert mutate.ended(-24) == "was killed by SIGXCPU"
+    assert mutate.ended(-2) == "was killed by SIGINT"
+    assert mutate.ended(-200) == "was killed by signal 200"

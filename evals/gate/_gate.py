@@ -161,7 +161,7 @@ def _probability(value: Any, where: str, key: str, *, open_interval: bool = Fals
 def _rule(block: Any, index: int, source: str) -> Rule:
     where = f"{source} [[rule]] #{index}"
     if not isinstance(block, dict):
-        raise GateError(f"{where}: must be a table")
+        raise GateError(f"{where}: must be a table, got {block!r}")
     unknown = set(block) - _RULE_KEYS
     if unknown:
         raise GateError(
@@ -178,7 +178,10 @@ def _rule(block: Any, index: int, source: str) -> Rule:
         )
     is_rate = _is_rate(metric_name)
     if ("max" in block) == ("min" in block):
-        raise GateError(f"{where}: give exactly one of 'max' or 'min' (the bound on {metric_name})")
+        given = "both" if "max" in block else "neither"
+        raise GateError(
+            f"{where}: give exactly one of 'max' or 'min' (the bound on {metric_name}), got {given}"
+        )
     direction: Literal["max", "min"] = "max" if "max" in block else "min"
     raw_bound = block[direction]
     if is_rate:
@@ -201,11 +204,11 @@ def _rule(block: Any, index: int, source: str) -> Rule:
     if is_rate and statistic == cautious and bound == (0.0 if direction == "max" else 1.0):
         # An interval's upper bound is above 0 (its lower below 1) after any number of trials:
         # the rule could never pass, and --until-decided would run every cell to its cap.
+        seen, inside = ("none", "above 0") if direction == "max" else ("all", "below 1")
         raise GateError(
             f"{where}: {direction} = {raw_bound!r} on the {statistic} bound of {metric_name} can "
-            f"never pass (no number of trials proves a rate exactly {bound:g}); for 'none seen' "
-            f'use statistic = "point", or give a {direction} '
-            f"{'above 0' if direction == 'max' else 'below 1'}"
+            f"never pass (no number of trials proves a rate exactly {bound:g}); for "
+            f"'{seen} seen' use statistic = \"point\", or give a {direction} {inside}"
         )
     min_trials = block.get("min_trials", 1)
     if not isinstance(min_trials, int) or isinstance(min_trials, bool) or min_trials < 1:
@@ -220,7 +223,7 @@ def _rule(block: Any, index: int, source: str) -> Rule:
 def _baseline(block: Any, source: str) -> BaselinePolicy:
     where = f"{source} [baseline]"
     if not isinstance(block, dict):
-        raise GateError(f"{where}: must be a table")
+        raise GateError(f"{where}: must be a table, got {block!r}")
     unknown = set(block) - _BASELINE_KEYS
     if unknown:
         raise GateError(
@@ -277,7 +280,9 @@ def parse_gate(data: Mapping[str, Any], source: str = "<config>") -> GateConfig:
         )
     blocks = data.get("rule", [])
     if not isinstance(blocks, list):
-        raise GateError(f"{source}: rules are written as [[rule]] blocks")
+        raise GateError(
+            f"{source}: rules are written as [[rule]] blocks (a list of tables), got {blocks!r}"
+        )
     rules = tuple(_rule(b, i, source) for i, b in enumerate(blocks, start=1))
     names = [r.name for r in rules]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -310,7 +315,6 @@ class _CellTrials:
     """One cell of the trial frame, as the gate checks it."""
 
     cell: Cell
-    trials: int
     errors: int
     scored: pd.DataFrame
 
@@ -328,7 +332,7 @@ def _cells(trials: pd.DataFrame) -> list[_CellTrials]:
         scored = group[group["completed"].notna()]
         errors = int(errored(group).sum())
         cell = Cell.from_mapping(dict(zip(CELL, key, strict=True)))
-        out.append(_CellTrials(cell, len(group), errors, scored))
+        out.append(_CellTrials(cell, errors, scored))
     return out
 
 
@@ -353,7 +357,7 @@ def _check_rule(rule: Rule, cell: _CellTrials, confidence: float) -> Check:
             f"Wilson {confidence:.0%} interval [{_num(rule.metric, lo)}, {_num(rule.metric, hi)}]"
         )
     else:
-        value = float(values.mean()) if n else math.nan
+        value = float(values.mean())  # NaN over no trials
         evidence = f"{rule.metric} {_num(rule.metric, value)} over {n} trials"
     shown = (
         rule.statistic if rule.statistic == "point" else f"{rule.statistic} {confidence:.0%} bound"
@@ -404,10 +408,8 @@ def _no_match(rule: Rule, cells: list[_CellTrials]) -> Check:
             "rule", rule.name, "(no cell)", "fail",
             f"no cell matches {want}: the logs hold no scored trial",
         )  # fmt: skip
-    present = {
-        axis: sorted({getattr(c.cell, axis) for c in cells})
-        for axis in (rule.filters or {"model": ()})
-    }
+    # A rule without filters matches every cell: here, with cells, it has some.
+    present = {axis: sorted({getattr(c.cell, axis) for c in cells}) for axis in rule.filters}
     have = "; ".join(f"{axis}: {', '.join(v)}" for axis, v in present.items())
     return Check(
         "rule", rule.name, "(no cell)", "fail", f"no cell matches {want}; the logs hold {have}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tomllib
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -11,9 +12,12 @@ from typing import Any
 import pandas as pd
 import pytest
 from twice.evals import (
+    BaselinePolicy,
     Check,
+    GateConfig,
     GateError,
     GateResult,
+    Rule,
     evaluate_gate,
     format_gate,
     junit_xml,
@@ -21,6 +25,7 @@ from twice.evals import (
     parse_gate,
     write_junit,
 )
+from twice.reports import CELL, COMPARED
 
 Trials = Callable[..., pd.DataFrame]
 
@@ -104,18 +109,54 @@ def test_gate_filters_select_cells_with_globs(make_trials: Trials) -> None:
 
 
 def test_gate_rule_matching_no_cell_fails(make_trials: Trials) -> None:
-    result = evaluate_gate(make_trials(24), parse_gate(rule(fault="lost_reply_typo")))
-    (check,) = result.failures
-    assert check.cell == "(no cell)"
-    assert "lost_reply_typo" in check.message and "fault: lost_reply" in check.message
+    # The filters as written, then each filtered axis's values in the logs, sorted, once each.
+    trials = pd.concat(
+        [
+            make_trials(4, model="m/b"),
+            make_trials(4, model="m/b", fault="timeout_before_commit"),
+            make_trials(4),
+        ]
+    )
+    typo = rule(name="typo", model=["m/*"], fault=["lost_reply_typo", "x"])
+    assert evaluate_gate(trials, parse_gate(typo)).checks == [
+        Check(
+            "rule",
+            "typo",
+            "(no cell)",
+            "fail",
+            "no cell matches model=['m/*'], fault=['lost_reply_typo', 'x']; the logs hold "
+            "model: m/a, m/b; fault: lost_reply, timeout_before_commit",
+        )
+    ]
 
 
 def test_gate_on_no_trial_at_all_says_so(make_trials: Trials) -> None:
     # --allow-errors on a run interrupted before any trial finished: the message listed the
     # axes the logs hold, "model: " and nothing after it.
-    result = evaluate_gate(make_trials(24).iloc[0:0], parse_gate(rule()))
-    (check,) = result.failures
-    assert check.message.endswith("the logs hold no scored trial"), check.message
+    none = make_trials(24).iloc[0:0]
+    assert evaluate_gate(none, parse_gate(rule())).checks == [
+        Check(
+            "rule",
+            "r",
+            "(no cell)",
+            "fail",
+            "no cell matches (no filters): the logs hold no scored trial",
+        )
+    ]
+    (check,) = evaluate_gate(none, parse_gate(rule(task="refund"))).checks
+    assert check.message == "no cell matches task=['refund']: the logs hold no scored trial"
+
+
+def test_gate_judges_trials_whose_cell_key_is_missing(make_trials: Trials) -> None:
+    # A frame joined from logs with and without an axis has NaN there: its trials are still a
+    # cell the gate judges, not dropped with their key (which left "no cell" to judge).
+    trials = make_trials(24).assign(prompt=math.nan)
+    (check,) = evaluate_gate(trials, parse_gate(rule())).checks
+    assert (check.status, check.message) == (
+        "pass",
+        "upper 95% bound of duplication_rate = 13.8% ≤ max 20.0% (0 of 24 trials duplicated: "
+        "duplication_rate 0.0%, Wilson 95% interval [0.0%, 13.8%])",
+    )
 
 
 def test_gate_errored_trials_are_excluded_and_noted(make_trials: Trials) -> None:
@@ -256,6 +297,31 @@ def test_gate_baseline_that_compared_no_cell_fails(make_trials: Trials) -> None:
     assert [c.status for c in evaluate_gate(both, cfg, baseline=old).checks] == ["skip", "pass"]
 
 
+def test_gate_baseline_that_compared_no_cell_names_what_differs(make_trials: Trials) -> None:
+    # Each key that differs, with both sides' values sorted; "-" for a side with none.
+    cfg = parse_gate({"baseline": {"metrics": ["wrong_rate"], "match": ["model", "agent"]}})
+    ours = pd.concat([make_trials(2, agent="y"), make_trials(2, agent="x")])
+    base = pd.concat([make_trials(2, agent="q", model="b/2"), make_trials(2, agent="p")])
+    why = {
+        "ours": "model: m/a vs baseline b/2, m/a; agent: x, y vs baseline p, q",
+        "no run": "model: - vs baseline b/2, m/a; agent: - vs baseline p, q",
+        "no baseline": "model: m/a vs baseline -; agent: x, y vs baseline -",
+    }
+    for case, (new, old) in {
+        "ours": (ours, base),
+        "no run": (ours.iloc[0:0], base),
+        "no baseline": (ours, base.iloc[0:0]),
+    }.items():
+        checks = evaluate_gate(new, cfg, baseline=old).checks
+        assert checks[-1] == Check(
+            "baseline",
+            "wrong_rate",
+            "(no cell)",
+            "fail",
+            f"no cell could be compared with the baseline on model, agent ({why[case]})",
+        ), case
+
+
 def test_gate_shipped_baseline_compares_each_agent_with_itself(make_trials: Trials) -> None:
     # The failing path: the shipped match left out "agent", so the new run's keyed agent
     # (now 4/4 duplicated) was compared with both baseline agents pooled (4/8) and passed.
@@ -272,66 +338,190 @@ def test_gate_shipped_baseline_compares_each_agent_with_itself(make_trials: Tria
     assert "100.0% (4/4) vs baseline 0.0% (0/4)" in result.failures[0].message
 
 
-@pytest.mark.parametrize(
-    ("doc", "expected"),
-    [
-        (
-            rule(metric="dup_rate"),
-            "unknown metric 'dup_rate'; expected one of: completion_rate, duplication_rate",
-        ),
-        ({"rule": [{"metric": "duplication_rate"}]}, "give exactly one of 'max' or 'min'"),
-        # It said "unknown metric None".
-        ({"rule": [{"max": 0.1}]}, "[[rule]] #1: 'metric' is missing; give one of: "),
-        # Rules that could never pass: every cell ran to the sequential cap, then failed.
-        (rule(max=0.0), "max = 0.0 on the upper bound of duplication_rate can never pass"),
-        (
-            {"rule": [{"metric": "completion_rate", "min": 1}]},
-            "min = 1 on the lower bound of completion_rate can never pass",
-        ),
-        (
-            {"rule": [{"metric": "duplication_rate", "max": 0.1, "min": 0.0}]},
-            "give exactly one of 'max' or 'min'",
-        ),
-        (rule(max=1.5), "'max' must be a number between 0 and 1, got 1.5"),
-        (rule(statistic="mean"), "unknown statistic 'mean'; expected one of: point, lower, upper"),
-        (rule(min_trials=0), "'min_trials' must be an integer ≥ 1, got 0"),
-        (rule(model=3), "'model' must be a string or a non-empty list of strings, got 3"),
-        (
-            rule(threshold=1),
-            "unknown key(s) threshold; expected: agent, fault, max, metric, min, min_trials",
-        ),
-        (
-            {"rule": [{"metric": "excess_effects_mean", "max": 1, "statistic": "upper"}]},
-            "statistic must be 'point'",
-        ),
-        ({"rules": []}, "unknown key(s) rules; expected: baseline, confidence, description, rule"),
-        ({"rule": {"metric": "x"}}, "rules are written as [[rule]] blocks"),
-        ({"confidence": 1.0}, "'confidence' must be a number strictly between 0 and 1, got 1.0"),
-        ({"baseline": {"alpha": 0}}, "'alpha' must be a number strictly between 0 and 1, got 0"),
-        (
-            {"baseline": {"metrics": ["excess_effects_mean"]}},
-            "metric 'excess_effects_mean' cannot be compared",
-        ),
-        (
-            {"baseline": {"match": ["modell"]}},
-            "unknown match key 'modell'; expected some of: model, agent, prompt",
-        ),
-        ({"rule": [{"name": "a", "metric": "duplication_rate", "max": 0.1}] * 2}, "repeated: a"),
-    ],
+RULE = '[[rule]]\nname = "r"\nmetric = "duplication_rate"\n'
+"""The head of a rule on a rate, without its bound."""
+
+METRICS = (
+    "completion_rate, duplication_rate, exactly_once_rate, safe_success_rate, divergence_rate, "
+    "wrong_rate, excess_effects_mean, wrong_effects_mean, unseen_effects_mean, crashed_rate"
 )
-def test_gate_parse_rejects_bad_config(doc: dict[str, object], expected: str) -> None:
+RATES = (
+    "completion_rate, duplication_rate, exactly_once_rate, safe_success_rate, divergence_rate, "
+    "wrong_rate, crashed_rate"
+)
+NEVER = "can never pass (no number of trials proves a rate exactly"
+
+BAD_GATE_FILES = [
+    # The file and its top level.
+    (None, "gate file 'g.toml' does not exist; twice ships gate.toml (give one of those, or a "
+     "path)"),
+    ("[[rule]\n", "gate file 'g.toml' is not valid TOML: Expected ']]' at the end of an array "
+     "declaration (at line 1, column 7)"),
+    (b"\xff\xfe", "gate file 'g.toml' is not valid TOML: 'utf-8' codec can't decode byte 0xff "
+     "in position 0: invalid start byte"),
+    ("rules = []\nthreshold = 1\n", "g.toml: unknown key(s) rules, threshold; expected: baseline, "
+     "confidence, description, rule"),
+    ("rule = 3\n", "g.toml: rules are written as [[rule]] blocks (a list of tables), got 3"),
+    ('[rule]\nmetric = "duplication_rate"\n', "g.toml: rules are written as [[rule]] blocks "
+     "(a list of tables), got {'metric': 'duplication_rate'}"),
+    ("confidence = 1.0\n", "g.toml: 'confidence' must be a number strictly between 0 and 1, "
+     "got 1.0"),
+    ("confidence = 0\n", "g.toml: 'confidence' must be a number strictly between 0 and 1, got 0"),
+    ("confidence = true\n", "g.toml: 'confidence' must be a number strictly between 0 and 1, "
+     "got True"),
+    ('confidence = "high"\n', "g.toml: 'confidence' must be a number strictly between 0 and 1, "
+     "got 'high'"),
+    (RULE + "max = 0.1\n" + RULE + "max = 0.2\n" + '[[rule]]\nname = "a"\nmetric = '
+     '"completion_rate"\nmin = 0.9\n' * 3, "g.toml: rule names must be distinct; repeated: a, r"),
+    # A rule.
+    ("rule = [1]\n", "g.toml [[rule]] #1: must be a table, got 1"),
+    (RULE + "max = 0.1\nthreshold = 1\nlimit = 2\n", "g.toml [[rule]] #1: unknown key(s) limit, "
+     "threshold; expected: agent, fault, max, metric, min, min_trials, model, name, prompt, "
+     "protection, statistic, task"),
+    ("[[rule]]\nmax = 0.1\n", f"g.toml [[rule]] #1: 'metric' is missing; give one of: {METRICS}"),
+    ('[[rule]]\nmetric = "dup_rate"\nmax = 0.1\n', "g.toml [[rule]] #1: unknown metric "
+     f"'dup_rate'; expected one of: {METRICS}"),
+    (RULE, "g.toml [[rule]] #1: give exactly one of 'max' or 'min' (the bound on "
+     "duplication_rate), got neither"),
+    (RULE + "max = 0.1\nmin = 0.0\n", "g.toml [[rule]] #1: give exactly one of 'max' or 'min' "
+     "(the bound on duplication_rate), got both"),
+    (RULE + "max = 1.5\n", "g.toml [[rule]] #1: 'max' must be a number between 0 and 1, got 1.5"),
+    (RULE + "min = -0.1\n", "g.toml [[rule]] #1: 'min' must be a number between 0 and 1, "
+     "got -0.1"),
+    (RULE + "max = true\n", "g.toml [[rule]] #1: 'max' must be a number between 0 and 1, "
+     "got True"),
+    (RULE + 'max = "5%"\n', "g.toml [[rule]] #1: 'max' must be a number between 0 and 1, "
+     "got '5%'"),
+    ('[[rule]]\nmetric = "excess_effects_mean"\nmax = -1\n', "g.toml [[rule]] #1: 'max' must "
+     "be a non-negative number, got -1"),
+    ('[[rule]]\nmetric = "excess_effects_mean"\nmax = true\n', "g.toml [[rule]] #1: 'max' must "
+     "be a non-negative number, got True"),
+    ('[[rule]]\nmetric = "excess_effects_mean"\nmin = "1"\n', "g.toml [[rule]] #1: 'min' must "
+     "be a non-negative number, got '1'"),
+    (RULE + 'max = 0.1\nstatistic = "mean"\n', "g.toml [[rule]] #1: unknown statistic 'mean'; "
+     "expected one of: point, lower, upper"),
+    ('[[rule]]\nmetric = "excess_effects_mean"\nmax = 1\nstatistic = "upper"\n', "g.toml "
+     "[[rule]] #1: excess_effects_mean is a mean without an interval; statistic must be "
+     "'point', got 'upper'"),
+    # Rules that could never pass: every cell ran to the sequential cap, then failed.
+    (RULE + "max = 0.0\n", f"g.toml [[rule]] #1: max = 0.0 on the upper bound of "
+     f"duplication_rate {NEVER} 0); for 'none seen' use statistic = \"point\", or give a max "
+     "above 0"),
+    ('[[rule]]\nmetric = "completion_rate"\nmin = 1\nstatistic = "lower"\n', "g.toml [[rule]] "
+     f"#1: min = 1 on the lower bound of completion_rate {NEVER} 1); for 'all seen' use "
+     "statistic = \"point\", or give a min below 1"),
+    (RULE + "max = 0.1\nmin_trials = 0\n", "g.toml [[rule]] #1: 'min_trials' must be an "
+     "integer ≥ 1, got 0"),
+    (RULE + "max = 0.1\nmin_trials = 2.5\n", "g.toml [[rule]] #1: 'min_trials' must be an "
+     "integer ≥ 1, got 2.5"),
+    (RULE + "max = 0.1\nmin_trials = true\n", "g.toml [[rule]] #1: 'min_trials' must be an "
+     "integer ≥ 1, got True"),
+    (RULE + "max = 0.1\nmodel = 3\n", "g.toml [[rule]] #1: 'model' must be a string or a "
+     "non-empty list of strings, got 3"),
+    (RULE + "max = 0.1\nfault = []\n", "g.toml [[rule]] #1: 'fault' must be a string or a "
+     "non-empty list of strings, got []"),
+    (RULE + 'max = 0.1\nprompt = ["a", 2]\n', "g.toml [[rule]] #1: 'prompt' must be a string "
+     "or a non-empty list of strings, got ['a', 2]"),
+    ('[[rule]]\nname = "  "\nmetric = "duplication_rate"\nmax = 0.1\n', "g.toml [[rule]] #1: "
+     "'name' must be a non-empty string, got '  '"),
+    ('[[rule]]\nname = 7\nmetric = "duplication_rate"\nmax = 0.1\n', "g.toml [[rule]] #1: "
+     "'name' must be a non-empty string, got 7"),
+    (RULE + "max = 0.1\n[[rule]]\nmetric = \"wrong_rate\"\n", "g.toml [[rule]] #2: give exactly "
+     "one of 'max' or 'min' (the bound on wrong_rate), got neither"),
+    # The baseline.
+    ("baseline = 3\n", "g.toml [baseline]: must be a table, got 3"),
+    ("[baseline]\nalpha = 0.05\nlevel = 1\nmatches = []\n", "g.toml [baseline]: unknown key(s) "
+     "level, matches; expected: alpha, match, metrics"),
+    ("[baseline]\nalpha = 0\n", "g.toml [baseline]: 'alpha' must be a number strictly between 0 "
+     "and 1, got 0"),
+    ("[baseline]\nalpha = 1\n", "g.toml [baseline]: 'alpha' must be a number strictly between 0 "
+     "and 1, got 1"),
+    ('[baseline]\nalpha = "0.05"\n', "g.toml [baseline]: 'alpha' must be a number strictly "
+     "between 0 and 1, got '0.05'"),
+    ('[baseline]\nmetrics = ["duplication_rate", "excess_effects_mean"]\n', "g.toml [baseline]: "
+     "metric 'excess_effects_mean' cannot be compared with a test of proportions; expected one "
+     f"of: {RATES}"),
+    ('[baseline]\nmetrics = "dup"\n', "g.toml [baseline]: metric 'dup' cannot be compared with "
+     f"a test of proportions; expected one of: {RATES}"),
+    ("[baseline]\nmetrics = []\n", "g.toml [baseline]: 'metrics' must be a string or a non-empty "
+     "list of strings, got []"),
+    ('[baseline]\nmatch = ["model", "modell"]\n', "g.toml [baseline]: unknown match key "
+     "'modell'; expected some of: model, agent, prompt, task, fault, protection"),
+    ("[baseline]\nmatch = 1\n", "g.toml [baseline]: 'match' must be a string or a non-empty "
+     "list of strings, got 1"),
+]  # fmt: skip
+"""A gate file → the whole message that refuses it: the file, the block, the bad value, and
+what would be accepted."""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), BAD_GATE_FILES, ids=[f"row{i}" for i in range(len(BAD_GATE_FILES))]
+)
+def test_gate_file_refused_says_what_and_why_in_full(
+    text: str | bytes | None, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    if text is not None:  # None: no such file
+        Path("g.toml").write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
     with pytest.raises(GateError) as err:
-        parse_gate(doc, source="g.toml")
-    assert expected in str(err.value)
+        load_gate("g.toml")
+    assert str(err.value) == expected
+    if isinstance(text, str) and not expected.startswith("gate file"):
+        # The same document already parsed: the same message, under the source it is given.
+        with pytest.raises(GateError) as parsed:
+            parse_gate(tomllib.loads(text), source="g.toml")
+        assert str(parsed.value) == expected
 
 
-def test_gate_load_rejects_malformed_toml(tmp_path: Path) -> None:
-    bad = tmp_path / "gate.toml"
-    bad.write_text("[[rule]\nmetric = 'duplication_rate'\n")
-    with pytest.raises(GateError, match="is not valid TOML"):
-        load_gate(bad)
-    with pytest.raises(GateError, match="does not exist"):
-        load_gate(tmp_path / "missing.toml")
+GOOD_RULES = [
+    # The defaults: a name from the bound, the cautious statistic of a rate, one trial.
+    ({"metric": "duplication_rate", "max": 0.2},
+     Rule("duplication_rate max 0.2", "duplication_rate", 0.2, "max", "upper")),
+    ({"metric": "completion_rate", "min": 0.9},
+     Rule("completion_rate min 0.9", "completion_rate", 0.9, "min", "lower")),
+    ({"metric": "excess_effects_mean", "min": 0},
+     Rule("excess_effects_mean min 0", "excess_effects_mean", 0.0, "min", "point")),
+    # Everything given: a name trimmed, filters as tuples in CELL's order.
+    ({"name": "  done  ", "metric": "completion_rate", "min": 1, "statistic": "point",
+      "min_trials": 1, "fault": "lost_reply", "model": ["a/*", "b"]},
+     Rule("done", "completion_rate", 1.0, "min", "point", 1,
+          {"model": ("a/*", "b"), "fault": ("lost_reply",)})),
+    ({"name": "few", "metric": "excess_effects_mean", "max": 2.5, "min_trials": 30},
+     Rule("few", "excess_effects_mean", 2.5, "max", "point", 30)),
+    # Bounds only the cautious statistic can never meet are fine on the others.
+    ({"metric": "duplication_rate", "max": 0, "statistic": "point"},
+     Rule("duplication_rate max 0", "duplication_rate", 0.0, "max", "point")),
+    ({"metric": "duplication_rate", "max": 0.0, "statistic": "lower"},
+     Rule("duplication_rate max 0.0", "duplication_rate", 0.0, "max", "lower")),
+    ({"metric": "completion_rate", "min": 1, "statistic": "upper"},
+     Rule("completion_rate min 1", "completion_rate", 1.0, "min", "upper")),
+    ({"metric": "duplication_rate", "max": 1},
+     Rule("duplication_rate max 1", "duplication_rate", 1.0, "max", "upper")),
+    ({"metric": "completion_rate", "min": 0},
+     Rule("completion_rate min 0", "completion_rate", 0.0, "min", "lower")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"), GOOD_RULES, ids=[f"row{i}" for i in range(len(GOOD_RULES))]
+)
+def test_gate_rule_parses_to_its_rule(block: dict[str, object], expected: Rule) -> None:
+    (parsed,) = parse_gate({"rule": [block]}).rules
+    assert parsed == expected
+    assert type(parsed.bound) is float
+
+
+def test_gate_file_defaults_and_baseline_policy() -> None:
+    default = parse_gate({})
+    assert default == GateConfig((), 0.95, BaselinePolicy(0.05, COMPARED, CELL), "<config>")
+    assert parse_gate({"baseline": {}}, source="g.toml") == GateConfig(
+        (), 0.95, BaselinePolicy(0.05, COMPARED, CELL), "g.toml"
+    )
+    given = {"confidence": 0.8, "baseline": {"alpha": 0.1, "metrics": "wrong_rate", "match": []}}
+    assert parse_gate(given) == GateConfig((), 0.8, BaselinePolicy(0.1, ("wrong_rate",), ()))
+    pooled = parse_gate({"baseline": {"match": "task"}}).baseline
+    assert pooled == BaselinePolicy(0.05, COMPARED, ("task",))
+    assert type(default.confidence) is float and type(pooled.alpha) is float
 
 
 def test_gate_junit_has_one_case_per_rule_and_cell(make_trials: Trials) -> None:
@@ -868,13 +1058,51 @@ def test_gate_junit_and_summary_of_a_small_gate_in_full(
     data = junit_xml(result.checks, suite="s", errors=errors)
     assert data.decode("utf-8") == JUNIT_OF_A_SMALL_GATE
     out = write_junit(result.checks, tmp_path / "gate.xml", suite="s", errors=errors)
-    assert Path(out).read_bytes() == data
+    assert out == tmp_path / "gate.xml" and out.read_bytes() == data
     assert format_gate(result) == SUMMARY_OF_A_SMALL_GATE
     passed = evaluate_gate(make_trials(24), parse_gate(rule()))
     assert format_gate(passed).splitlines()[-1] == "gate passed: 1 passed, 0 failed, 0 skipped"
     assert b'tests="1" failures="0" errors="0" skipped="0"' in junit_xml(passed.checks)
     empty = junit_xml([])
     assert b'<testsuite name="twice gate" tests="0" failures="0" errors="0" skipped="0"' in empty
+
+
+def test_gate_junit_file_is_written_where_asked_under_the_default_suite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    checks = [Check("rule", "r", "c1", "pass", "p")]
+    out = write_junit(checks, tmp_path / "gate.xml")
+    assert out == tmp_path / "gate.xml"
+    assert out.read_bytes() == junit_xml(checks)
+    assert b'<testsuites name="twice gate" tests="1"' in out.read_bytes()
+    # A file:// URI is the path it names.
+    by_uri = write_junit(checks, f"file://{tmp_path}/by-uri.xml", suite="s")
+    assert by_uri == tmp_path / "by-uri.xml"
+    assert by_uri.read_bytes() == junit_xml(checks, suite="s")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["by-uri.xml", "gate.xml"]
+
+
+def test_gate_junit_to_an_object_store_is_the_uri_written_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fsspec's in-memory store takes the remote path (any URI but file://), as s3:// does.
+    import fsspec
+
+    monkeypatch.chdir(tmp_path)
+    fs = fsspec.filesystem("memory")
+    uri = "memory://twice-gate-junit/run/gate.xml"
+    checks = [Check("rule", "r", "c1", "fail", "f"), Check("rule", "r", "c2", "pass", "p")]
+    try:
+        fs.pipe_file("/twice-gate-junit/run/gate.xml", b"an older run's XML, longer than this")
+        out = write_junit(checks, uri, suite="s", errors=["logs/x.eval: unreadable"])
+        assert out == uri
+        assert fs.cat_file("/twice-gate-junit/run/gate.xml") == junit_xml(
+            checks, suite="s", errors=["logs/x.eval: unreadable"]
+        )
+        assert list(tmp_path.iterdir()) == []  # nothing under ./memory:/ on the local disk
+    finally:
+        fs.rm("/twice-gate-junit", recursive=True)
 
 
 def test_gate_summary_lists_passes_then_skips_then_failures() -> None:

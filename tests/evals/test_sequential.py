@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
-from twice.evals import evaluate_gate, parse_gate
+from twice.evals import Check, evaluate_gate, parse_gate
 from twice.evals.gate._sequential_rules import NO_GUARANTEE, rule_state
 from twice.reports.stats import (
     Bounds,
@@ -277,6 +277,34 @@ def test_fixed_gate_fails_28_of_28_regardless_of_min_trials(make_trials: Trials)
     # 0 of 28 is not certain: more trials could pass, so the gate still asks for them.
     (check,) = evaluate_gate(make_trials(28), parse_gate(gate())).failures
     assert "the rule needs at least 73" in check.message
+
+
+def test_sequential_gate_check_says_its_verdict_in_full(make_trials: Trials) -> None:
+    # Each cell's check on a sequential run: the rule and the cell it names, the verdict of
+    # the anytime-valid bound at the gate's own confidence, and the errored trials left out
+    # where there were some (here in the first cell only).
+    cfg = parse_gate({**gate(min_trials=1), "confidence": 0.9})
+    trials = pd.concat([make_trials(70, errors=2), make_trials(20, duplicated=20, model="m/b")])
+    result = evaluate_gate(trials, cfg, sequential=SEQ)
+    a, b = (
+        "m/a / baseline / refund / lost_reply / bare",
+        "m/b / baseline / refund / lost_reply / bare",
+    )
+    assert result.checks == [
+        Check("rule", "dup", a, "pass",
+              "upper anytime-valid 90% bound of duplication_rate = 3.6% ≤ max 5.0% (0 of 70 "
+              "trials duplicated: duplication_rate 0.0%, anytime-valid one-sided 90% bounds "
+              "[0.0%, 3.6%]; 2 errored trial(s) excluded)"),
+        Check("rule", "dup", b, "fail",
+              "the lower anytime-valid bound is already past max 5.0%: the rate is above it (20 "
+              "of 20 trials duplicated: duplication_rate 100.0%, anytime-valid one-sided 90% "
+              "bounds [88.1%, 100.0%])"),
+    ]  # fmt: skip
+    assert result.notes == [
+        "sequential run: rules on rates use anytime-valid bounds (betting), valid at every "
+        "look; rounds of one epoch per cell, at most 480 trials a cell",
+        "2 errored trial(s) were excluded from the rates",
+    ]
 
 
 def test_sequential_gate_is_stricter_than_wilson_where_peeking_would_pass(

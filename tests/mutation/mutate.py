@@ -116,6 +116,8 @@ class Outcome:
 
     mutants: list[Mutant] = field(default_factory=list)
     seconds: float = 0.0
+    log: str = ""
+    """What ``mutmut run`` printed (stdout and stderr): why a run that stopped early stopped."""
 
     def of(self, module: str) -> list[Mutant]:
         return [m for m in self.mutants if m.module == module]
@@ -241,7 +243,9 @@ def stage(modules: Sequence[Module], stage_dir: Path) -> Path:
     return stage_dir
 
 
-def _mutmut(stage_dir: Path, *args: str, timeout: float | None = None) -> str:
+def _mutmut(
+    stage_dir: Path, *args: str, timeout: float | None = None, merge_stderr: bool = False
+) -> str:
     env = dict(os.environ, PYTHONPATH=str(stage_dir), PYTHONDONTWRITEBYTECODE="1")
     mutmut = Path(sys.executable).with_name("mutmut")
     # A session of its own: on a timeout the whole group goes, mutmut's forked workers too.
@@ -250,7 +254,7 @@ def _mutmut(stage_dir: Path, *args: str, timeout: float | None = None) -> str:
         cwd=stage_dir,
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         text=True,
         start_new_session=True,
     ) as proc:
@@ -262,9 +266,25 @@ def _mutmut(stage_dir: Path, *args: str, timeout: float | None = None) -> str:
             raise
     if proc.returncode != 0:
         raise RuntimeError(
-            f"mutmut {' '.join(args)} exited {proc.returncode}:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+            f"mutmut {' '.join(args)} {ended(proc.returncode)}:\n{stdout[-3000:]}\n"
+            f"{(stderr or '')[-3000:]}"
         )
     return stdout
+
+
+def ended(returncode: int) -> str:
+    """How a process ended, a signal by its name: ``exited 1``, ``was killed by SIGXCPU``.
+
+    mutmut's wall-clock timeout sends SIGXCPU to a mutant's pid when its deadline passes, even
+    after that mutant finished: on a busy machine the pid may belong to another process by
+    then (pids wrap at ``/proc/sys/kernel/pid_max``)."""
+    if returncode >= 0:
+        return f"exited {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"was killed by {name}"
 
 
 _RESULT = re.compile(r"^\s*(twice\.\S+): (.+?)\s*$")
@@ -276,10 +296,12 @@ def run(modules: Sequence[Module], jobs: int, timeout: float | None) -> Outcome:
     stage_dir = stage(modules, stage_dir_of(modules))
     started = time.monotonic()
     patterns = [f"{m.dotted}.*" for m in modules]
-    _mutmut(stage_dir, "run", "--max-children", str(jobs), *patterns, timeout=timeout)
+    log = _mutmut(
+        stage_dir, "run", "--max-children", str(jobs), *patterns, timeout=timeout, merge_stderr=True
+    )
     listing = _mutmut(stage_dir, "results", "--all", "true")
     owner = {m.dotted: m.path for m in modules}
-    outcome = Outcome(seconds=time.monotonic() - started)
+    outcome = Outcome(seconds=time.monotonic() - started, log=log)
     for line in listing.splitlines():
         match = _RESULT.match(line)
         if not match:
@@ -293,6 +315,26 @@ def run(modules: Sequence[Module], jobs: int, timeout: float | None) -> Outcome:
             mutant.diff = _mutmut(stage_dir, "show", name)
         outcome.mutants.append(mutant)
     return outcome
+
+
+_PROGRESS = re.compile(r"^\W*\d+/\d+\s")
+
+
+def last_output(log: str, lines: int = 12) -> list[str]:
+    """The end of what ``mutmut run`` printed, its progress counter redrawn with carriage
+    returns reduced to the last count, and without the list of every mutant's result it ends
+    with: where and why a run stopped early (mutmut exits 0 after an interrupt, leaving the
+    rest of the mutants "not checked")."""
+    out: list[str] = []
+    for part in re.split(r"[\r\n]+", log.split("\nMutant results\n", 1)[0]):
+        text = part.strip()
+        if not text:
+            continue
+        if out and _PROGRESS.match(text) and _PROGRESS.match(out[-1]):
+            out[-1] = text
+        else:
+            out.append(text)
+    return out[-lines:]
 
 
 def _module_of(name: str, owner: dict[str, str]) -> str | None:
@@ -415,6 +457,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nSTALE equivalent in {e.module} (no such survivor now; delete it):\n{e.diff}")
     for m in verdict.unfinished:
         print(f"\nNOT FINISHED ({m.status}) {m.name}")
+    if verdict.unfinished:
+        print(
+            f"\nmutation: {len(verdict.unfinished)} mutant(s) were never run: mutmut stopped "
+            "early. The end of its output:"
+        )
+        print("\n".join(f"  {line}" for line in last_output(outcome.log)))
     if verdict.unlisted:
         print(
             f"\nmutation: {len(verdict.unlisted)} survivor(s): kill each with a test, or list "
