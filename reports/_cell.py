@@ -43,7 +43,9 @@ class Cell:
         """
         agent = row.get("agent")
         values = {k: str(row[k]) for k in CELL if k != "agent"}
-        return cls(agent=DEFAULT_AGENT if agent is None or agent == "" else str(agent), **values)
+        # Missing from a frame, the value is NaN or pd.NA: anything but a name is no agent.
+        name = agent if isinstance(agent, str) and agent else DEFAULT_AGENT
+        return cls(agent=name, **values)
 
     @property
     def label(self) -> str:

@@ -48,8 +48,11 @@ def test_cell_label_leaves_out_react_and_names_any_other_agent_after_the_model()
         pd.Series({**KEYS, "trials": 4, "duplication_rate": 0.5}),
         {k: v for k, v in KEYS.items() if k != "agent"},  # a summary from before agents
         {**KEYS, "agent": None},
+        # A frame of logs from before agents beside newer ones: pandas fills the gap with NaN.
+        pd.concat([pd.DataFrame([KEYS]), pd.DataFrame([{**KEYS}]).drop(columns="agent")]).iloc[1],
+        pd.Series({**KEYS, "agent": pd.NA}),
     ],
-    ids=["dict", "series", "no-agent", "agent-none"],
+    ids=["dict", "series", "no-agent", "agent-none", "agent-nan", "agent-na"],
 )
 def test_cell_from_mapping_reads_a_dict_a_frame_row_or_a_summary_entry(row: object) -> None:
     cell = Cell.from_mapping(row)  # type: ignore[arg-type]
