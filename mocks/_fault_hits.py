@@ -71,10 +71,10 @@ class FaultHits:
             attempt.fault = fault.wire_name
         return fault
 
-    def defer(self, attempt: Attempt, fault: Fault, *, reached: bool = True) -> None:
+    def defer(self, attempt: Attempt, fault: Fault, *, before_hooks: bool = False) -> None:
         """``fault`` was to hit ``attempt``, which did no work: unmark the attempt, and owe
         the hit to the next matching mutating attempt when the fault could not land on this
-        one (it ``commits``, or the request never ``reached`` its hooks)."""
+        one (it ``commits``, or the request was refused ``before_hooks``: for its key)."""
         attempt.fault = None
-        if fault.commits or not reached:
+        if fault.commits or before_hooks:
             self.deferred += 1

@@ -428,7 +428,7 @@ class Services:
             if decision.kind != "new" and decision.kind != "replay":
                 response = key_rejection(decision.kind, key, service.error_response)
                 if fault is not None:
-                    self.hits.defer(attempt, fault, reached=False)
+                    self.hits.defer(attempt, fault, before_hooks=True)
                 self._finish(attempt, response)
                 return response
             if decision.kind == "replay":

@@ -63,7 +63,7 @@ def test_fault_hits_the_scheduled_attempt_or_the_next_after_one_that_could_not_t
         assert (hit is not None) == (attempt.fault is not None)
         if hit is not None and step in ("4xx", "key"):
             owed = hits.deferred
-            hits.defer(attempt, hit, reached=step == "4xx")
+            hits.defer(attempt, hit, before_hooks=step == "key")
             assert attempt.fault is None
             seen.append("d" if hits.deferred == owed + 1 else "s")
         else:
