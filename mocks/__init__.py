@@ -5,6 +5,7 @@ The stub model provider is registered with inspect through the package's entry p
 """
 
 from ._errors import RunError, TwiceError, UsageError
+from ._fault_hits import FaultHits
 from ._faults import (
     BOTH_CONVERSATIONS,
     CONVERSATION_FAULTS,
@@ -110,6 +111,7 @@ __all__ = [
     "ErrorAfterCommit",
     "ErrorBeforeCommit",
     "Fault",
+    "FaultHits",
     "IdempotencyStore",
     "Ledger",
     "LostReply",

@@ -23,7 +23,6 @@ numbers stay unique and a fault's schedule counts every attempt exactly once.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
 import inspect
 import re
@@ -36,7 +35,8 @@ import httpx
 import respx
 
 from ._clients import AsyncClient, Client
-from ._faults import Fault, NoFault
+from ._fault_hits import FaultHits
+from ._faults import Fault
 from ._idempotency import fingerprint
 from ._ledger import Attempt, Ledger, outcome_of
 from ._service import Call, Route, Service
@@ -233,7 +233,9 @@ class Services:
 
     def __init__(self, services: Iterable[Service], fault: Fault | None = None) -> None:
         self.ledger = Ledger()
-        self.fault: Fault = fault or NoFault()
+        self.hits = FaultHits(fault)
+        """Which mutating attempts of the trial the fault hits: one count for the whole trial,
+        which ``twice serve``'s proxy to a real upstream shares."""
         self.services: dict[str, Service] = {}
         for service in services:
             if service.name in self.services:
@@ -270,12 +272,11 @@ class Services:
         self.router = _shared_router(self._layout, sync=False)
         """The (shared) respx router serving this set's async requests."""
         self._sync_router: respx.Router | None = None
-        # Mutating attempts so far, in total (key None) and per route: a fault's schedule
-        # counts them on every attempt, and a trial's ledger only grows.
-        self._mutating: collections.Counter[str | None] = collections.Counter()
-        # Scheduled hits of a commit fault that met a request which did no work (refused for
-        # its key, or a 4xx): each passes to the next matching mutating attempt.
-        self._deferred = 0
+
+    @property
+    def fault(self) -> Fault:
+        """The fault injected (``hits.fault``)."""
+        return self.hits.fault
 
     def __getitem__(self, name: str) -> Service:
         return self.services[name]
@@ -365,9 +366,6 @@ class Services:
             at=time.time(),
         )
         self.ledger.attempts.append(attempt)
-        if mutating:
-            self._mutating[None] += 1
-            self._mutating[route] += 1
         return attempt
 
     @staticmethod
@@ -375,31 +373,6 @@ class Services:
         attempt.status = None if response is None else response.status_code
         attempt.delivered = delivered
         attempt.outcome = outcome_of(attempt.status, delivered)
-
-    def _fault_for(self, attempt: Attempt) -> Fault | None:
-        schedule = self.fault.schedule
-        if isinstance(self.fault, NoFault) or not attempt.mutating:
-            return None
-        # The attempt is already recorded, so the count includes it.
-        nth = self._mutating[schedule.route]
-        if schedule.hits(attempt, nth):
-            return self.fault
-        if self._deferred and schedule.matches(attempt):
-            self._deferred -= 1  # the hit a request that did no work could not take
-            return self.fault
-        return None
-
-    def _defer(self, attempt: Attempt, fault: Fault, *, before_hooks: bool = False) -> None:
-        """``fault`` was scheduled on ``attempt``, which did no work: a commit fault (a reply
-        lost *after the work*) cannot hit it, nor can any fault when the request was refused
-        ``before_hooks`` (for its key), so it hits the next matching mutating attempt
-        instead. An agent whose first call is malformed is still tested against the fault. A
-        fault before the work whose hook ran keeps its attempt: nothing is done either way.
-
-        (A schedule of ``every`` attempt hits the next one anyway: the count is never read.)"""
-        attempt.fault = None
-        if fault.commits or before_hooks:
-            self._deferred += 1
 
     def _handle(
         self, service: Service, route: Route, call: Call, key: str | None
@@ -441,9 +414,7 @@ class Services:
             params=params,
             key_header=service.key_header,
         )
-        fault = self._fault_for(attempt)
-        if fault is not None:
-            attempt.fault = fault.wire_name
+        fault = self.hits.hit(attempt)
 
         # Keys only mean something on a mutating route's keyed methods (Stripe's POST: "sending
         # them on GET and DELETE has no effect"), and only to a service that supports them.
@@ -457,7 +428,7 @@ class Services:
             if decision.kind != "new" and decision.kind != "replay":
                 response = key_rejection(decision.kind, key, service.error_response)
                 if fault is not None:
-                    self._defer(attempt, fault, before_hooks=True)
+                    self.hits.defer(attempt, fault, before_hooks=True)
                 self._finish(attempt, response)
                 return response
             if decision.kind == "replay":
@@ -481,7 +452,7 @@ class Services:
             if key is not None:
                 service.keys.release(key)
             if fault is not None:
-                self._defer(attempt, fault)
+                self.hits.defer(attempt, fault)
             response = service.error_response(400, problem)
             self._finish(attempt, response)
             return response
@@ -498,7 +469,7 @@ class Services:
             response = self._handle(service, route, Call(service, request, params, attempt), key)
             if fault is not None and fault.commits and 400 <= response.status_code < 500:
                 # A validation failure never began executing: nothing to lose a reply after.
-                self._defer(attempt, fault)
+                self.hits.defer(attempt, fault)
                 fault = None
 
         if fault is not None:

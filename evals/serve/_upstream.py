@@ -45,8 +45,6 @@ from twice.mocks import (
     SOURCE_HEADER,
     Attempt,
     Effect,
-    Fault,
-    NoFault,
     Services,
     error_response,
     outcome_of,
@@ -285,9 +283,10 @@ class TrialProxy:
         self.secrets: set[str] = set()
         """The credentials the trial's requests carried (in memory only): scrubbed from all it
         records, the texts the agent was shown included."""
-        self.deferred = 0
-        """Hits of a commit fault that met an upstream 4xx (no work done): each passes to the
-        next matching mutating attempt, as on a mock service."""
+        self.hits = services.hits
+        """The trial's fault and the attempts it hits, shared with its mock services: a
+        schedule counts the trial's mutating attempts wherever they go, and a hit one of them
+        could not take passes to the next, mock or upstream."""
 
     def route_of(self, name: str, method: str, path: str) -> tuple[str, bool]:
         """The request's effect name and whether it mutates: from the task's mock service of
@@ -298,26 +297,6 @@ class TrialProxy:
                 if route.method == method and re.fullmatch(route.path + "/?", path):
                     return route.name, route.mutating
         return infer_route(name, method, path), method in MUTATING_METHODS
-
-    def _fault_for(self, attempt: Attempt) -> Fault | None:
-        fault = self.services.fault
-        if isinstance(fault, NoFault) or not attempt.mutating:
-            return None
-        schedule = fault.schedule
-        nth = sum(1 for a in self.ledger.attempts if schedule.matches(a))
-        if schedule.hits(attempt, nth):
-            return fault
-        if self.deferred and schedule.matches(attempt):
-            self.deferred -= 1
-            return fault
-        return None
-
-    def _defer(self, attempt: Attempt, fault: Fault) -> None:
-        """``fault`` was scheduled on ``attempt``, which did no work the client could lose:
-        it hits the next matching mutating attempt instead, as on a mock service."""
-        attempt.fault = None
-        if not fault.schedule.every:
-            self.deferred += 1
 
     def _replay_of(self, attempt: Attempt, response: httpx.Response, object_id: str | None) -> bool:
         if response.headers.get(REPLAYED_HEADER, "").lower() == "true":
@@ -390,7 +369,7 @@ class TrialProxy:
                 {
                     "attempt": asdict(attempt),
                     "effects": [asdict(e) for e in effects],
-                    "deferred": self.deferred,
+                    "deferred": self.hits.deferred,
                 },
             )
 
@@ -398,9 +377,8 @@ class TrialProxy:
         self, attempt: Attempt, request: httpx.Request, effects: list[Effect]
     ) -> httpx.Response:
         """The fault's hooks around the real call."""
-        fault = self._fault_for(attempt)
+        fault = self.hits.hit(attempt)
         if fault is not None:
-            attempt.fault = fault.name
             try:
                 early = fault.before_commit(request)
             except httpx.TransportError:
@@ -422,7 +400,7 @@ class TrialProxy:
                 reply = error_response(502, f"the {attempt.service} upstream {why}", "api_error")
             self._finish(attempt, reply)
             if fault is not None:
-                self._defer(attempt, fault)
+                self.hits.defer(attempt, fault)
             return reply
         # An upstream may echo a credential (a 401 naming the key): never recorded.
         attempt.reply = scrub(_json_body(response), self.secrets)
@@ -431,7 +409,7 @@ class TrialProxy:
             self._commit(attempt, response, effects)
         if fault is not None and fault.commits and 400 <= status < 500:
             # The upstream refused it: no work to lose a reply after.
-            self._defer(attempt, fault)
+            self.hits.defer(attempt, fault)
             fault = None
         out = httpx.Response(
             status,
@@ -479,7 +457,6 @@ class TrialProxy:
     def replay(self, data: Mapping[str, Any]) -> None:
         """Put back what a logged forward recorded (on a restart: nothing is forwarded)."""
         replay_upstream(self.services, data)
-        self.deferred = int(data["deferred"])
 
 
 def replay_upstream(services: Services, data: Mapping[str, Any]) -> None:
@@ -489,7 +466,12 @@ def replay_upstream(services: Services, data: Mapping[str, Any]) -> None:
     ledger.known_effects = None
     # A forward is logged when its upstream has answered, so one that overlapped a quicker
     # request of the trial is logged after it: put back in the order the attempts were made.
-    ledger.attempts.append(Attempt(**data["attempt"]))
+    attempt = Attempt(**data["attempt"])
+    ledger.attempts.append(attempt)
     ledger.attempts.sort(key=lambda a: a.n)
+    # The fault's count and owed hits as they stood after this forward, so the trial's next
+    # attempt (mock or upstream) meets the fault it met before the restart.
+    services.hits.count(attempt)
+    services.hits.deferred = int(data["deferred"])
     ledger.effects.extend(Effect(**e) for e in data["effects"])
     ledger.effects.sort(key=lambda e: e.attempt)

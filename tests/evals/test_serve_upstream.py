@@ -570,3 +570,76 @@ def test_upstream_trial_without_a_task_survives_a_restart(
     with running_server(db, upstreams=[f"shop={url}"]) as running:
         body = httpx.get(f"{running.url}/_twice/trials/{t['id']}/verdict").json()
     assert body["metrics"]["safe_success"] == 1.0 and len(seen) == sent
+
+
+ORDERS = [{"order_id": "order_1042", "customer": "Dana Ortiz", "amount": 3997}]
+
+
+def _mixed_trial(fault: Any) -> tuple[Any, Callable[[], httpx.Response]]:
+    """A trial with a mock payments service and an upstream shop: (its services, a POST to
+    the shop through the proxy)."""
+    from twice.evals.serve._upstream import TrialProxy, Upstream
+    from twice.mocks import PaymentsService, Services
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(201, json={"id": "ord_1"})
+
+    services = Services([PaymentsService(orders=ORDERS)], fault=fault)
+    client = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+    proxy = TrialProxy(
+        [Upstream("shop", "http://127.0.0.1:1")], services, lambda *_: None, lambda: client
+    )
+
+    def order() -> httpx.Response:
+        body = b'{"sku": "mug"}'
+        return asyncio.run(proxy.forward("shop", "POST", "/orders", "", [], body))
+
+    return services, order
+
+
+def _refund(services: Any, amount: int = 499) -> httpx.Response:
+    with services.sync_client() as client:
+        url = "https://payments.twice.test/v1/refunds"
+        return client.post(url, json={"order_id": "order_1042", "amount": amount})
+
+
+def test_upstream_and_mock_attempts_are_counted_as_one_trial() -> None:
+    from twice.mocks import LostReply
+
+    services, order = _mixed_trial(LostReply())
+    with pytest.raises(httpx.ReadTimeout):  # the trial's first mutating attempt
+        order()
+    assert _refund(services).status_code == 200  # its second: the fault is spent
+    assert [a.fault for a in services.ledger.attempts] == ["lost_reply", None]
+
+
+def test_upstream_takes_a_hit_a_mock_request_could_not() -> None:
+    from twice.mocks import LostReply
+
+    services, order = _mixed_trial(LostReply())
+    assert _refund(services, amount=100_000).status_code == 400  # no work: passed on
+    with pytest.raises(httpx.ReadTimeout):
+        order()
+    assert _refund(services).status_code == 200
+    assert [a.fault for a in services.ledger.attempts] == [None, "lost_reply", None]
+
+
+def test_upstream_replay_restores_the_faults_count_and_owed_hits() -> None:
+    from twice.evals.serve._upstream import replay_upstream
+    from twice.mocks import Attempt, LostReply, PaymentsService, Schedule, Services
+
+    def logged(deferred: int) -> dict[str, Any]:
+        attempt = Attempt(1, "shop", "POST", "/orders", "shop.order.create", True, None, {})
+        return {"attempt": attempt.__dict__, "effects": [], "deferred": deferred}
+
+    # The forward took the first mutating attempt: the mock's refund is the second.
+    services = Services([PaymentsService(orders=ORDERS)], fault=LostReply())
+    replay_upstream(services, logged(0))
+    assert _refund(services).status_code == 200
+    # A hit the forward could not take is owed to the mock's refund.
+    services = Services(
+        [PaymentsService(orders=ORDERS)], fault=LostReply(schedule=Schedule(attempts=(9,)))
+    )
+    replay_upstream(services, logged(1))
+    with pytest.raises(httpx.ReadTimeout):
+        _refund(services)
