@@ -67,11 +67,15 @@ frameworks: setup frameworks-install
 		$(foreach row,$(ROWS),--row $(row)) $(FRAMEWORKS_ARGS)
 
 ## Run the whole test suite on every core: the tests that can share the machine with -n
-## (pytest-xdist, one worker per core), then the ones marked serial (wall-clock bounds,
-## signals on a deadline) one at a time. It fails if either pass fails; a pass that selects
-## no test (pytest's exit 5, e.g. PYTEST_ARGS naming one file) does not fail it. The second
-## pass is skipped after an interrupt (2), a usage error (4) or an internal error (3).
-XDIST ?= -n auto --dist worksteal
+## (pytest-xdist, three workers per two cores: a worker spends about a third of its time
+## waiting on the processes, servers and timeouts its tests start, and the third worker runs
+## then), then the ones marked serial (wall-clock bounds, signals on a deadline) one at a
+## time. It fails if either pass fails; a pass that selects no test (pytest's exit 5, e.g.
+## PYTEST_ARGS naming one file) does not fail it. The second pass is skipped after an
+## interrupt (2), a usage error (4) or an internal error (3).
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; f = getattr(os, 'sched_getaffinity', None); \
+	print(max(1, (len(f(0)) if f else os.cpu_count() or 1) * 3 // 2))")
+XDIST ?= -n $(TEST_WORKERS) --dist worksteal
 test: setup
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS); one=$$?; \
 	case $$one in 0|1|5) ;; *) exit $$one ;; esac; \

@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     A serial test measures wall time or signals processes on a deadline: beside another
     test on the same cores it fails for no fault of the code. ``make test`` runs everything
-    else with ``-n auto`` and then these in a second pass of their own.
+    else under xdist (``-n``) and then these in a second pass of their own.
     """
     in_worker = hasattr(config, "workerinput")
     only = bool(config.getoption("--serial-only"))
