@@ -208,6 +208,13 @@ def _split_conflict(log_dir: str, split: int, asked: int) -> str:
     "timeout_before_commit) open before closing the connection (default 120, at most 600). "
     "The agent's own, shorter timeout is what should end the wait.",
 )
+@click.option(
+    "--max-agent-cmds",
+    type=click.IntRange(min=1),
+    help="With --agent-cmd: how many agent commands run at once (default: one per usable "
+    "CPU, as inspect runs its subprocesses). An agent that mostly waits on a remote model can "
+    "take more.",
+)
 def run(
     models: tuple[str, ...],
     prompts: tuple[str, ...],
@@ -233,6 +240,7 @@ def run(
     agent_cmd: str | None,
     agent_timeout: float | None = None,
     hang_seconds: float | None = None,
+    max_agent_cmds: int | None = None,
     agents: tuple[str, ...] = (),
     mocks: tuple[str, ...] = (),
 ) -> None:
@@ -262,7 +270,7 @@ def run(
             config=config, models=models, prompts=prompts, tasks=tasks, faults=faults,
             protections=protections, epochs=epochs, limit=limit, agent_cmd=agent_cmd,
             agent_timeout=agent_timeout, hang_seconds=hang_seconds, agents=agents,
-            mocks=_mocks(mocks), outage_window=outage_window,
+            mocks=_mocks(mocks), outage_window=outage_window, max_agent_cmds=max_agent_cmds,
         )  # fmt: skip
         mode = _run_mode(suite, log_dir, shard, workers, decided=gate is not None)
         resume.out, resume.rerun = mode.out, mode.rerun

@@ -76,7 +76,7 @@ def prepared_run(
         if suite.agent_cmd is not None:
             # The external agent's trials live in a twice serve of this run (in memory: the
             # inspect logs are the run's record).
-            from ..serve import URL_ENV, ServeError, running_server
+            from ..serve import URL_ENV, ServeError, agent_commands_at_once, running_server
 
             try:  # the server hosts the tasks of your own among the cells' tasks
                 url = stack.enter_context(
@@ -90,6 +90,7 @@ def prepared_run(
                 raise SuiteError(str(ex)) from None
             # Named, not given: the tasks' identity (and so the resume) outlives the port.
             stack.enter_context(environ({URL_ENV: url}))
+            stack.enter_context(agent_commands_at_once(suite.max_agent_cmds))
             server = f"${URL_ENV}"
         tasks = build_tasks(
             suite, model_args, server, guards=guards, max_retries=settings.max_retries,

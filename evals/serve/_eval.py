@@ -10,11 +10,13 @@ any other twice log.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import ssl
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -230,8 +232,25 @@ def mcp_agent() -> Solver:
 AGENT_OUTPUT_SOURCE = "twice:agent_cmd"
 
 AGENT_COMMANDS = "agent commands"
-"""The name of the limit on agent commands running at once (one per usable CPU), as
-inspect's concurrency display shows it."""
+"""The name of the limit on agent commands running at once, as inspect's concurrency display
+shows it."""
+
+_at_once: int | None = None
+
+
+@contextlib.contextmanager
+def agent_commands_at_once(limit: int | None) -> Iterator[None]:
+    """While evals run: at most ``limit`` agent commands run at once (``--max-agent-cmds``);
+    None: one per usable CPU. A setting of the run, not of its tasks: it changes no trial's
+    identity, so a rerun with another limit resumes."""
+    global _at_once
+    before, _at_once = _at_once, limit
+    try:
+        yield
+    finally:
+        _at_once = before
+
+
 """The ``source`` of the info event that records how an agent command ended and the tails of
 its stdout and stderr (the report's trial detail reads it)."""
 
@@ -353,11 +372,11 @@ def _command_solver(command: str, timeout: float, where: str) -> Solver:
                     return messages, bridge.state.output
 
         try:
-            # One trial's agent command per usable CPU at a time, as inspect runs its own
-            # subprocesses (max_subprocesses): a row of trials at once on two cores starves
+            # One trial's agent command per usable CPU at a time by default, as inspect runs its
+            # own subprocesses (max_subprocesses): a row of trials at once on two cores starves
             # this process's own server, whose connections then time out before their first
             # byte is read. The agent's time counts from when it gets its slot.
-            async with concurrency(AGENT_COMMANDS, usable_cpus()):
+            async with concurrency(AGENT_COMMANDS, _at_once or usable_cpus()):
                 messages, output = await run_agent()
         except BaseException:
             # A limit (the task's message_limit, a token limit) ends the sample here, and

@@ -87,7 +87,7 @@ def read_shipped(path: str | Path, what: str) -> tuple[Path, bytes]:
 
 _KNOWN_TOP = {
     "matrix", "epochs", "limit", "description", "local_model", "agent_cmd", "agent_timeout",
-    "outage_window", "hang_seconds",
+    "outage_window", "hang_seconds", "max_agent_cmds",
 }  # fmt: skip
 """The top-level keys of a suite file."""
 
@@ -128,6 +128,7 @@ def load_suite(path: str | Path) -> Suite:
         agent_timeout=data.get("agent_timeout", AGENT_TIMEOUT),
         outage_window=outage_window or DEFAULT_OUTAGE_WINDOW,
         hang_seconds=data.get("hang_seconds", DEFAULT_HANG_SECONDS),
+        max_agent_cmds=data.get("max_agent_cmds"),
     )
 
 
@@ -248,6 +249,7 @@ def suite_from_flags(
     agent_timeout: float | None = None,
     outage_window: int | None = None,
     hang_seconds: float | None = None,
+    max_agent_cmds: int | None = None,
 ) -> Suite:
     """The suite a ``twice run`` command line asks for.
 
@@ -297,6 +299,8 @@ def suite_from_flags(
         suite = replace(suite, outage_window=outage_window)
     if hang_seconds is not None:
         suite = replace(suite, hang_seconds=hang_seconds)
+    if max_agent_cmds is not None:
+        suite = replace(suite, max_agent_cmds=max_agent_cmds)
     if mocks:
         suite = replace(suite, mocks=dict(mocks))
     suite.validate()

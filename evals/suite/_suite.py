@@ -114,6 +114,10 @@ class Suite:
     """Seconds the agent command's trials hold a lost reply open before closing the
     connection (``--hang-seconds``): an agent whose own timeout is shorter sees a read
     timeout, and a trial costs that timeout's wall time."""
+    max_agent_cmds: int | None = None
+    """How many agent commands run at once (``--max-agent-cmds``); None: one per usable CPU,
+    as inspect runs its own subprocesses. An agent that mostly waits on a remote model can
+    take more."""
 
     def cells(self) -> tuple[Cell, ...]:
         """Every distinct cell, in suite order, planned once per suite.
@@ -224,6 +228,16 @@ class Suite:
             check_hang_seconds(self.hang_seconds)
         except ValueError as ex:
             raise SuiteError(str(ex)) from None
+        at_once = self.max_agent_cmds
+        if at_once is not None and (
+            isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1
+        ):
+            raise SuiteError(f"max_agent_cmds must be a positive whole number, got {at_once!r}")
+        if at_once is not None and self.agent_cmd is None:
+            raise SuiteError(
+                "max_agent_cmds bounds how many --agent-cmd commands run at once; this suite "
+                "runs no agent command (give --agent-cmd, or leave --max-agent-cmds out)"
+            )
         if self.hang_seconds != DEFAULT_HANG_SECONDS and self.agent_cmd is None:
             raise SuiteError(
                 "hang_seconds bounds how long an --agent-cmd agent's trials hold a lost reply "

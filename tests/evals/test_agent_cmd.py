@@ -726,13 +726,13 @@ def _most_at_once(marks: str) -> int:
     return most
 
 
-@pytest.mark.parametrize("cpus", [1, 2])
+@pytest.mark.parametrize(("cpus", "flags", "at_once"), [(1, [], 1), (2, [], 2), (1, ["3"], 3)])
 def test_agent_commands_run_one_per_usable_cpu_at_a_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int, flags: list[str], at_once: int
 ) -> None:
     # Six trials at once on a small machine starve the run's own server (its connections
     # close before their first byte is read): commands wait for a slot, as inspect's own
-    # subprocesses do.
+    # subprocesses do; --max-agent-cmds gives more slots to agents that mostly wait.
     monkeypatch.setattr(_serve_eval, "usable_cpus", lambda: cpus)
     marks = tmp_path / "marks"
     script = tmp_path / "marking_agent.sh"
@@ -745,12 +745,30 @@ def test_agent_commands_run_one_per_usable_cpu_at_a_time(
         cli,
         ["run", "--task", "refund", "--model", "stub/no-retry", "--fault", "none", "--limit",
          "6", "--no-report", "--display", "none", "--log-dir", str(tmp_path / "logs"),
-         "--agent-cmd", f"sh {script}"],
+         "--agent-cmd", f"sh {script}", *(["--max-agent-cmds", *flags] if flags else [])],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     text = marks.read_text()
     assert text.split().count("+") == 6
-    assert _most_at_once(text) == cpus
+    assert _most_at_once(text) == at_once
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-agent-cmds", "2"], "max_agent_cmds bounds how many --agent-cmd commands run"),
+        (["--max-agent-cmds", "0", "--agent-cmd", "true"], "'--max-agent-cmds': 0 is not in"),
+    ],
+)
+def test_max_agent_cmds_is_refused_without_an_agent_command_or_below_1(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = CliRunner().invoke(
+        cli, ["run", "--model", "stub/retry", "--log-dir", str(tmp_path / "logs"), *args]
+    )
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "logs").exists()
 
 
 def test_the_runs_server_waits_for_a_slow_clients_first_byte(tmp_path: Path) -> None:
@@ -772,3 +790,24 @@ def test_the_runs_server_waits_for_a_slow_clients_first_byte(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     (cell,) = json.loads((out / "summary.json").read_text())["cells"]
     assert cell["errors"] == 0 and cell["crashed_rate"] == 0.0, cell
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("4", None),
+        ("0", "max_agent_cmds must be a positive whole number, got 0"),
+        ("2.5", "max_agent_cmds must be a positive whole number, got 2.5"),
+        ("true", "max_agent_cmds must be a positive whole number, got True"),
+    ],
+)
+def test_a_suite_file_sets_max_agent_cmds(tmp_path: Path, value: str, message: str | None) -> None:
+    toml = tmp_path / "suite.toml"
+    toml.write_text(
+        f'agent_cmd = "true"\nmax_agent_cmds = {value}\n[[matrix]]\nmodels = ["stub/retry"]\n'
+    )
+    if message is None:
+        assert load_suite(toml).max_agent_cmds == 4
+    else:
+        with pytest.raises(SuiteError, match=message):
+            load_suite(toml).validate()
