@@ -57,6 +57,12 @@ DEFAULT_LOG_DIR = "logs/frameworks"
     "timeout_before_commit) open before closing the connection (default 120, at most 600); "
     "the agent's own, shorter timeout is what should end the wait.",
 )
+@click.option(
+    "--max-agent-cmds",
+    type=click.IntRange(min=1),
+    help="How many of an agent command row's commands run at once (default: one per usable "
+    "CPU). Its trials mostly wait on lost replies, so more keep the cores busy.",
+)
 def frameworks(
     rows: tuple[str, ...],
     epochs: int,
@@ -67,6 +73,7 @@ def frameworks(
     no_report: bool,
     registry: Path | None,
     hang_seconds: float | None,
+    max_agent_cmds: int | None,
 ) -> None:
     """Which agent frameworks do it twice: run every framework row under the stub controls.
 
@@ -83,6 +90,7 @@ def frameworks(
     plan = FrameworksPlan(
         log_dir=log_dir, rows=rows, epochs=epochs, limit=limit, page=page,
         display=display or default_display(), report=not no_report, hang_seconds=hang_seconds,
+        max_agent_cmds=max_agent_cmds,
     )  # fmt: skip
     if registry is not None:
         plan = replace(plan, registry=registry)

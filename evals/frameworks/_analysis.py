@@ -62,6 +62,9 @@ class FrameworksPlan:
     hang_seconds: float | None = None
     """Seconds a command row's trials hold a lost reply open (``--hang-seconds``); None: the
     suite's default. An agent whose own timeout is shorter sees its timeout first."""
+    max_agent_cmds: int | None = None
+    """How many of a command row's agent commands run at once (``--max-agent-cmds``); None:
+    one per usable CPU."""
 
 
 @dataclass
@@ -109,6 +112,8 @@ def row_suite(status: RowStatus, plan: FrameworksPlan) -> Suite:
     )  # fmt: skip
     if status.command is not None and plan.hang_seconds is not None:
         suite = replace(suite, hang_seconds=plan.hang_seconds)
+    if status.command is not None and plan.max_agent_cmds is not None:
+        suite = replace(suite, max_agent_cmds=plan.max_agent_cmds)
     suite.validate()
     return suite
 
