@@ -117,7 +117,7 @@ def test_run_errors_check_model_args_lets_settings_through() -> None:
         (
             "seed = 1\n[[matrix]]\nmodels = ['stub/retry']\n",
             "unknown key(s) seed; expected: agent_cmd, agent_timeout, description, epochs, "
-            "hang_seconds, limit, local_model, matrix, outage_window",
+            "hang_seconds, limit, local_model, matrix, max_agent_cmds, outage_window",
         ),
     ],
 )  # fmt: skip
