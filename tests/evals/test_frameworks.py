@@ -287,7 +287,9 @@ def test_frameworks_finding_names_a_completion_rate_apart_from_the_baseline() ->
     assert "otherwise" not in finding(_row(retries=False), baseline, baseline)
 
 
-def test_frameworks_row_suite_gives_a_command_row_the_hang_seconds_and_slots(tmp_path: Path) -> None:
+def test_frameworks_row_suite_gives_a_command_row_the_hang_seconds_and_slots(
+    tmp_path: Path,
+) -> None:
     row = _row(row="thing", agent=None, agent_cmd="sh {dir}/a.sh", install="make things")
     status = RowStatus(row, None, {}, command="sh /x/a.sh")
     plan = FrameworksPlan(log_dir=str(tmp_path), hang_seconds=5.0, max_agent_cmds=6)
