@@ -230,6 +230,8 @@ def mcp_agent() -> Solver:
 
 
 AGENT_OUTPUT_SOURCE = "twice:agent_cmd"
+"""The ``source`` of the info event that records how an agent command ended and the tails of
+its stdout and stderr (the report's trial detail reads it)."""
 
 AGENT_COMMANDS = "agent commands"
 """The name of the limit on agent commands running at once, as inspect's concurrency display
@@ -249,10 +251,6 @@ def agent_commands_at_once(limit: int | None) -> Iterator[None]:
         yield
     finally:
         _at_once = before
-
-
-"""The ``source`` of the info event that records how an agent command ended and the tails of
-its stdout and stderr (the report's trial detail reads it)."""
 
 
 def agent_env(served: dict[str, Any], state: TaskState, model: ModelAccess) -> dict[str, str]:
