@@ -110,10 +110,11 @@ def row_suite(status: RowStatus, plan: FrameworksPlan) -> Suite:
         matrices=(matrix,), epochs=plan.epochs, limit=plan.limit,
         source=f"frameworks row {row.path}", agent_cmd=status.command,
     )  # fmt: skip
-    if status.command is not None and plan.hang_seconds is not None:
-        suite = replace(suite, hang_seconds=plan.hang_seconds)
-    if status.command is not None and plan.max_agent_cmds is not None:
-        suite = replace(suite, max_agent_cmds=plan.max_agent_cmds)
+    if status.command is not None:  # settings of agent commands only
+        if plan.hang_seconds is not None:
+            suite = replace(suite, hang_seconds=plan.hang_seconds)
+        if plan.max_agent_cmds is not None:
+            suite = replace(suite, max_agent_cmds=plan.max_agent_cmds)
     suite.validate()
     return suite
 
