@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -57,6 +58,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 SLOW_TESTS = Path(os.environ.get("TWICE_SLOW_TESTS", Path(__file__).parent / "slow_tests.txt"))
 """The table of known-slow tests (another table in ``TWICE_SLOW_TESTS``: the order's own test)."""
+
+
+@pytest.fixture
+def pytester(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> pytest.Pytester:
+    """pytester, whose pytest runs leave out the plugins this suite's own ``addopts`` leave out.
+
+    pytester restores ``sys.modules`` after each in-process run, so a plugin loaded by the
+    run is imported again by the next one: seconds per run for plugins no test uses.
+    """
+    opts = request.config.getini("addopts")
+    off = [f"-p {n}" for flag, n in itertools.pairwise(opts) if flag == "-p" and n[:3] == "no:"]
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(off))
+    return pytester
 
 
 def _slow_rank() -> dict[str, int]:

@@ -121,3 +121,12 @@ def test_a_test_runs_beside_no_other_thread() -> None:
     # one per test) would make every run in a test take the slower path, and test it only.
     timers = [t.name for t in threading.enumerate() if t.name.startswith("pytest_timeout")]
     assert not timers
+
+
+def test_pytesters_runs_leave_out_the_plugins_the_suite_leaves_out(
+    pytester: pytest.Pytester,
+) -> None:
+    # pytester drops what a run imported: each run would import these plugins again.
+    config = pytester.parseconfigure()
+    for name in ("hypothesispytest", "schemathesis", "langsmith_plugin"):
+        assert config.pluginmanager.is_blocked(name), name

@@ -272,8 +272,7 @@ def run(
             agent_timeout=agent_timeout, hang_seconds=hang_seconds, agents=agents,
             mocks=_mocks(mocks), outage_window=outage_window, max_agent_cmds=max_agent_cmds,
         )  # fmt: skip
-        # Before anything starts: one error at once, not one from each worker once started.
-        check_models(suite.models(), settings["model_args"] or {})
+        check_models(suite.models(), settings["model_args"] or {})  # before any worker starts
         mode = _run_mode(suite, log_dir, shard, workers, decided=gate is not None)
         resume.out, resume.rerun = mode.out, mode.rerun
         if gate is None:  # a sequential run announces itself, naming its gate
