@@ -5,6 +5,7 @@ own."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -28,10 +29,13 @@ def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_serial_only_collects_only_the_serial_tests() -> None:
-    done = _pytest("--collect-only", "-q", "--serial-only", FILE)
+    done = _pytest("--collect-only", "-q", "--serial-only")
     assert done.returncode == 0, done.stdout + done.stderr
     ids = [line for line in done.stdout.splitlines() if "::" in line]
     assert len(ids) == 3 and all(SERIAL in i for i in ids), done.stdout
+    # ... reading only the files that mark a test serial, not the whole suite's
+    seen = re.search(r"3/(\d+) tests collected", done.stdout)
+    assert seen and int(seen[1]) < 100, done.stdout
 
 
 def test_serial_tests_are_deselected_in_xdist_workers() -> None:
