@@ -102,17 +102,14 @@ check: setup
 	$(BIN)/mypy
 
 ## The documentation site into site/: --strict fails on a broken link, anchor or snippet.
-## mkdocstrings reads the five packages as `twice.*`, from the same links as `check`.
+## mkdocstrings reads the five packages as `twice.*` from a tree of links that mkdocs.yml's
+## hook (docs/hooks/source_tree.py) keeps in build/docs-src.
 DOCS_PORT ?= 8000
 docs: setup
-	@mkdir -p build/docs-src/twice
-	@for p in mocks tasks assertions evals reports; do ln -sfn ../../../$$p build/docs-src/twice/$$p; done
 	$(BIN)/mkdocs build --strict --quiet
 
 ## Serve the site on 127.0.0.1 with live reload while editing the pages.
 docs-serve: setup
-	@mkdir -p build/docs-src/twice
-	@for p in mocks tasks assertions evals reports; do ln -sfn ../../../$$p build/docs-src/twice/$$p; done
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 ## Mutation testing (mutmut) of the modules that decide a number, each against its fast tests

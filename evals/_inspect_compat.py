@@ -20,10 +20,19 @@ def init_dotenv() -> None:
     init()
 
 
-def model_api_names() -> list[str]:
-    """The names of inspect's registered model providers (inspect lists them nowhere public)."""
+def model_api_names(*, plugins: bool = False) -> list[str]:
+    """The names of inspect's registered model providers (inspect lists them nowhere public).
+
+    With ``plugins``, first the providers of every installed package that extends inspect
+    (its ``inspect_ai`` entry points), which inspect itself loads only once a model string
+    names them.
+    """
     from inspect_ai._util.registry import registry_find, registry_info
 
+    if plugins:
+        from inspect_ai._util.entrypoints import ensure_entry_points
+
+        ensure_entry_points()
     found: list[Any] = registry_find(lambda info: info.type == "modelapi")
     return sorted({registry_info(o).name.split("/")[-1] for o in found})
 

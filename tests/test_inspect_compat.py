@@ -52,6 +52,10 @@ def test_inspect_compat_dotenv_and_the_provider_registry_are_there() -> None:
 
     assert callable(dotenv.init_dotenv)
     assert "openai" in evals_compat.model_api_names()
+    from inspect_ai._util import entrypoints
+
+    assert callable(entrypoints.ensure_entry_points)
+    assert {"openai", "stub"} <= set(evals_compat.model_api_names(plugins=True))
 
 
 def test_inspect_compat_rich_display_draws_the_results_table_in_tasks_results() -> None:

@@ -5,8 +5,10 @@ own."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -27,14 +29,17 @@ def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_serial_only_collects_only_the_serial_tests() -> None:
-    done = _pytest("--collect-only", "-q", "--serial-only", FILE)
+    done = _pytest("--collect-only", "-q", "--serial-only")
     assert done.returncode == 0, done.stdout + done.stderr
     ids = [line for line in done.stdout.splitlines() if "::" in line]
     assert len(ids) == 3 and all(SERIAL in i for i in ids), done.stdout
+    # ... reading only the files that mark a test serial, not the whole suite's
+    seen = re.search(r"3/(\d+) tests collected", done.stdout)
+    assert seen and int(seen[1]) < 100, done.stdout
 
 
 def test_serial_tests_are_deselected_in_xdist_workers() -> None:
-    done = _pytest("-n", "2", "-q", FILE, "-k", f"{SERIAL} or stale_lock")
+    done = _pytest("-n", "1", "-q", FILE, "-k", f"{SERIAL} or stale_lock")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed in" in done.stdout, done.stdout  # the serial three did not run
     assert "tests marked serial did not run under -n: run them with --serial-only" in (done.stdout)
@@ -89,10 +94,11 @@ def test_a_hung_test_fails_instead_of_holding_the_run(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     # The suite's own setting: a hang (a blocking open of a FIFO nobody reads) fails its
-    # test after the configured time, with its worker replaced, rather than holding the run.
+    # test after the configured time rather than holding its worker, and the run.
     assert request.config.pluginmanager.hasplugin("timeout")
     assert float(request.config.getini("timeout")) > 0
-    assert request.config.getini("timeout_method") == "thread"
+    method = request.config.getini("timeout_method")
+    assert method == "signal"
     hang = tmp_path / "test_hang.py"
     hang.write_text(
         "import os\n\n"
@@ -102,11 +108,29 @@ def test_a_hung_test_fails_instead_of_holding_the_run(
     )
     args = ["-p", "no:cacheprovider", "-q", str(hang), "--timeout", "2"]
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", *args, "--timeout-method", "thread"],
+        [sys.executable, "-m", "pytest", *args, "--timeout-method", method],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert out.returncode != 0
-    assert "Timeout" in out.stdout + out.stderr
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Failed: Timeout (>2.0s)" in out.stdout, out.stdout
+
+
+def test_a_test_runs_beside_no_other_thread() -> None:
+    # twice forks its --workers only while no other thread runs (a fork copies one thread,
+    # and another's locks could be copied held), else it starts fresh interpreters, seconds
+    # of imports each. A thread of the suite's own (pytest-timeout's "thread" method starts
+    # one per test) would make every run in a test take the slower path, and test it only.
+    timers = [t.name for t in threading.enumerate() if t.name.startswith("pytest_timeout")]
+    assert not timers
+
+
+def test_pytesters_runs_leave_out_the_plugins_the_suite_leaves_out(
+    pytester: pytest.Pytester,
+) -> None:
+    # pytester drops what a run imported: each run would import these plugins again.
+    config = pytester.parseconfigure()
+    for name in ("hypothesispytest", "schemathesis", "langsmith_plugin"):
+        assert config.pluginmanager.is_blocked(name), name

@@ -15,7 +15,7 @@ from twice.mocks import RunError
 from twice.reports import MAX_SHARDS, Shard
 
 from ..gate import GateConfig
-from ..run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, RunResult
+from ..run import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, RunResult, check_models
 from ..suite import DEFAULT_OUTAGE_WINDOW, Suite, SuiteError, suite_from_flags
 from ._common import (
     LOCATION,
@@ -272,6 +272,7 @@ def run(
             agent_timeout=agent_timeout, hang_seconds=hang_seconds, agents=agents,
             mocks=_mocks(mocks), outage_window=outage_window, max_agent_cmds=max_agent_cmds,
         )  # fmt: skip
+        check_models(suite.models(), settings["model_args"] or {})  # before any worker starts
         mode = _run_mode(suite, log_dir, shard, workers, decided=gate is not None)
         resume.out, resume.rerun = mode.out, mode.rerun
         if gate is None:  # a sequential run announces itself, naming its gate

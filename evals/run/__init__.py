@@ -44,7 +44,7 @@ from ._summary import (
     without_cut_short,
     write_running,
 )
-from ._tasks import build_tasks
+from ._tasks import build_tasks, check_models
 
 __all__ = [
     "DEFAULT_MAX_RETRIES",
@@ -60,6 +60,7 @@ __all__ = [
     "build_tasks",
     "cell_dict",
     "check_model_args",
+    "check_models",
     "cut_short_cells",
     "default_log_dir",
     "errored_trials",

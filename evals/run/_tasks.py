@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,12 +27,43 @@ from ._secrets import (
 from ._settings import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 
 
-def _providers() -> list[str]:
+def _providers(*, plugins: bool = False) -> list[str]:
     """Registered inspect model providers, for error messages (best effort: empty if unknown)."""
     try:
-        return model_api_names()
+        return model_api_names(plugins=plugins)
     except Exception:
         return []
+
+
+def _unknown_provider(provider: str, name: str, known: list[str]) -> SuiteError:
+    return SuiteError(
+        f"unknown model provider {provider!r} in {name!r}; expected one of: "
+        f"{', '.join(known)} (e.g. openai/gpt-5-mini, anthropic/claude-sonnet-4-5, "
+        "openai-api/<service>/<model>, ollama/llama3, vllm/<model>, stub/retry)"
+    )
+
+
+def check_models(models: Iterable[str], model_args: Mapping[str, Any]) -> None:
+    """Refuse what is wrong with the models before any of them is loaded: a ``-M base_url``
+    that is no URL, a model name holding a credential, a provider inspect does not have.
+
+    ``twice run --workers N`` asks this before it starts a worker, so such input is one
+    error, at once, as in one process. Whatever only loading a model finds (a provider's
+    missing API key) is found by each worker's :func:`build_tasks`, as in one process.
+
+    Raises:
+        SuiteError: naming the bad value and what is accepted.
+    """
+    check_base_url(model_args)
+    for name in models:
+        check_model_name(name)
+    providers = {name.split("/", 1)[0]: name for name in models}
+    known = _providers()
+    if known and not providers.keys() <= set(known):
+        known = _providers(plugins=True)  # a plugin's provider, not loaded yet
+    for provider, name in providers.items():
+        if known and provider not in known:
+            raise _unknown_provider(provider, name, known)
 
 
 def _plain(text: str) -> str:
@@ -87,11 +118,7 @@ def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Mo
             provider = name.split("/", 1)[0]
             known = _providers()
             if known and provider not in known:
-                raise SuiteError(
-                    f"unknown model provider {provider!r} in {name!r}; expected one of: "
-                    f"{', '.join(known)} (e.g. openai/gpt-5-mini, anthropic/claude-sonnet-4-5, "
-                    "openai-api/<service>/<model>, ollama/llama3, vllm/<model>, stub/retry)"
-                ) from None
+                raise _unknown_provider(provider, name, known) from None
             # Where keys come from matters for a provider; a stub takes none.
             hint = (
                 ""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import http.server
 import os
@@ -16,20 +15,11 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).parents[2]
-PACKAGES = ("mocks", "tasks", "assertions", "evals", "reports")
 
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site as ``make docs`` builds it (``mkdocs build --strict``), in a folder of its own."""
-    # mkdocstrings reads the packages as `twice.*` from links, as `make docs` makes them.
-    source = ROOT / "build" / "docs-src" / "twice"
-    source.mkdir(parents=True, exist_ok=True)
-    for package in PACKAGES:
-        link = source / package
-        if not link.is_symlink():
-            with contextlib.suppress(FileExistsError):  # another worker made it first
-                link.symlink_to(Path("../../..") / package)
     site = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(

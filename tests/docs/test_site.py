@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from html.parser import HTMLParser
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -186,3 +188,52 @@ def test_a_browser_loads_the_page_from_127_0_0_1_only_and_it_fits_1280_px(
     assert len(requests) > 3  # the page, its stylesheets and scripts, all from 127.0.0.1
     assert widths[0] <= widths[1], f"horizontal scroll at 1280 px: {widths}"
     assert heading.strip()
+
+
+def _source_tree() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("source_tree", ROOT / "docs/hooks/source_tree.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_api_pages_read_each_packages_modules_and_nothing_else(tmp_path: Path) -> None:
+    # An agent command's installed .venv lies inside tasks/: a link to the whole folder had
+    # griffe walk its million files on every build.
+    source_tree = _source_tree()
+    root = tmp_path / "repo"
+    for package in source_tree.PACKAGES:
+        (root / package / "sub").mkdir(parents=True)
+        (root / package / "__init__.py").write_text('"""A package."""\n')
+        (root / package / "_mod.py").write_text("X = 1\n")
+        (root / package / "sub" / "__init__.py").write_text("")
+        (root / package / "data.toml").write_text("")
+    venv = root / "tasks" / "agents" / "commands" / "crewai" / ".venv" / "lib"
+    venv.mkdir(parents=True)
+    (venv / "six.py").write_text("")
+    (root / "tasks" / "agents" / "__init__.py").write_text("")
+    target = tmp_path / "build" / "twice"
+    target.mkdir(parents=True)
+    (target / "mocks").symlink_to(root / "mocks")  # the old layout: one link per package
+    (target / "evals" / "gone").mkdir(parents=True)
+    (target / "evals" / "gone" / "old.py").symlink_to(root / "evals" / "_mod.py")
+
+    source_tree.link_sources(root, target)
+    source_tree.link_sources(root, target)  # a second build finds it made
+
+    found = {p.relative_to(target).as_posix() for p in target.rglob("*")}
+    expected = {"tasks/agents", "tasks/agents/__init__.py"}
+    for package in source_tree.PACKAGES:
+        expected |= {package, f"{package}/sub"}
+        expected |= {f"{package}/{m}" for m in ("__init__.py", "_mod.py", "sub/__init__.py")}
+    assert found == expected
+    assert not (target / "mocks").is_symlink()
+    assert (target / "reports" / "_mod.py").read_text() == "X = 1\n"
+
+
+def test_the_built_api_tree_holds_no_installed_packages(built_site: Path) -> None:
+    tree = ROOT / "build" / "docs-src" / "twice"
+    paths = [p.relative_to(tree).as_posix() for p in tree.rglob("*")]
+    assert "evals/gate/_gate.py" in paths and "tasks/agents/__init__.py" in paths
+    assert not [p for p in paths if "node_modules" in p or ".venv" in p or "commands" in p]

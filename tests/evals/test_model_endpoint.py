@@ -6,11 +6,9 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx
-import openai
 from inspect_ai import Task, eval
 from inspect_ai.dataset import Sample
 from inspect_ai.log import EvalLog
@@ -18,6 +16,9 @@ from inspect_ai.model import ChatMessage, ModelOutput, ModelUsage, get_model
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import ToolInfo
 from twice.evals.serve._model_endpoint import ModelAccess, model_endpoint
+
+if TYPE_CHECKING:
+    import openai
 
 USAGE = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=15)
 PARAMETERS = {"type": "object", "properties": {"order_id": {"type": "string"}}}
@@ -80,6 +81,8 @@ def _run(tmp_path: Path, clients: list[Client], model: Any = None) -> tuple[Eval
 
 
 def _openai(access: ModelAccess) -> openai.AsyncOpenAI:
+    import openai  # here: the SDKs take seconds to import, each worker's collection would pay
+
     return openai.AsyncOpenAI(base_url=access.openai_base_url, api_key="unused", max_retries=0)
 
 
@@ -147,6 +150,8 @@ def test_responses_answered_whole_and_streamed(tmp_path: Path) -> None:
 
 
 async def _anthropic(access: ModelAccess) -> Any:
+    import anthropic
+
     client = anthropic.AsyncAnthropic(
         base_url=access.anthropic_base_url, api_key=access.key, max_retries=0
     )
@@ -180,6 +185,9 @@ def test_anthropic_messages_answered_whole_and_streamed(tmp_path: Path) -> None:
 
 
 async def _the_key_alone(access: ModelAccess) -> Any:
+    import anthropic
+    import openai
+
     # No path prefix: the key names the trial (the x-api-key form included).
     root = access.openai_base_url.split("/t/")[0]
     client = openai.AsyncOpenAI(base_url=f"{root}/v1", api_key=access.key, max_retries=0)
@@ -260,6 +268,8 @@ def test_a_request_naming_no_trial_is_refused_and_the_key_is_not_echoed(tmp_path
 
 
 async def _fails(access: ModelAccess) -> Any:
+    import openai
+
     try:
         await _openai(access).chat.completions.create(
             model="inspect", messages=[{"role": "user", "content": "hi"}]

@@ -53,6 +53,25 @@ def test_run_errors_bad_value_exits_2_and_writes_nothing(
         assert "API keys" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--model", "nosuch/x"),
+        ("--model", "openai/gpt-5-mini", "-M", "base_url=not-a-url"),
+        ("--model", "openai/gpt-5-mini", "-M", "base_url=http://127.0.0.1:99999/v1"),
+    ],
+)
+def test_run_errors_a_bad_model_is_refused_before_any_worker_starts(
+    twice: Twice, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    # 24 cells would take two workers here: each would have started, then failed alike.
+    result = twice("run", "--log-dir", tmp_path / "logs", "--display", "none", *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: "), result.stderr
+    assert "running" not in result.stderr and "worker" not in result.stderr
+    assert not (tmp_path / "logs").exists()
+
+
 def test_run_errors_unknown_provider_lists_the_providers(twice: Twice, tmp_path: Path) -> None:
     result = _run(twice, tmp_path / "logs", "--model", "nosuch/x")
     message = " ".join(result.stderr.split())
