@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mkdocs.plugins import event_priority
+
 PACKAGES = ("mocks", "tasks", "assertions", "evals", "reports")
 
 
@@ -49,8 +51,9 @@ def link_sources(root: Path, target: Path) -> None:
                     path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
+@event_priority(100)  # before mkdocstrings' own: it keeps only the paths that exist
 def on_config(config: Any) -> Any:
-    """mkdocs hook: the tree before any page is rendered."""
+    """mkdocs hook: the tree, before mkdocstrings reads its paths."""
     root = Path(config["config_file_path"]).parent
     link_sources(root, root / "build" / "docs-src" / "twice")
     return config

@@ -230,6 +230,9 @@ def test_the_api_pages_read_each_packages_modules_and_nothing_else(tmp_path: Pat
     assert found == expected
     assert not (target / "mocks").is_symlink()
     assert (target / "reports" / "_mod.py").read_text() == "X = 1\n"
+    # mkdocstrings keeps only the paths that exist when it starts: on a fresh clone the
+    # tree must be made before that, by a hook that runs first.
+    assert source_tree.on_config.mkdocs_priority > 0
 
 
 def test_the_built_api_tree_holds_no_installed_packages(built_site: Path) -> None:
