@@ -32,11 +32,11 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     """With ``--serial-only``, leave unread the test files that mark nothing ``serial`` (by
     their text: ``pytest.mark.serial`` or ``mark.serial``): the pass that runs a handful of
     tests need not import every module of the suite (a dozen seconds of one core)."""
-    if not config.getoption("--serial-only"):
+    path = collection_path
+    if not config.getoption("--serial-only") or not path.name.startswith("test_"):
         return None
-    name = collection_path.name
-    if collection_path.suffix == ".py" and name.startswith("test_") and collection_path.is_file():
-        return "mark.serial" not in collection_path.read_text(encoding="utf-8") or None
+    if path.suffix == ".py" and "mark.serial" not in path.read_text(encoding="utf-8"):
+        return True
     return None
 
 

@@ -33,7 +33,7 @@ def link_sources(root: Path, target: Path) -> None:
         wanted: set[Path] = set()
         for folder, dirs, files in os.walk(root / package):
             here = Path(folder)
-            dirs[:] = sorted(d for d in dirs if (here / d / "__init__.py").is_file())
+            dirs[:] = [d for d in dirs if (here / d / "__init__.py").is_file()]
             out = tree / here.relative_to(root / package)
             out.mkdir(parents=True, exist_ok=True)
             wanted.add(out)
@@ -46,9 +46,13 @@ def link_sources(root: Path, target: Path) -> None:
                     with contextlib.suppress(FileExistsError):
                         link.symlink_to(os.path.relpath(here / name, out))
         for path in sorted(tree.rglob("*"), reverse=True):  # children before their folder
-            if path not in wanted:
-                with contextlib.suppress(FileNotFoundError, OSError):
-                    path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+            if path in wanted:
+                continue
+            with contextlib.suppress(OSError):  # another build removed it first
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                else:
+                    path.unlink()
 
 
 @event_priority(100)  # before mkdocstrings' own: it keeps only the paths that exist

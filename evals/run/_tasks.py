@@ -35,14 +35,6 @@ def _providers(*, plugins: bool = False) -> list[str]:
         return []
 
 
-def _unknown_provider(provider: str, name: str, known: list[str]) -> SuiteError:
-    return SuiteError(
-        f"unknown model provider {provider!r} in {name!r}; expected one of: "
-        f"{', '.join(known)} (e.g. openai/gpt-5-mini, anthropic/claude-sonnet-4-5, "
-        "openai-api/<service>/<model>, ollama/llama3, vllm/<model>, stub/retry)"
-    )
-
-
 def check_models(models: Iterable[str], model_args: Mapping[str, Any]) -> None:
     """Refuse what is wrong with the models before any of them is loaded: a ``-M base_url``
     that is no URL, a model name holding a credential, a provider inspect does not have.
@@ -63,7 +55,11 @@ def check_models(models: Iterable[str], model_args: Mapping[str, Any]) -> None:
         known = _providers(plugins=True)  # a plugin's provider, not loaded yet
     for provider, name in providers.items():
         if known and provider not in known:
-            raise _unknown_provider(provider, name, known)
+            raise SuiteError(
+                f"unknown model provider {provider!r} in {name!r}; expected one of: "
+                f"{', '.join(known)} (e.g. openai/gpt-5-mini, anthropic/claude-sonnet-4-5, "
+                "openai-api/<service>/<model>, ollama/llama3, vllm/<model>, stub/retry)"
+            )
 
 
 def _plain(text: str) -> str:
@@ -106,23 +102,18 @@ def check_base_url(model_args: Mapping[str, Any]) -> None:
 
 def _model(name: str, model_args: dict[str, Any], cache: dict[str, Model]) -> Model:
     if name not in cache:
-        check_base_url(model_args)
-        check_model_name(name)
+        check_models([name], model_args)
         try:
             # Not memoized: each run puts its own endpoint guard on a fresh model (a guard that
             # found an endpoint down must not outlive its run), and inspect's cache keys a model
             # by its arguments, not by the environment its provider read (LOCAL_BASE_URL of a
             # local server on a new port).
             cache[name] = get_model(name, memoize=False, **model_args)
-        except Exception as ex:  # providers raise many types: missing keys, unknown APIs
-            provider = name.split("/", 1)[0]
-            known = _providers()
-            if known and provider not in known:
-                raise _unknown_provider(provider, name, known) from None
+        except Exception as ex:  # providers raise many types: missing keys, bad model args
             # Where keys come from matters for a provider; a stub takes none.
             hint = (
                 ""
-                if provider == "stub"
+                if name.startswith("stub/")
                 else f" API keys come from the environment ({KEY_ENV_HINT}); other model "
                 "settings go in -M key=value."
             )
