@@ -76,6 +76,11 @@ frameworks: setup frameworks-install
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; f = getattr(os, 'sched_getaffinity', None); \
 	print(max(1, (len(f(0)) if f else os.cpu_count() or 1) * 3 // 2))")
 XDIST ?= -n $(TEST_WORKERS) --dist worksteal
+## Python's bytecode cache stays on for the tests: where the environment turns it off
+## (PYTHONDONTWRITEBYTECODE=1, as container images often do), every test process compiles
+## twice's sources again, and every pytest process rewrites the asserts of every test module
+## again (12 s of a worker's collection instead of 5, once per worker and pass).
+test test-strands: export PYTHONDONTWRITEBYTECODE :=
 test: setup
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS); one=$$?; \
 	case $$one in 0|1|5) ;; *) exit $$one ;; esac; \

@@ -5,54 +5,67 @@ A facade over sub-packages with one job each (``docs/architecture.md`` draws the
 ``local_model``.
 """
 
-from twice.mocks import RunError, TwiceError, UsageError
+import gc as _gc
 
-from ._rates import CellRates, EvalRates, eval_rates
-from .gate import (
-    BaselinePolicy,
-    Check,
-    GateConfig,
-    GateError,
-    GateResult,
-    Rule,
-    evaluate_gate,
-    format_gate,
-    junit_xml,
-    load_gate,
-    parse_gate,
-    trials_needed,
-    trials_table,
-    write_junit,
-)
-from .local_model import (
-    LocalModelError,
-    LocalModelServer,
-    ServerOptions,
-    local_model_server,
-    model_home,
-)
-from .local_model import install as install_local_model
-from .run import (
-    CellState,
-    RunResult,
-    build_tasks,
-    check_model_args,
-    run_metadata,
-    run_suite,
-    run_until_decided,
-)
-from .serve import (
-    ControlError,
-    RequestLog,
-    ServeError,
-    TrialConfig,
-    TwiceServer,
-    parse_trial_config,
-    running_server,
-    serve,
-    served_task,
-)
-from .suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
+# The imports below load inspect_ai, pandas and every twice package: about 200,000 objects
+# that live as long as the process, and next to no garbage. The collector's passes over them
+# while they load (some 500) were an eighth of the CPU a `twice` process spends starting, so
+# it pauses until they are loaded, and resumes as the host had it.
+_collecting = _gc.isenabled()
+_gc.disable()
+try:
+    from twice.mocks import RunError, TwiceError, UsageError
+
+    from ._rates import CellRates, EvalRates, eval_rates
+    from .gate import (
+        BaselinePolicy,
+        Check,
+        GateConfig,
+        GateError,
+        GateResult,
+        Rule,
+        evaluate_gate,
+        format_gate,
+        junit_xml,
+        load_gate,
+        parse_gate,
+        trials_needed,
+        trials_table,
+        write_junit,
+    )
+    from .local_model import (
+        LocalModelError,
+        LocalModelServer,
+        ServerOptions,
+        local_model_server,
+        model_home,
+    )
+    from .local_model import install as install_local_model
+    from .run import (
+        CellState,
+        RunResult,
+        build_tasks,
+        check_model_args,
+        run_metadata,
+        run_suite,
+        run_until_decided,
+    )
+    from .serve import (
+        ControlError,
+        RequestLog,
+        ServeError,
+        TrialConfig,
+        TwiceServer,
+        parse_trial_config,
+        running_server,
+        serve,
+        served_task,
+    )
+    from .suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
+finally:
+    if _collecting:
+        _gc.enable()
+    del _collecting
 
 __all__ = [
     "BaselinePolicy",

@@ -7,6 +7,7 @@ asked for: most are speed-ups or messages that do nothing where the name is gone
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Awaitable, Callable
 from types import ModuleType
@@ -35,6 +36,20 @@ def model_api_names(*, plugins: bool = False) -> list[str]:
         ensure_entry_points()
     found: list[Any] = registry_find(lambda info: info.type == "modelapi")
     return sorted({registry_info(o).name.split("/")[-1] for o in found})
+
+
+EVAL_TIME_MODULES = ("inspect_ai.agent._acp.server",)
+"""Modules inspect imports inside every eval rather than when it is imported: its ACP server,
+whose protocol schema costs about 0.4 s of CPU to import."""
+
+
+def import_eval_time_modules() -> None:
+    """Import :data:`EVAL_TIME_MODULES` now (a name an inspect release no longer has is
+    skipped): a process about to fork workers imports them once, and each worker, a copy of
+    it, starts its eval with them loaded instead of importing its own."""
+    for name in EVAL_TIME_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 def rich_display() -> ModuleType | None:

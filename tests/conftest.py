@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
+import shutil
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -140,6 +142,38 @@ def private_inspect_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_DATA_HOME", str(data))
         yield data
+
+
+MakeOnce = Callable[[str, Callable[[Path], None]], Path]
+
+
+@pytest.fixture(scope="session")
+def made_once(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> MakeOnce:
+    """``made_once(name, make)`` → a folder that ``make(folder)`` fills once per test run.
+
+    Under xdist every worker has a session of its own, so a session or module fixture's work
+    is done again in each worker that runs one of its tests. Here the first worker to ask
+    makes the folder, under the run's shared temporary root and behind a file lock; the
+    others wait for it and use it. What ``make`` writes must not depend on the worker, and
+    the tests that share it only read it.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent  # popen-gwN's parent: the run's, shared by its workers
+
+    def made(name: str, make: Callable[[Path], None]) -> Path:
+        folder = root / f"made-once-{name}"
+        done = root / f"made-once-{name}.made"
+        with open(root / f"made-once-{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not done.exists():
+                shutil.rmtree(folder, ignore_errors=True)  # a worker that failed making it
+                folder.mkdir()
+                make(folder)
+                done.touch()
+        return folder
+
+    return made
 
 
 ORDERS = [

@@ -8,7 +8,11 @@ moves or reshapes one, instead of twice quietly losing the behaviour built on it
 from __future__ import annotations
 
 import inspect
+import json
+import subprocess
+import sys
 from contextvars import ContextVar
+from pathlib import Path
 
 from twice.evals import _inspect_compat as evals_compat
 from twice.mocks import _inspect_compat as mocks_compat
@@ -133,3 +137,32 @@ def test_inspect_compat_provider_errors_are_forwarded_and_limits_raised() -> Non
     assert payload["status"] is None and failed == []
     with pytest.raises(LimitExceededError):
         asyncio.run(evals_compat.forward_provider_errors(limited, failed.append)({}, None))
+
+
+EVAL_TIME_PROBE = """
+import json, sys
+from twice.evals import _inspect_compat, run_suite, suite_from_flags
+
+names = _inspect_compat.EVAL_TIME_MODULES
+before = [n for n in names if n in sys.modules]
+suite = suite_from_flags(config=None, models=["stub/retry"], prompts=[], tasks=["refund"],
+                         faults=["none"], protections=[], epochs=None, limit=1)
+run_suite(suite, sys.argv[1], display="none", report=False)
+print(json.dumps({"before": before, "after": [n for n in names if n in sys.modules]}))
+"""
+
+
+def test_inspect_compat_eval_time_modules_are_imported_by_an_eval_and_not_before(
+    tmp_path: Path,
+) -> None:
+    # A parent imports them before forking workers; that saves each worker their import only
+    # while inspect leaves them out of `import inspect_ai` and imports them in every eval.
+    done = subprocess.run(
+        [sys.executable, "-c", EVAL_TIME_PROBE, str(tmp_path / "logs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"before": [], "after": list(evals_compat.EVAL_TIME_MODULES)}

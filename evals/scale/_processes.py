@@ -26,6 +26,7 @@ from typing import Any, TypeAlias
 
 from twice.reports import LogRecords, Shard
 
+from .._inspect_compat import import_eval_time_modules
 from ..suite import usable_cpus
 from ._hand_off import PARENT_ENV, load_records, new_hand_off_dir, stop_with
 from ._plan import WorkerOutcome, WorkerPlan
@@ -331,6 +332,7 @@ def _fork_worker(
     records: str,
     handlers: dict[int, Any] | None = None,
 ) -> _ForkedWorker:
+    import_eval_time_modules()  # once here, not once in every worker
     sys.stdout.flush()
     sys.stderr.flush()
     # What the worker inherits stays out of its collector's reach: its collections neither walk

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +18,19 @@ ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="session")
-def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site as ``make docs`` builds it (``mkdocs build --strict``), in a folder of its own."""
-    site = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    return site
+def built_site(made_once: Callable[[str, Callable[[Path], None]], Path]) -> Path:
+    """The site as ``make docs`` builds it (``mkdocs build --strict``), in a folder of its own
+    (built once per test run, whichever worker asks first)."""
+
+    def build(site: Path) -> None:
+        env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+        done = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+            cwd=ROOT, capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-4000:]
+
+    return made_once("site", build)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

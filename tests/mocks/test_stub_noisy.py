@@ -8,6 +8,7 @@ about as often as they should.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -32,10 +33,11 @@ def noisy_suite(prompts: tuple[str, ...]) -> Suite:
 
 
 @pytest.fixture(scope="module")
-def noisy_trials(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    out = Path(tmp_path_factory.mktemp("noisy"))
-    run_suite(noisy_suite(tuple(NOISY_RETRY_RATES)), out, report=False)
-    return trials_frame(out)
+def noisy_trials(made_once: Callable[[str, Callable[[Path], None]], Path]) -> pd.DataFrame:
+    def run(out: Path) -> None:
+        run_suite(noisy_suite(tuple(NOISY_RETRY_RATES)), out, report=False)
+
+    return trials_frame(made_once("noisy", run))
 
 
 def test_noisy_per_epoch_intervals_cover_true_rates(noisy_trials: pd.DataFrame) -> None:
