@@ -148,7 +148,7 @@ MakeOnce = Callable[[str, Callable[[Path], None]], Path]
 
 
 @pytest.fixture(scope="session")
-def made_once(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> MakeOnce:
+def made_once(tmp_path_factory: pytest.TempPathFactory) -> MakeOnce:
     """``made_once(name, make)`` → a folder that ``make(folder)`` fills once per test run.
 
     Under xdist every worker has a session of its own, so a session or module fixture's work
@@ -158,7 +158,7 @@ def made_once(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> MakeO
     the tests that share it only read it.
     """
     root = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # popen-gwN's parent: the run's, shared by its workers
 
     def made(name: str, make: Callable[[Path], None]) -> Path:
