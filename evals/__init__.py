@@ -9,8 +9,8 @@ import gc as _gc
 
 # The imports below load inspect_ai, pandas and every twice package: about 200,000 objects
 # that live as long as the process, and next to no garbage. The collector's passes over them
-# while they load (some 500) were an eighth of the CPU a `twice` process spends starting, so
-# it pauses until they are loaded, and resumes as the host had it.
+# while they load (some 500) cost about 0.1 s of every `twice` process's start-up, so it
+# pauses until they are loaded, and resumes as the host had it.
 _collecting = _gc.isenabled()
 _gc.disable()
 try:

@@ -27,7 +27,7 @@ def link_sources(root: Path, target: Path) -> None:
     package and sub-package (a folder with an ``__init__.py``), a link per ``.py`` file."""
     for package in PACKAGES:
         tree = target / package
-        if tree.is_symlink():  # a link to the whole folder, as this tree used to be made
+        if tree.is_symlink():  # a link to the whole folder, which griffe would walk
             with contextlib.suppress(FileNotFoundError):
                 tree.unlink()
         wanted: set[Path] = set()
