@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import gc
 import itertools
 import json
 import os
@@ -15,7 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
+from _pytest.runner import runtestprotocol
 from twice.evals import RunResult, run_suite
+from twice.evals.run import batch_gc
 from twice.evals.suite._suite import Matrix, Suite
 from twice.mocks import SOURCE_HEADER, Ledger, PaymentsService, Services, get_fault
 
@@ -115,14 +118,65 @@ def pytest_terminal_summary(
         )
 
 
+# Each test runs above one frame of this many slots, so that CPython opens a 256 KiB chunk of
+# its frame stack for it (it doubles 16 KiB until the frame and 1,000 more slots fit), leaving
+# some 17,000 slots (hundreds of frames) of room above. CPython 3.11 and 3.12 free a chunk as
+# soon as the frame that opened it returns (python/cpython#142183; 3.13 and 3.14 keep one):
+# a call repeated over a chunk's edge maps and unmaps 16 KiB each time. In the xdist workers,
+# whose stacks are deep, that was some 4.7 million of the 6.9 million unmaps of a `make test`.
+ROOM_SLOTS = 15_400
+
+
+def _with_room() -> Callable[[Callable[[], object]], object]:
+    """``with_room(call)`` → ``call()``, called above a frame of :data:`ROOM_SLOTS` slots."""
+    names = " = ".join(f"_{i}" for i in range(ROOM_SLOTS))
+    source = (
+        f"def with_room(call):\n    if call is None:\n        {names} = None\n    return call()\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<with_room>", "exec"), namespace)
+    return namespace["with_room"]  # type: ignore[no-any-return]
+
+
+with_room = _with_room()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+    """pytest's own protocol for ``item`` (``runner.pytest_runtest_protocol``), run above a
+    frame with room; then the garbage collector is left what later tests allocate.
+
+    A worker holds about 900,000 objects once inspect, pandas and the framework SDKs are
+    imported, and a full collection walks every one of them (0.3-0.4 s), some dozens of times
+    per file. Between tests a collection walks only what is not frozen, what the test just
+    made, and freezing its survivors keeps the next collections that small. What was frozen
+    alive and became cyclic garbage later (a module fixture's server, once torn down) is
+    found by a collection over everything every :data:`UNFREEZE_EVERY` tests.
+    """
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    with_room(lambda: runtestprotocol(item, nextitem=nextitem))
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    if next(_tests_run) % UNFREEZE_EVERY == 0:
+        gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    return True
+
+
+UNFREEZE_EVERY = 100
+_tests_run = itertools.count(1)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Let the interrupt tests' child processes receive SIGINT however pytest was started.
+    """Collect garbage at twice's own thresholds (a test session is a batch job too), and let
+    the interrupt tests' child processes receive SIGINT however pytest was started.
 
     A shell starts a background job (``make test &``, ``nohup ...``) with SIGINT ignored, and
     an ignored signal stays ignored across exec: every ``twice run`` the tests start would
     ignore the Ctrl-C they send, as a background job should. A handled signal is reset to
     the default across exec, so handling it here gives the children Python's usual Ctrl-C.
     """
+    batch_gc()
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if config.getoption("--serial-only") and getattr(config.option, "numprocesses", None):

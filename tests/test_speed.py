@@ -84,9 +84,13 @@ def test_fault_schedule_ignores_other_routes() -> None:
 
 def test_gc_for_trials_restores_thresholds() -> None:
     before = gc.get_threshold()
-    with gc_for_trials():
-        assert gc.get_threshold() == GC_THRESHOLDS
-    assert gc.get_threshold() == before
+    gc.set_threshold(700, 10, 10)  # Python's defaults: not the trials' (the suite runs under those)
+    try:
+        with gc_for_trials():
+            assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
 
 
 CONSOLE_SCRIPT_GC = """

@@ -312,7 +312,26 @@ def another_signal_exits(code: int) -> None:
             sys.stderr.flush()
         os._exit(code)
 
+    global _EXITING_FOR_A_SIGNAL
     if OWN_PROCESS and threading.current_thread() is threading.main_thread():
+        _EXITING_FOR_A_SIGNAL = True
         for sig in (signal.SIGINT, signal.SIGTERM):
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, now)
+
+
+_EXITING_FOR_A_SIGNAL = False
+
+
+def signals_cannot_end_the_exit() -> None:
+    """``main``'s first exit handler, so the last to run: after a run stopped for a signal,
+    ignore SIGINT and SIGTERM for the rest of the interpreter's exit.
+
+    Python puts every signal back to its default action once the exit handlers have run,
+    while it still tears down modules (the interpreter's last seconds on a loaded machine):
+    a second Ctrl-C there would kill the process by the signal, not end it with the run's
+    own code. Nothing is left to stop by then.
+    """
+    if _EXITING_FOR_A_SIGNAL:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)

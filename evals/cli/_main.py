@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import gc
@@ -92,6 +93,7 @@ class ReaderGone:
 def main() -> None:
     """Console-script entry point."""
     _common.OWN_PROCESS = True
+    atexit.register(_common.signals_cannot_end_the_exit)
     batch_gc()
     if sys.stdout is not None:
         sys.stdout = ReaderGone(sys.stdout)  # type: ignore[assignment]

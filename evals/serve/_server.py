@@ -35,6 +35,12 @@ DEFAULT_DB = "twice-serve.sqlite"
 IDLE_SECONDS = 5.0
 """Seconds a connection may wait for a whole request head, from when it opens or its last
 reply ends (uvicorn's own keep-alive bound counts only from a reply)."""
+MAX_HEAD_BYTES = 1 << 20
+"""The largest request head (request line and headers) the server reads, in bytes.
+
+h11 bounds only a head that arrives in more than one read, at 16 KiB by default: the same long
+URL was then served or refused by how the kernel happened to split it. Up to this bound a URL
+too long for a service is its 414, whatever the split; past it, uvicorn's 400."""
 TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")
 """What a ``--token`` may be: visible ASCII, no spaces (it travels in an HTTP header)."""
 
@@ -274,6 +280,7 @@ async def _serve_async(
         access_log=False,
         ws="none",
         timeout_graceful_shutdown=2,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
     )
     server = _uvicorn_server(config, app)
     task = asyncio.create_task(server.serve(sockets=[sock]))

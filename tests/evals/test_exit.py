@@ -122,3 +122,38 @@ def test_a_run_in_someone_elses_process_leaves_its_signal_handlers_alone() -> No
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     _common.another_signal_exits(143)
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+EXIT_AFTER_A_STOP = """
+import atexit, json, signal, sys
+from twice.evals.cli import _common, main
+
+def after_twices_own_exit_handlers():  # registered first, so it runs last
+    ignored = [signal.getsignal(s) is signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM)]
+    print(json.dumps(ignored), flush=True)
+
+atexit.register(after_twices_own_exit_handlers)
+stopped = sys.argv[1:] == ["stopped"]
+sys.argv = ["twice", "list"]
+try:
+    main()
+except SystemExit:
+    pass
+if stopped:
+    _common.another_signal_exits(130)  # what `twice run` does once a signal has stopped it
+sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_after_a_stop_no_signal_can_end_the_interpreters_exit(stopped: bool) -> None:
+    # The failing path: Python puts the default actions back once the exit handlers have run,
+    # while it still tears down modules, so a second Ctrl-C then killed the process by the
+    # signal (-2) where the run's code is 130. Python's handlers are gone by then; only an
+    # ignored signal stays ignored. A process no signal stopped keeps its handlers.
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_AFTER_A_STOP, *(["stopped"] if stopped else [])],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [stopped, stopped]
