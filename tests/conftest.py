@@ -139,6 +139,8 @@ def _with_room() -> Callable[[Callable[[], object]], object]:
 
 
 with_room = _with_room()
+UNFREEZE_EVERY = 100
+_tests_run = itertools.count(1)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -161,10 +163,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     gc.collect()
     gc.freeze()
     return True
-
-
-UNFREEZE_EVERY = 100
-_tests_run = itertools.count(1)
 
 
 def pytest_configure(config: pytest.Config) -> None:

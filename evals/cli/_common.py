@@ -297,6 +297,8 @@ def say_uncounted(log_dir: str, cells: list[str], why: str) -> None:
 OWN_PROCESS = False
 """Set by the console script's ``main``: the process is twice's to end (not a test's
 ``CliRunner`` or a library caller's, whose signal handlers twice must leave alone)."""
+_EXITING_FOR_A_SIGNAL = False
+"""Set by :func:`another_signal_exits` in twice's own process: its exit is the run's code."""
 
 
 def another_signal_exits(code: int) -> None:
@@ -318,9 +320,6 @@ def another_signal_exits(code: int) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, now)
-
-
-_EXITING_FOR_A_SIGNAL = False
 
 
 def signals_cannot_end_the_exit() -> None:
