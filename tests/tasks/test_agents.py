@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from inspect_ai import Task, eval, task_with
+from batch_eval import batch_eval
+from inspect_ai import Task, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import ChatMessageTool, get_model
 from twice.mocks import LEDGER_STORE_KEY
@@ -42,7 +43,7 @@ TABLE: dict[str, dict[str, tuple[int, int, int]]] = {
 
 
 def _run(tasks: list[Task], log_dir: Path, **kwargs: Any) -> list[EvalLog]:
-    logs = eval(tasks, display="none", log_dir=str(log_dir), log_realtime=False, **kwargs)
+    logs = batch_eval(tasks, log_dir=str(log_dir), **kwargs)
     assert all(log.status == "success" for log in logs), [log.error for log in logs]
     return logs
 
@@ -189,11 +190,10 @@ def test_bridge_limits_end_the_trial_with_a_clear_error(
 
 def _limit_error(tmp_path: Path, task: Task) -> Any:
     """The one sample of ``task`` on stub/retry, which must have ended in an AgentLimitError."""
-    logs = eval(
+    logs = batch_eval(
         task,
         model="stub/retry",
         limit=1,
-        display="none",
         log_dir=str(tmp_path / "logs"),
         fail_on_error=False,
     )
