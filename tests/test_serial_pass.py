@@ -5,7 +5,6 @@ own."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -14,41 +13,62 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FILE = "tests/evals/test_run_reliability.py"
-SERIAL = "test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplicated"
+
+# A suite of two files with the suite's own conftest and markers: one test of `marked` runs
+# alone, the other may share the machine; `unmarked` marks nothing.
+MARKED = """
+import pytest
+
+@pytest.mark.serial
+def test_alone():
+    pass
+
+def test_beside_others():
+    pass
+"""
+UNMARKED = """
+def test_a():
+    pass
+
+def test_b():
+    pass
+"""
 
 
-def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+@pytest.fixture
+def two_files(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))
+    pytester.makeini(
+        "[pytest]\naddopts = --strict-markers -p no:cacheprovider\n"
+        "markers =\n    serial: runs alone\n    slow: runs long\n"
+    )
+    pytester.makepyfile(test_marked=MARKED, test_unmarked=UNMARKED)
+    (pytester.path / "slow_tests.txt").write_text("# none\n", encoding="utf-8")
+    return pytester
+
+
+def test_serial_only_collects_only_the_serial_tests(two_files: pytest.Pytester) -> None:
+    done = two_files.runpytest_subprocess("--collect-only", "-q", "--serial-only")
+    assert done.ret == 0, done.outlines
+    ids = [line for line in done.outlines if "::" in line]
+    assert ids == ["test_marked.py::test_alone"], done.outlines
+    # ... reading only the files that mark a test serial: test_unmarked's two are not counted
+    done.stdout.fnmatch_lines(["1/2 tests collected (1 deselected)*"])
+
+
+def test_serial_tests_are_deselected_in_xdist_workers(two_files: pytest.Pytester) -> None:
+    done = two_files.runpytest_subprocess("-n", "1", "-q")
+    assert done.ret == 0, done.outlines
+    done.assert_outcomes(passed=3)  # all but the serial one
+    done.stdout.fnmatch_lines(
+        ["tests marked serial did not run under -n: run them with --serial-only*"]
     )
 
 
-def test_serial_only_collects_only_the_serial_tests() -> None:
-    done = _pytest("--collect-only", "-q", "--serial-only")
-    assert done.returncode == 0, done.stdout + done.stderr
-    ids = [line for line in done.stdout.splitlines() if "::" in line]
-    assert len(ids) == 3 and all(SERIAL in i for i in ids), done.stdout
-    # ... reading only the files that mark a test serial, not the whole suite's
-    seen = re.search(r"3/(\d+) tests collected", done.stdout)
-    assert seen and int(seen[1]) < 100, done.stdout
-
-
-def test_serial_tests_are_deselected_in_xdist_workers() -> None:
-    done = _pytest("-n", "1", "-q", FILE, "-k", f"{SERIAL} or stale_lock")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 passed in" in done.stdout, done.stdout  # the serial three did not run
-    assert "tests marked serial did not run under -n: run them with --serial-only" in (done.stdout)
-
-
-def test_serial_only_refuses_workers() -> None:
-    done = _pytest("-n", "2", "--serial-only", FILE)
-    assert done.returncode == 4, done.stdout + done.stderr
-    assert "--serial-only runs the serial tests one at a time: drop -n" in done.stderr
+def test_serial_only_refuses_workers(two_files: pytest.Pytester) -> None:
+    done = two_files.runpytest_subprocess("-n", "2", "--serial-only")
+    assert done.ret == 4, done.outlines
+    done.stderr.fnmatch_lines(["*--serial-only runs the serial tests one at a time: drop -n*"])
 
 
 def test_inspect_trace_files_are_the_sessions_own(tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from inspect_ai import Task, eval
+from batch_eval import batch_eval
+from inspect_ai import Task
 from inspect_ai.dataset import Sample
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import store
@@ -42,7 +43,7 @@ def _run(tmp_path: Path, samples: list[Sample], *args: object) -> list[object]:
         solver=naive_refund_solver(),
         scorer=side_effect_assertions(*args),  # type: ignore[arg-type]
     )
-    log = eval(task, model="mockllm/model", display="none", log_dir=str(tmp_path))[0]
+    log = batch_eval(task, model="mockllm/model", log_dir=str(tmp_path))[0]
     assert log.samples is not None
     return list(log.samples)
 
@@ -89,7 +90,7 @@ def test_side_effect_assertions_sample_without_assertions_errors(tmp_path: Path)
         solver=naive_refund_solver(),
         scorer=side_effect_assertions(),
     )
-    log = eval(task, model="mockllm/model", display="none", log_dir=str(tmp_path))[0]
+    log = batch_eval(task, model="mockllm/model", log_dir=str(tmp_path))[0]
     assert log.status == "error"
     assert log.error is not None
     assert "sample 'nothing' has no side-effect assertions" in log.error.message
@@ -117,7 +118,7 @@ def test_side_effects_header_gives_every_rate_over_the_trials(tmp_path: Path) ->
         Sample(id="expects-one", input="refund", metadata=intents(1)),
     ]
     task = Task(dataset=samples, solver=naive_refund_solver(), scorer=side_effects())
-    log = eval(task, model="mockllm/model", display="none", log_dir=str(tmp_path))[0]
+    log = batch_eval(task, model="mockllm/model", log_dir=str(tmp_path))[0]
     assert log.status == "success" and log.samples and log.results
     (scores,) = log.results.scores
     header = {name: m.value for name, m in scores.metrics.items()}

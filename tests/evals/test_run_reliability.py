@@ -246,7 +246,6 @@ def test_a_second_ctrl_c_stops_at_once_and_leaves_no_running_summary(
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # the signal must find only the hanging trials in flight, in every worker
 @pytest.mark.parametrize("mode", ["one-process", "workers", "until-decided"])
 def test_an_interrupted_runs_report_counts_the_cut_short_trials_that_had_duplicated(
     tmp_path: Path, mode: str

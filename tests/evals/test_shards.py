@@ -754,7 +754,9 @@ from twice.evals.scale._processes import run_workers
 def deaf(*args, **kwargs):  # a worker that does not stop when asked (a hung tool, say)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    Path(sys.argv[1], "worker.pid").write_text(str(os.getpid()))
+    # Whole or not at all: the test reads the file as soon as it exists.
+    Path(sys.argv[1], "worker.pid.part").write_text(str(os.getpid()))
+    os.replace(Path(sys.argv[1], "worker.pid.part"), Path(sys.argv[1], "worker.pid"))
     time.sleep(120)
 
 _run.evaluate = deaf
@@ -991,7 +993,14 @@ _shards.ctypes.CDLL = no_prctl  # what a POSIX system without Linux's prctl (mac
 if os.fork():
     time.sleep(0.5)
     os._exit(0)  # the run dies without passing anything on
-signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], "w").write("SIGTERM"), os._exit(0)))
+def told(*args):
+    # Whole or not at all: the test reads the file as soon as it exists.
+    with open(sys.argv[1] + ".part", "w") as f:
+        f.write("SIGTERM")
+    os.replace(sys.argv[1] + ".part", sys.argv[1])
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, told)
 os.environ[_shards.PARENT_ENV] = str(os.getppid())
 _shards.stop_with_parent()
 assert _shards.PARENT_ENV not in os.environ

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from inspect_ai import eval as inspect_eval
+from batch_eval import batch_eval
 from inspect_ai import task_with
 from inspect_ai.model import ChatMessage, ChatMessageTool, ModelOutput, ModelUsage, get_model
 from synthetic_logs import SyntheticRun, write_synthetic_logs
@@ -78,7 +78,7 @@ def refund_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         task_with(refund(fault=f, protection=p, prompt=pr), model=get_model(m))
         for m, pr, f, p in cells
     ]
-    logs = inspect_eval(tasks, log_dir=str(log_dir), limit=4, display="none")
+    logs = batch_eval(tasks, log_dir=str(log_dir), limit=4)
     assert all(log.status == "success" for log in logs), [log.error for log in logs]
     return log_dir
 
@@ -98,7 +98,7 @@ def hostile_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     log_dir = root / "logs"
     model = get_model("mockllm/model", custom_outputs=hostile_policy)
     task = refund(fault="lost_reply", protection="bare", prompt=str(prompt))
-    logs = inspect_eval(task, model=model, log_dir=str(log_dir), limit=1, epochs=2, display="none")
+    logs = batch_eval(task, model=model, log_dir=str(log_dir), limit=1, epochs=2)
     assert logs[0].status == "success", logs[0].error
     return log_dir
 

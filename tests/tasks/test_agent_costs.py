@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from inspect_ai import eval
+from batch_eval import batch_eval
 from inspect_ai.model import get_model
 from twice.mocks import LEDGER_STORE_KEY
 from twice.tasks import refund
@@ -32,13 +32,11 @@ def _installed() -> list[str]:
 
 
 def _eval(agent: str, log_dir: Path) -> None:
-    (log,) = eval(
+    (log,) = batch_eval(
         refund(fault="none", agent=agent),
         model=get_model("stub/retry"),
         limit=3,
-        display="none",
         log_dir=str(log_dir),
-        log_realtime=False,
     )
     assert log.status == "success", log.error
     for sample in log.samples or []:

@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from inspect_ai import Task, eval, task_with
+from batch_eval import batch_eval
+from inspect_ai import Task, task_with
 from inspect_ai.log import EvalLog
 from inspect_ai.model import ChatMessageTool, get_model
 from twice.mocks import LEDGER_STORE_KEY
@@ -42,7 +43,7 @@ TABLE: dict[str, dict[str, tuple[int, int, int]]] = {
 
 
 def _run(tasks: list[Task], log_dir: Path, **kwargs: Any) -> list[EvalLog]:
-    logs = eval(tasks, display="none", log_dir=str(log_dir), log_realtime=False, **kwargs)
+    logs = batch_eval(tasks, log_dir=str(log_dir), **kwargs)
     assert all(log.status == "success" for log in logs), [log.error for log in logs]
     return logs
 
@@ -189,11 +190,10 @@ def test_bridge_limits_end_the_trial_with_a_clear_error(
 
 def _limit_error(tmp_path: Path, task: Task) -> Any:
     """The one sample of ``task`` on stub/retry, which must have ended in an AgentLimitError."""
-    logs = eval(
+    logs = batch_eval(
         task,
         model="stub/retry",
         limit=1,
-        display="none",
         log_dir=str(tmp_path / "logs"),
         fail_on_error=False,
     )
@@ -388,13 +388,16 @@ def test_a_request_from_a_thread_that_outlives_its_trial_is_not_sent_on(
 ) -> None:
     # The failing path: once the last trial ended the mock stopped, so the thread's late
     # request went to the production URL behind --mock.
-    done = tmp_path / "late.txt"
+    done, writing = tmp_path / "late.txt", tmp_path / "late.txt.part"
     body = (
-        "import threading, time, httpx\n\nasync def agent(request, ctx):\n"
+        "import os, threading, time, httpx\n\nasync def agent(request, ctx):\n"
         "    def run():\n        time.sleep(1.0)\n        try:\n"
         f"            {REFUND_CALL}\n"
         "        except Exception as ex:\n"
-        f"            open({str(done)!r}, 'w').write(str(ex))\n"
+        # Whole or not at all: the test reads the file as soon as it exists.
+        f"            with open({str(writing)!r}, 'w') as f:\n"
+        "                f.write(f'{type(ex).__name__}: {ex}')\n"
+        f"            os.replace({str(writing)!r}, {str(done)!r})\n"
         "    threading.Thread(target=run, daemon=True).start()\n"
         "    return 'refund queued'\n"
     )

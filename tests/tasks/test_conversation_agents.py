@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inspect_ai import eval, task_with
+from batch_eval import batch_eval
+from inspect_ai import task_with
 from inspect_ai.log import resolve_sample_attachments
 from inspect_ai.model import get_model
 from twice.mocks import LEDGER_STORE_KEY
@@ -26,7 +27,7 @@ def test_conversation_agents_asked_again_keep_the_controls_apart(tmp_path: Path)
         for agent in AGENTS
         for stub in STUBS
     ]
-    logs = eval(tasks, display="none", log_dir=str(tmp_path), limit=1, max_tasks=4)
+    logs = batch_eval(tasks, log_dir=str(tmp_path), limit=1, max_tasks=4)
     assert all(log.status == "success" for log in logs), [log.error for log in logs]
     seen = {}
     for log in logs:
@@ -60,7 +61,7 @@ def test_conversation_agents_compaction_keeps_the_controls_apart(tmp_path: Path)
         for agent in agents
         for stub in COMPACTED
     ]
-    logs = eval(tasks, display="none", log_dir=str(tmp_path), limit=1, max_tasks=3)
+    logs = batch_eval(tasks, log_dir=str(tmp_path), limit=1, max_tasks=3)
     assert all(log.status == "success" for log in logs), [log.error for log in logs]
     seen = {}
     for log in logs:
@@ -88,10 +89,9 @@ def test_conversation_agents_compaction_keeps_the_controls_apart(tmp_path: Path)
 def test_conversation_agents_both_faults_name_each_repeat(tmp_path: Path) -> None:
     # Compacted after the refund's reply, then asked again after the final answer: the
     # follow-up's session is sent as the agent sends it, and each repeat is named for its cause.
-    (log,) = eval(
+    (log,) = batch_eval(
         refund(fault="compaction+ask_again", agent="langgraph"),
         model=get_model("stub/retry"),
-        display="none",
         log_dir=str(tmp_path),
         limit=1,
     )

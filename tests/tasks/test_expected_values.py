@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from inspect_ai import eval as inspect_eval
+from batch_eval import batch_eval
 from inspect_ai.log import EvalLog
 from inspect_ai.model import ChatMessage, ModelOutput, ModelUsage, get_model
 from twice.evals.run import format_table
@@ -42,9 +42,7 @@ def _refunding(amount: float) -> Any:
 def _run(amount: float, log_dir: Path) -> EvalLog:
     model = get_model("mockllm/model", custom_outputs=_refunding(amount))
     task = TASKS["refund"](fault="none", protection="bare")
-    [log] = inspect_eval(
-        task, model=model, sample_id="refund-001", log_dir=str(log_dir), display="none"
-    )
+    [log] = batch_eval(task, model=model, sample_id="refund-001", log_dir=str(log_dir))
     assert log.status == "success", log.error
     return log
 
@@ -102,9 +100,7 @@ def test_drift_whose_only_refund_is_the_changed_amount_does_not_complete(tmp_pat
     # timeout_before_commit: the first try did nothing, the retry a cent less committed.
     # Before intents stated the amount, this counted as completed and safe.
     task = TASKS["refund"](fault="timeout_before_commit", protection="bare")
-    [log] = inspect_eval(
-        task, model="stub/drift", sample_id="refund-001", log_dir=str(tmp_path), display="none"
-    )
+    [log] = batch_eval(task, model="stub/drift", sample_id="refund-001", log_dir=str(tmp_path))
     values, explanation = _score(log)
     assert (values["completed"], values["safe_success"], values["wrong_effects"]) == (0, 0, 1)
     assert "wrong values: re_1: amount 498, asked 499" in explanation
@@ -115,7 +111,7 @@ def test_every_builtin_sample_gets_its_asked_values_from_the_gold_plan(tmp_path:
     # fault, each trial completes with no wrong effect. A value the dataset states wrongly
     # ($4.99 as 498 cents) or under a field its effect does not have fails here.
     tasks = [TASKS[name](fault="none", protection="bare") for name in sorted(TASKS)]
-    logs = inspect_eval(tasks, model="stub/no-retry", log_dir=str(tmp_path), display="none")
+    logs = batch_eval(tasks, model="stub/no-retry", log_dir=str(tmp_path))
     for log in logs:
         assert log.status == "success", (log.eval.task, log.error)
         assert log.samples

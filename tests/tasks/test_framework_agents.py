@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from inspect_ai import eval, task_with
+from batch_eval import batch_eval
+from inspect_ai import task_with
 from inspect_ai.model import get_model
 from twice.mocks import LEDGER_STORE_KEY
 from twice.tasks import refund
@@ -43,7 +44,7 @@ def test_framework_agents_under_a_lost_reply_make_the_tables_refunds(tmp_path: P
         for agent in TABLE
         for stub in STUBS
     ]
-    logs = eval(tasks, display="none", log_dir=str(tmp_path), log_realtime=False, limit=1)
+    logs = batch_eval(tasks, log_dir=str(tmp_path), limit=1)
     assert all(log.status == "success" for log in logs), [log.error for log in logs]
     seen: dict[tuple[str, str], int] = {}
     for log in logs:
@@ -75,9 +76,9 @@ def test_agno_under_a_lost_reply_prints_no_traceback(
     # Agno logs a tool call that raised, traceback and all, to stdout; twice's output is the
     # run's table, and the failure is in the transcript.
     pytest.importorskip("agno")
-    (log,) = eval(
+    (log,) = batch_eval(
         refund(fault="lost_reply", agent="agno"), model=get_model("stub/no-retry"),
-        display="none", log_dir=str(tmp_path), log_realtime=False, limit=1,
+        log_dir=str(tmp_path), limit=1,
     )  # fmt: skip
     assert log.status == "success", log.error
     out, err = capfd.readouterr()
@@ -104,7 +105,7 @@ def test_strands_agents_under_a_lost_reply_name_who_resent_the_refund(tmp_path: 
         for agent in STRANDS
         for stub in STUBS
     ]
-    logs = eval(tasks, display="none", log_dir=str(tmp_path), log_realtime=False, limit=1)
+    logs = batch_eval(tasks, log_dir=str(tmp_path), limit=1)
     assert all(log.status == "success" for log in logs), [log.error for log in logs]
     for log in logs:
         agent, stub = log.eval.task.split("|")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from inspect_ai import eval as inspect_eval
+from batch_eval import batch_eval
 from inspect_ai.log import EvalLog
 from inspect_ai.model import ModelOutput, ModelUsage, get_model
 from inspect_ai.tool import ToolInfo
@@ -24,7 +24,7 @@ USAGE = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
 
 
 def _run(task: Any, model: Any, limit: int = 1) -> EvalLog:
-    (log,) = inspect_eval(task, model=model, limit=limit, display="none", log_format="json")
+    (log,) = batch_eval(task, model=model, limit=limit, log_format="json")
     assert log.status == "success", log.error
     return log
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from batch_eval import batch_eval
 from click.testing import CliRunner
 from inspect_ai import Task
-from inspect_ai import eval as inspect_eval
 from inspect_ai.model import ChatMessageAssistant, ModelOutput, ModelUsage, get_model
 from inspect_ai.tool import ToolCall, ToolDef
 from twice.evals.cli import cli
@@ -76,7 +76,7 @@ class Trial:
 
 def _run(tasks: list[Task], model: Any, **kwargs: Any) -> list[list[Trial]]:
     """Run tasks on one model; the trials of each task, in task order."""
-    logs = inspect_eval(tasks, model=model, display="none", log_dir=_LOGS.name, **kwargs)
+    logs = batch_eval(tasks, model=model, log_dir=_LOGS.name, **kwargs)
     out = []
     for log in logs:
         assert log.status == "success", f"{log.eval.task}: {log.status} {log.error}"
