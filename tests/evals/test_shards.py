@@ -747,7 +747,7 @@ DEAF_WORKER = """
 import os, signal, sys, time
 from pathlib import Path
 from twice.evals import suite_from_flags
-from twice.evals.run import _run
+from twice.evals.run import _run, write_atomic
 from twice.evals.scale import WorkerPlan
 from twice.evals.scale._processes import run_workers
 
@@ -755,8 +755,7 @@ def deaf(*args, **kwargs):  # a worker that does not stop when asked (a hung too
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     # Whole or not at all: the test reads the file as soon as it exists.
-    Path(sys.argv[1], "worker.pid.part").write_text(str(os.getpid()))
-    os.replace(Path(sys.argv[1], "worker.pid.part"), Path(sys.argv[1], "worker.pid"))
+    write_atomic(Path(sys.argv[1], "worker.pid"), lambda tmp: tmp.write_text(str(os.getpid())))
     time.sleep(120)
 
 _run.evaluate = deaf
@@ -984,6 +983,8 @@ def test_a_new_workers_run_removes_the_hand_offs_dead_runs_left(tmp_path: Path) 
 
 _ORPHAN = """
 import os, signal, sys, time
+from pathlib import Path
+from twice.evals.run import write_atomic
 from twice.evals.scale import _hand_off as _shards
 
 def no_prctl(*args, **kwargs):
@@ -995,9 +996,7 @@ if os.fork():
     os._exit(0)  # the run dies without passing anything on
 def told(*args):
     # Whole or not at all: the test reads the file as soon as it exists.
-    with open(sys.argv[1] + ".part", "w") as f:
-        f.write("SIGTERM")
-    os.replace(sys.argv[1] + ".part", sys.argv[1])
+    write_atomic(Path(sys.argv[1]), lambda tmp: tmp.write_text("SIGTERM"))
     os._exit(0)
 
 signal.signal(signal.SIGTERM, told)

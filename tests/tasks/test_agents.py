@@ -388,16 +388,16 @@ def test_a_request_from_a_thread_that_outlives_its_trial_is_not_sent_on(
 ) -> None:
     # The failing path: once the last trial ended the mock stopped, so the thread's late
     # request went to the production URL behind --mock.
-    done, writing = tmp_path / "late.txt", tmp_path / "late.txt.part"
+    done = tmp_path / "late.txt"
     body = (
-        "import os, threading, time, httpx\n\nasync def agent(request, ctx):\n"
+        "import threading, time, httpx\nfrom pathlib import Path\n"
+        "from twice.evals.run import write_atomic\n\nasync def agent(request, ctx):\n"
         "    def run():\n        time.sleep(1.0)\n        try:\n"
         f"            {REFUND_CALL}\n"
         "        except Exception as ex:\n"
         # Whole or not at all: the test reads the file as soon as it exists.
-        f"            with open({str(writing)!r}, 'w') as f:\n"
-        "                f.write(f'{type(ex).__name__}: {ex}')\n"
-        f"            os.replace({str(writing)!r}, {str(done)!r})\n"
+        f"            write_atomic(Path({str(done)!r}), lambda tmp: tmp.write_text(\n"
+        "                f'{type(ex).__name__}: {ex}'))\n"
         "    threading.Thread(target=run, daemon=True).start()\n"
         "    return 'refund queued'\n"
     )
