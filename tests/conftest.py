@@ -22,59 +22,7 @@ from twice.evals.run import batch_gc
 from twice.evals.suite._suite import Matrix, Suite
 from twice.mocks import SOURCE_HEADER, Ledger, PaymentsService, Services, get_fault
 
-pytest_plugins = ["pytester"]
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--serial-only",
-        action="store_true",
-        help="run only the tests marked serial (make test's second pass, without -n)",
-    )
-
-
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """With ``--serial-only``, leave unread the test files that mark nothing ``serial`` (by
-    their text: ``pytest.mark.serial`` or ``mark.serial``): the pass that runs a handful of
-    tests need not import every module of the suite (a dozen seconds of one core)."""
-    path = collection_path
-    if not config.getoption("--serial-only") or not path.name.startswith("test_"):
-        return None
-    if path.suffix == ".py" and "mark.serial" not in path.read_text(encoding="utf-8"):
-        return True
-    return None
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep ``serial`` tests out of xdist workers; ``--serial-only`` runs them alone.
-
-    A serial test measures wall time or signals processes on a deadline: beside another
-    test on the same cores it fails for no fault of the code. ``make test`` runs everything
-    else under xdist (``-n``) and then these in a second pass of their own.
-    """
-    in_worker = hasattr(config, "workerinput")
-    only = bool(config.getoption("--serial-only"))
-    if not (in_worker or only):
-        return
-    keep: list[pytest.Item] = []
-    drop: list[pytest.Item] = []
-    for item in items:
-        serial = item.get_closest_marker("serial") is not None
-        (keep if serial == only else drop).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-    if in_worker:
-        # The slow tests first, longest first, so the run does not end on one of them with
-        # the other workers idle: worksteal hands each worker a contiguous share and an idle
-        # worker takes the tail of another's, so what is left at the end is the short tests.
-        # The order is the same in every worker, as xdist requires (a stable sort).
-        rank = _slow_rank()
-        keep.sort(key=lambda item: _start_order(item, rank))
-    items[:] = keep
-
-
-SLOW_TESTS = Path(os.environ.get("TWICE_SLOW_TESTS", Path(__file__).parent / "slow_tests.txt"))
-"""The table of known-slow tests (another table in ``TWICE_SLOW_TESTS``: the order's own test)."""
+pytest_plugins = ["pytester", "passes"]
 
 
 @pytest.fixture
@@ -90,32 +38,6 @@ def pytester(
     off = [f"-p {n}" for flag, n in itertools.pairwise(opts) if flag == "-p" and n[:3] == "no:"]
     monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(off))
     return pytester
-
-
-def _slow_rank() -> dict[str, int]:
-    """``slow_tests.txt``'s test functions (``path::name``) by rank, the longest 0."""
-    lines = SLOW_TESTS.read_text(encoding="utf-8").splitlines()
-    ids = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    return {test_id: n for n, test_id in enumerate(ids)}
-
-
-def _start_order(item: pytest.Item, rank: dict[str, int]) -> tuple[int, int]:
-    """Where a worker starts ``item``: the listed slow tests in their order, then the other
-    ``slow`` ones, then the rest (each group in collection order)."""
-    listed = rank.get(item.nodeid.split("[", 1)[0])
-    if listed is not None:
-        return (0, listed)
-    return (1, 0) if item.get_closest_marker("slow") is not None else (2, 0)
-
-
-def pytest_terminal_summary(
-    terminalreporter: pytest.TerminalReporter, config: pytest.Config
-) -> None:
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        terminalreporter.write_line(
-            "tests marked serial did not run under -n: run them with --serial-only "
-            "(make test does, after this pass)"
-        )
 
 
 # Each test runs above one frame of this many slots, so that CPython opens a 256 KiB chunk of
@@ -177,8 +99,6 @@ def pytest_configure(config: pytest.Config) -> None:
     batch_gc()
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if config.getoption("--serial-only") and getattr(config.option, "numprocesses", None):
-        raise pytest.UsageError("--serial-only runs the serial tests one at a time: drop -n")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -386,10 +306,28 @@ REFERENCE_SUITE = Suite(
 """The README's reference cells, four samples each."""
 
 
+def run_once(
+    made_once: MakeOnce, tmp_path_factory: pytest.TempPathFactory, name: str, suite: Suite
+) -> RunResult:
+    """An in-process run of ``suite`` whose trials run once per test run.
+
+    The worker that runs it first returns its result; another resumes a copy of the finished
+    folder (a second or so, where the trials take several): the same logs, trials and summary
+    but for the summary's time of creation.
+    """
+    made: list[RunResult] = []
+    folder = made_once(name, lambda out: made.append(run_suite(suite, out, report=True)))
+    if made:
+        return made[0]
+    own = tmp_path_factory.mktemp(name)
+    shutil.copytree(folder, own, dirs_exist_ok=True)
+    return run_suite(suite, own, report=True)
+
+
 @pytest.fixture(scope="session")
-def reference_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+def reference_run(made_once: MakeOnce, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     """One in-process run of the reference suite (shared by the reference-result tests)."""
-    return run_suite(REFERENCE_SUITE, tmp_path_factory.mktemp("reference"), report=True)
+    return run_once(made_once, tmp_path_factory, "reference", REFERENCE_SUITE)
 
 
 @pytest.fixture(scope="session")
@@ -473,9 +411,9 @@ def _ledgers_of(run: RunResult) -> Any:
 
 
 @pytest.fixture(scope="session")
-def conversation_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+def conversation_run(made_once: MakeOnce, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     """One in-process run of the conversation faults' reference suite."""
-    return run_suite(CONVERSATION_SUITE, tmp_path_factory.mktemp("conversation"), report=True)
+    return run_once(made_once, tmp_path_factory, "conversation", CONVERSATION_SUITE)
 
 
 @pytest.fixture(scope="session")

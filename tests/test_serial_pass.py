@@ -4,7 +4,6 @@ own."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -14,8 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A suite of two files with the suite's own conftest and markers: one test of `marked` runs
-# alone, the other may share the machine; `unmarked` marks nothing.
+# A suite of two files with the suite's own passes plugin and markers: one test of `marked`
+# runs alone, the other may share the machine; `unmarked` marks nothing.
 MARKED = """
 import pytest
 
@@ -37,7 +36,10 @@ def test_b():
 
 @pytest.fixture
 def two_files(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))
+    # The suite's passes plugin, loaded as the suite's conftest loads it (without the rest of
+    # that conftest, which imports twice: seconds per pytest process).
+    pytester.makepyfile(passes=(ROOT / "tests" / "passes.py").read_text(encoding="utf-8"))
+    pytester.makeconftest('pytest_plugins = ["passes"]\n')
     pytester.makeini(
         "[pytest]\naddopts = --strict-markers -p no:cacheprovider\n"
         "markers =\n    serial: runs alone\n    slow: runs long\n"
@@ -89,25 +91,49 @@ def test_slow_tests_table_names_existing_tests() -> None:
         assert f"def {name}(" in source, f"{test_id} is not a test any more"
 
 
-def test_workers_start_the_listed_slow_tests_first_in_their_order(tmp_path: Path) -> None:
-    public = "tests/test_public_api.py"
-    first = f"{public}::test_package_all_is_sorted_public_and_importable"  # its [mocks] too
-    second = f"{public}::test_assertions_all_is_pinned"
-    table = tmp_path / "slow.txt"
-    table.write_text(f"# longest first\n{first}\n{second}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "1", "-v",
-         f"{public}::test_package_export_check_catches_a_stray_name", second, f"{first}[mocks]"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "TWICE_SLOW_TESTS": str(table)},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    ran = [line.split()[-1] for line in done.stdout.splitlines() if "PASSED" in line]
+def test_the_suite_loads_the_passes_plugin(request: pytest.FixtureRequest) -> None:
+    # The tests above run the plugin in a suite of their own: this suite must load it too.
+    assert request.config.pluginmanager.has_plugin("passes")
+    assert request.config.getoption("--serial-only") is False
+
+
+def test_workers_start_the_listed_slow_tests_first_in_their_order(
+    two_files: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    two_files.makepyfile(
+        test_order="""
+import pytest
+
+def test_first_collected():
+    pass
+
+@pytest.mark.slow
+def test_marked_slow():
+    pass
+
+def test_listed_second():
+    pass
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_listed_first(n):
+    pass
+"""
+    )
+    table = two_files.path / "slow.txt"
+    table.write_text(
+        "# longest first\ntest_order.py::test_listed_first\ntest_order.py::test_listed_second\n"
+    )
+    monkeypatch.setenv("TWICE_SLOW_TESTS", str(table))
+    done = two_files.runpytest_subprocess("-n", "1", "-v", "test_order.py")
+    assert done.ret == 0, done.outlines
+    ran = [line.split()[-1] for line in done.outlines if "PASSED" in line]
     assert ran == [
-        f"{first}[mocks]",
-        second,
-        f"{public}::test_package_export_check_catches_a_stray_name",
-    ], done.stdout
+        "test_order.py::test_listed_first[1]",
+        "test_order.py::test_listed_first[2]",
+        "test_order.py::test_listed_second",
+        "test_order.py::test_marked_slow",
+        "test_order.py::test_first_collected",
+    ], done.outlines
 
 
 def test_a_hung_test_fails_instead_of_holding_the_run(
@@ -127,6 +153,12 @@ def test_a_hung_test_fails_instead_of_holding_the_run(
         "    open(tmp_path / 'f', 'wb')  # no reader: blocks until the timeout\n"
     )
     args = ["-p", "no:cacheprovider", "-q", str(hang), "--timeout", "2"]
+    # ... and without the plugins the suite leaves out (seconds of imports)
+    args += [
+        a
+        for n in ("hypothesispytest", "schemathesis", "langsmith_plugin")
+        for a in ("-p", f"no:{n}")
+    ]
     out = subprocess.run(
         [sys.executable, "-m", "pytest", *args, "--timeout-method", method],
         cwd=tmp_path,

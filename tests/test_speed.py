@@ -121,6 +121,43 @@ def test_the_console_script_keeps_the_trials_gc_thresholds_until_it_exits() -> N
     assert frozen
 
 
+FACADE_GENERATIONS = """
+import gc, json, sys
+if sys.argv[1:] == ["host-freezes"]:
+    gc.freeze()
+host = gc.get_freeze_count()
+import twice.evals
+print(json.dumps([len(gc.get_objects(0)) + len(gc.get_objects(1)), host, gc.get_freeze_count()]))
+"""
+
+
+def _facade_generations(*args: str) -> list[int]:
+    done = subprocess.run(
+        [sys.executable, "-c", FACADE_GENERATIONS, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    counts: list[int] = json.loads(done.stdout.strip().splitlines()[-1])
+    return counts
+
+
+def test_the_facades_imports_go_to_the_oldest_generation() -> None:
+    # Left young, the first collection after the import walks all of them (0.2 s of every
+    # twice process's start-up): the young generations hold a handful, not ~200,000.
+    young, _, frozen = _facade_generations()
+    assert young < 5_000
+    assert frozen == 0
+
+
+def test_the_facade_leaves_a_hosts_frozen_objects_frozen() -> None:
+    young, host, frozen = _facade_generations("host-freezes")
+    assert host > 1_000
+    assert frozen >= host * 0.9  # a few of the host's may have died meanwhile
+    assert young > 100_000  # its own stay young: a thaw would have released the host's
+
+
 def test_stub_rejects_a_negative_delay() -> None:
     with pytest.raises(ValueError, match=r"delay for stub/retry must be a number >= 0, got -1"):
         StubAPI("retry", delay=-1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,23 +65,26 @@ def hostile_policy(
 
 
 @pytest.fixture(scope="session")
-def refund_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def refund_logs(made_once: Callable[[str, Callable[[Path], None]], Path]) -> Path:
     """A real run of the refund task with stub models: duplicates from the model and from
-    transport retries, a clean verifier, two prompts for one model."""
-    log_dir = tmp_path_factory.mktemp("refund_logs")
+    transport retries, a clean verifier, two prompts for one model (made once per test run;
+    the tests only read it)."""
     cells = [
         ("stub/retry", "baseline", "lost_reply", "bare"),
         ("stub/retry", "cautious", "lost_reply", "bare"),
         ("stub/no-retry", "baseline", "lost_reply", "retry-nokey"),
         ("stub/verify", "baseline", "timeout_before_commit", "bare"),
     ]
-    tasks = [
-        task_with(refund(fault=f, protection=p, prompt=pr), model=get_model(m))
-        for m, pr, f, p in cells
-    ]
-    logs = batch_eval(tasks, log_dir=str(log_dir), limit=4)
-    assert all(log.status == "success" for log in logs), [log.error for log in logs]
-    return log_dir
+
+    def make(log_dir: Path) -> None:
+        tasks = [
+            task_with(refund(fault=f, protection=p, prompt=pr), model=get_model(m))
+            for m, pr, f, p in cells
+        ]
+        logs = batch_eval(tasks, log_dir=str(log_dir), limit=4)
+        assert all(log.status == "success" for log in logs), [log.error for log in logs]
+
+    return made_once("refund-logs", make)
 
 
 @pytest.fixture(scope="session")
