@@ -340,22 +340,7 @@ def reference_summary(reference_run: RunResult) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def trial_ledgers(reference_run: RunResult) -> Any:
     """``trial_ledgers(model, fault, protection)`` → the ledgers of that cell's trials."""
-    from inspect_ai.log import read_eval_log
-    from twice.mocks import ledgers
-
-    def find(model: str, fault: str, protection: str) -> list[Ledger]:
-        for log in reference_run.logs:
-            meta = (log.eval.metadata or {}).get("twice", {})
-            if (
-                log.eval.model == model
-                and meta.get("fault") == fault
-                and meta.get("protection") == protection
-            ):
-                full = read_eval_log(log.location)
-                return ledgers(full)
-        raise LookupError(f"no log for {model} / {fault} / {protection}")
-
-    return find
+    return _ledgers_of(reference_run)
 
 
 CONVERSATION_SUITE = Suite(
