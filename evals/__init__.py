@@ -66,14 +66,12 @@ try:
     )
     from .suite import Cell, Matrix, Suite, SuiteError, load_suite, suite_from_flags
 finally:
-    if _collecting:
-        _aged = _gc.get_freeze_count() == 0
-        if _aged:
-            _gc.freeze()
+    if _collecting and _gc.get_freeze_count() == 0:
+        _gc.freeze()
         _gc.enable()
-        if _aged:
-            _gc.unfreeze()
-        del _aged
+        _gc.unfreeze()
+    elif _collecting:
+        _gc.enable()
     del _collecting
 
 __all__ = [

@@ -26,17 +26,24 @@ pytest_plugins = ["pytester", "passes"]
 
 
 @pytest.fixture
+def plugins_off(request: pytest.FixtureRequest) -> list[str]:
+    """The ``-p no:NAME`` arguments of this suite's own ``addopts``: the plugins no test uses,
+    which a pytest process the tests start leaves out too (seconds of imports each)."""
+    opts = request.config.getini("addopts")
+    return [a for flag, n in itertools.pairwise(opts) if flag == "-p" and n[:3] == "no:"
+            for a in ("-p", n)]  # fmt: skip
+
+
+@pytest.fixture
 def pytester(
-    pytester: pytest.Pytester, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, plugins_off: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> pytest.Pytester:
     """pytester, whose pytest runs leave out the plugins this suite's own ``addopts`` leave out.
 
     pytester restores ``sys.modules`` after each in-process run, so a plugin loaded by the
     run is imported again by the next one: seconds per run for plugins no test uses.
     """
-    opts = request.config.getini("addopts")
-    off = [f"-p {n}" for flag, n in itertools.pairwise(opts) if flag == "-p" and n[:3] == "no:"]
-    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(off))
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(plugins_off))
     return pytester
 
 

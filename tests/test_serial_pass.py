@@ -137,7 +137,7 @@ def test_listed_first(n):
 
 
 def test_a_hung_test_fails_instead_of_holding_the_run(
-    tmp_path: Path, request: pytest.FixtureRequest
+    tmp_path: Path, request: pytest.FixtureRequest, plugins_off: list[str]
 ) -> None:
     # The suite's own setting: a hang (a blocking open of a FIFO nobody reads) fails its
     # test after the configured time rather than holding its worker, and the run.
@@ -152,13 +152,7 @@ def test_a_hung_test_fails_instead_of_holding_the_run(
         "    os.mkfifo(tmp_path / 'f')\n"
         "    open(tmp_path / 'f', 'wb')  # no reader: blocks until the timeout\n"
     )
-    args = ["-p", "no:cacheprovider", "-q", str(hang), "--timeout", "2"]
-    # ... and without the plugins the suite leaves out (seconds of imports)
-    args += [
-        a
-        for n in ("hypothesispytest", "schemathesis", "langsmith_plugin")
-        for a in ("-p", f"no:{n}")
-    ]
+    args = ["-p", "no:cacheprovider", *plugins_off, "-q", str(hang), "--timeout", "2"]
     out = subprocess.run(
         [sys.executable, "-m", "pytest", *args, "--timeout-method", method],
         cwd=tmp_path,
