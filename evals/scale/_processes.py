@@ -300,9 +300,37 @@ def _can_fork() -> bool:
     # server) their locks could be copied held. macOS and Windows get fresh interpreters.
     return (
         sys.platform == "linux"
-        and threading.active_count() == 1
+        and not _threads_a_fork_could_break()
         and os.environ.get(FORK_ENV, "1").strip() != "0"
     )
+
+
+def _threads_a_fork_could_break() -> list[threading.Thread]:
+    """The threads besides this one that rule out forking a worker.
+
+    fsspec's IO thread and the executor threads of its event loop are not among them. A run
+    whose log directory is in object storage (``s3://``) starts them with its first call
+    to the bucket, before any worker, and each call from this thread has returned by the
+    time a worker is forked. A forked child starts a loop of its own at its first call
+    (fsspec registers that with ``os.register_at_fork``) and never touches the parent's.
+    Counted, they would make every such run's workers fresh interpreters, seconds of imports
+    each.
+    """
+    harmless = _fsspec_io_threads()
+    current = threading.current_thread()
+    return [t for t in threading.enumerate() if t is not current and t.ident not in harmless]
+
+
+def _fsspec_io_threads() -> set[int | None]:
+    """The idents of fsspec's IO thread and of its loop's executor threads, if any run."""
+    asyn = sys.modules.get("fsspec.asyn")  # not imported: no such thread
+    if asyn is None:
+        return set()
+    thread = getattr(asyn, "iothread", [None])[0]
+    loop = getattr(asyn, "loop", [None])[0]
+    executor = getattr(loop, "_default_executor", None)
+    threads = [thread, *getattr(executor, "_threads", ())]
+    return {t.ident for t in threads if isinstance(t, threading.Thread)}
 
 
 def outcome_path(records: str) -> str:

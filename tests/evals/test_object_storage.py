@@ -182,6 +182,36 @@ def test_shards_and_workers_through_s3(s3: Any, twice: Twice, tmp_path: Any) -> 
     assert s3.exists("twice/runs/workers/report.html")
 
 
+def test_a_runs_workers_fork_past_fsspecs_io_threads_but_not_past_another_thread(
+    s3: Any,
+) -> None:
+    # A run into a bucket has started fsspec's IO thread (and its loop's resolver threads)
+    # before its first worker: counted, they would make every worker a fresh interpreter.
+    # A process of its own, as `twice run` is: this one has moto's server thread.
+    script = "import s3fs\nfrom twice.evals.scale._processes import _can_fork\n"
+    script += "s3fs.S3FileSystem().ls('twice')\nprint(_can_fork())\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.split() == ["True"], done.stderr[-2000:]
+    import fsspec.asyn
+    from twice.evals.scale._processes import _fsspec_io_threads, _threads_a_fork_could_break
+
+    s3.ls("twice")
+    fsspec_threads = _fsspec_io_threads()
+    assert fsspec.asyn.iothread[0] is not None
+    assert fsspec.asyn.iothread[0].ident in fsspec_threads
+    assert len(fsspec_threads) >= 2, "the loop's executor threads are no longer found"
+    blocking = {t.ident for t in _threads_a_fork_could_break()}
+    assert not blocking & fsspec_threads
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, name="someone-elses")
+    other.start()
+    try:
+        assert other in _threads_a_fork_could_break()
+    finally:
+        stop.set()
+        other.join()
+
+
 # -- the cluster recipe (docs/cluster), run here as far as one machine allows -------------------
 
 CLUSTER = Path(__file__).parents[2] / "docs" / "cluster"

@@ -30,6 +30,8 @@ Twice = Callable[..., Any]
 class _Handler(http.server.BaseHTTPRequestHandler):
     mode = "401"
     requests: list[str]
+    released: threading.Event
+    """Set when the test ends: a request left hanging is let go."""
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("content-length", 0)))
@@ -39,7 +41,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._reply(200, _done(json.loads(raw)["model"]))
             return
         if self.mode == "hang":
-            time.sleep(30)  # longer than any --timeout below; the server thread is a daemon
+            self.released.wait(30)  # longer than any --timeout below
             return
         status = {"401": 401, "429": 429, "chat-only": 404}.get(self.mode, 500)
         # A careless gateway echoes the request's credentials into its error.
@@ -97,14 +99,19 @@ def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], str]]:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             return f"http://127.0.0.1:{port}/v1"
-        handler = type("H", (_Handler,), {"mode": mode, "requests": requests})
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        server.daemon_threads = True
+        attrs = {"mode": mode, "requests": requests, "released": released}
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Handler,), attrs))
+        # Request threads the server joins when closed: a hanging one left running would
+        # outlive the test, and with it every later run in this process would start its
+        # workers as fresh interpreters (a fork is ruled out while another thread runs).
+        server.daemon_threads = False
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}/v1"
 
+    released = threading.Event()
     yield start
+    released.set()
     for server in servers:
         server.shutdown()
         server.server_close()

@@ -12,6 +12,8 @@ import asyncio
 import email.utils
 import json
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -371,17 +373,21 @@ def test_outage_guard_counts_a_4xx_as_an_answer_and_a_401_as_fatal() -> None:
 
 
 def test_outage_a_workers_run_summary_names_what_was_unreachable_and_left(
-    twice: Twice, llm_server: Any, tmp_path: Path
+    llm_server: Any, tmp_path: Path
 ) -> None:
     # The failing path: the merged summary of a --workers run had neither `unreachable` nor
     # `left`, which a one-process run's summary has: a rerun's user could not tell what was left.
+    # A `twice run` process of its own, as a user's: this one runs the fake endpoint's thread,
+    # with which its workers could not be forks.
     llm_server.fault = lambda n: (503, {})
     log_dir = tmp_path / "logs"
-    result = twice(
-        "run", "--model", MODEL, "--task", "refund", "--fault", "none", "--fault", "lost_reply",
-        "--limit", "2", "--workers", "2", "--log-dir", log_dir, "--display", "none",
+    result = subprocess.run(
+        [sys.executable, "-m", "twice.evals.cli", "run", "--model", MODEL, "--task", "refund",
+         "--fault", "none", "--fault", "lost_reply", "--limit", "2", "--workers", "2",
+         "--log-dir", str(log_dir), "--display", "none"],
+        capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    assert result.exit_code == 1, result.output
+    assert result.returncode == 1, result.stdout + result.stderr
     summary = _summary(log_dir)
     assert summary["unreachable"] and all(MODEL in line for line in summary["unreachable"])
     left = summary["left"]
