@@ -326,10 +326,12 @@ def _fsspec_io_threads() -> set[int | None]:
     asyn = sys.modules.get("fsspec.asyn")  # not imported: no such thread
     if asyn is None:
         return set()
-    thread = getattr(asyn, "iothread", [None])[0]
-    loop = getattr(asyn, "loop", [None])[0]
-    executor = getattr(loop, "_default_executor", None)
-    threads = [thread, *getattr(executor, "_threads", ())]
+    try:
+        thread, loop = asyn.iothread[0], asyn.loop[0]
+        executor = getattr(loop, "_default_executor", None)
+        threads = [thread, *getattr(executor, "_threads", ())]
+    except (AttributeError, TypeError, LookupError):
+        return set()  # another fsspec's layout: its threads count, as any other thread does
     return {t.ident for t in threads if isinstance(t, threading.Thread)}
 
 

@@ -202,6 +202,11 @@ def test_a_runs_workers_fork_past_fsspecs_io_threads_but_not_past_another_thread
     assert len(fsspec_threads) >= 2, "the loop's executor threads are no longer found"
     blocking = {t.ident for t in _threads_a_fork_could_break()}
     assert not blocking & fsspec_threads
+    # Where fsspec keeps its threads elsewhere, they count again, as any other thread does.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fsspec.asyn, "iothread", None)
+        assert _fsspec_io_threads() == set()
+        assert fsspec.asyn.loop[0] is not None
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, name="someone-elses")
     other.start()
